@@ -1,0 +1,140 @@
+//! Wiring: builds the session, the queues and both listeners from a validated configuration,
+//! and runs the shutdown sequence.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::metrics::Metrics;
+use crate::queue::QueueService;
+use crate::zk::{SessionSettings, ZkSession};
+
+/// Why zkq could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} ({key}): {source}")]
+    Bind { key: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("cannot create metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A started zkq: its bound addresses and a handle to stop it.
+pub struct Running {
+    pub api_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub session: ZkSession,
+    pub metrics: Arc<Metrics>,
+    /// Cancel to begin a graceful shutdown (what SIGTERM does).
+    pub shutdown: CancellationToken,
+    done: JoinHandle<bool>,
+}
+
+impl Running {
+    /// Waits for the shutdown to finish; true when it finished within `shutdown.grace`.
+    pub async fn wait(self) -> bool {
+        self.done.await.unwrap_or(false)
+    }
+
+    /// Begins a graceful shutdown and waits for it.
+    pub async fn stop(self) -> bool {
+        self.shutdown.cancel();
+        self.wait().await
+    }
+}
+
+/// Starts zkq: binds both listeners (failing early if it cannot), then connects in the background.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let config = Arc::new(config);
+    let metrics = Arc::new(Metrics::new()?);
+    let api_listener = TcpListener::bind(config.api.listen).await.map_err(|source| StartError::Bind {
+        key: "api.listen",
+        addr: config.api.listen,
+        source,
+    })?;
+    let admin_listener = TcpListener::bind(config.admin.listen).await.map_err(|source| StartError::Bind {
+        key: "admin.listen",
+        addr: config.admin.listen,
+        source,
+    })?;
+    let api_addr = api_listener.local_addr().unwrap_or(config.api.listen);
+    let admin_addr = admin_listener.local_addr().unwrap_or(config.admin.listen);
+
+    let shutdown = CancellationToken::new();
+    let draining = CancellationToken::new();
+    let stop_session = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let settings = SessionSettings {
+        connect: config.zookeeper.connect.clone(),
+        session_timeout: config.zookeeper.session_timeout,
+        request_timeout: config.zookeeper.request_timeout,
+        auth_digest: config.zookeeper.auth_digest.clone(),
+        reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
+    };
+    let (session, session_task) = ZkSession::start(settings, metrics.clone(), stop_session.clone());
+    let queues = QueueService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone());
+    let state = AppState {
+        config: config.clone(),
+        session: session.clone(),
+        metrics: metrics.clone(),
+        queues,
+        draining: draining.clone(),
+    };
+
+    let stop_api = CancellationToken::new();
+    let stop_admin = CancellationToken::new();
+    let api = serve(api_listener, http::api_router(state.clone()), stop_api.clone());
+    let admin = serve(admin_listener, http::admin_router(state), stop_admin.clone());
+    tracing::info!(api = %api_addr, admin = %admin_addr, zookeeper = %config.zookeeper.connect,
+        root = %config.zookeeper.root, "zkq started");
+
+    let grace = config.shutdown.grace;
+    let trigger = shutdown.clone();
+    let metrics_for_shutdown = metrics.clone();
+    let done = tokio::spawn(async move {
+        trigger.cancelled().await;
+        let started = tokio::time::Instant::now();
+        let deadline = started + grace;
+        tracing::info!(grace = %humantime::format_duration(grace), "shutting down: not ready, draining requests");
+        // 1. Not ready, no new takes; waiting long-polls are answered now.
+        draining.cancel();
+        // 2. Stop accepting; let requests in flight (puts) finish.
+        stop_api.cancel();
+        let mut in_time = tokio::time::timeout_at(deadline, api).await.is_ok();
+        // 3. Close the session: our ephemeral locks vanish, so held messages are redelivered now.
+        stop_session.cancel();
+        tasks.close();
+        in_time &= tokio::time::timeout_at(deadline, async {
+            let _ = session_task.await;
+            tasks.wait().await;
+        })
+        .await
+        .is_ok();
+        stop_admin.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
+        metrics_for_shutdown.shutdown_duration.observe(started.elapsed().as_secs_f64());
+        if in_time {
+            tracing::info!(took_ms = started.elapsed().as_millis() as u64, "shutdown complete");
+        } else {
+            tracing::warn!(grace = %humantime::format_duration(grace), "shutdown grace period exceeded; exiting anyway");
+        }
+        in_time
+    });
+
+    Ok(Running { api_addr, admin_addr, session, metrics, shutdown, done })
+}
+
+fn serve(listener: TcpListener, router: axum::Router, stop: CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
+        if let Err(err) = result {
+            tracing::error!(error = %err, "HTTP listener failed");
+        }
+    })
+}

@@ -1,0 +1,614 @@
+//! Typed configuration: built-in defaults < TOML file < `ZKQ__SECTION__KEY` environment < flags.
+//!
+//! This is the only module that reads the environment. Everything is validated by
+//! [`Config::validate`] before any port is bound or ZooKeeper is contacted; a failure names
+//! the key, the offending value and what is allowed, and `main` exits with status 64.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Exit status for a configuration error (`EX_USAGE` from sysexits.h).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// Longest queue or counter name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// The whole effective configuration of one zkq process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub zookeeper: ZookeeperConfig,
+    pub api: ApiConfig,
+    pub admin: AdminConfig,
+    pub log: LogConfig,
+    pub take: TakeConfig,
+    pub shutdown: ShutdownConfig,
+    /// Whether queues that are not declared under `[queues]` are created on first use.
+    pub queues_dynamic: bool,
+    /// Cap on the number of dynamic queues one process serves (bounds metric labels and memory).
+    pub max_dynamic_queues: usize,
+    /// Declared queues, by name.
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZookeeperConfig {
+    /// Connect string: `host:port[,host:port...]`, optionally followed by a chroot `/path`.
+    pub connect: String,
+    /// Session timeout asked of the server (the server may clamp it to its own bounds).
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// Deadline for a single ZooKeeper call made on behalf of a request.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Absolute path under which zkq keeps its own nodes (dynamic queues, locks, counters).
+    pub root: String,
+    /// Optional `digest` credentials `user:password`; a secret, never printed.
+    pub auth_digest: Option<String>,
+    /// Upper bound of the reconnect backoff while ZooKeeper is unreachable.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_max: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Address of the queue API. Loopback by default: the app in the same pod is the client.
+    pub listen: SocketAddr,
+    /// Largest message body accepted by a put, in bytes (after Curator's envelope it must fit a znode).
+    pub max_message_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address of `/livez`, `/readyz` and `/metrics`.
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `zkq=debug,info`.
+    pub level: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TakeConfig {
+    /// Longest `wait` a long-polling take or lease may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// Time allowed on SIGTERM/SIGINT to finish puts and release leases before exiting anyway.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+}
+
+/// Which Curator recipe a queue's nodes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// `DistributedQueue`: `queue-<seq>`.
+    Fifo,
+    /// `DistributedPriorityQueue`: `queue-<sign><8 hex><seq>`.
+    Priority,
+    /// `DistributedDelayQueue`: `queue-|<epoch ms hex>|<seq>`.
+    Delay,
+    /// `DistributedIdQueue`: `queue-|<id>|<seq>`.
+    Id,
+    /// `SimpleDistributedQueue` / ZooKeeper's recipe: `qn-<seq>`, raw bytes.
+    Simple,
+}
+
+impl QueueKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueKind::Fifo => "fifo",
+            QueueKind::Priority => "priority",
+            QueueKind::Delay => "delay",
+            QueueKind::Id => "id",
+            QueueKind::Simple => "simple",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    #[serde(default = "default_kind")]
+    pub kind: QueueKind,
+    /// Absolute ZooKeeper path of the queue; default `{root}/queues/{name}`.
+    pub path: Option<String>,
+    /// Absolute ZooKeeper path of Curator's lock nodes; default `{root}/locks/{name}`
+    /// (none for `simple` queues, which Curator never locks).
+    pub lock_path: Option<String>,
+    /// Puts wait (up to their `wait`) while the queue holds this many children.
+    pub max_items: Option<u32>,
+}
+
+fn default_kind() -> QueueKind {
+    QueueKind::Fifo
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            zookeeper: ZookeeperConfig::default(),
+            api: ApiConfig::default(),
+            admin: AdminConfig::default(),
+            log: LogConfig::default(),
+            take: TakeConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            queues_dynamic: true,
+            max_dynamic_queues: 1000,
+            queues: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for ZookeeperConfig {
+    fn default() -> Self {
+        ZookeeperConfig {
+            connect: "127.0.0.1:2181".to_owned(),
+            session_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+            root: "/zkq".to_owned(),
+            auth_digest: None,
+            reconnect_backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig { listen: SocketAddr::from(([127, 0, 0, 1], 8080)), max_message_bytes: 512 * 1024 }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { listen: SocketAddr::from(([0, 0, 0, 0], 9090)) }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { format: LogFormat::Text, level: "info".to_owned() }
+    }
+}
+
+impl Default for TakeConfig {
+    fn default() -> Self {
+        TakeConfig { max_wait: Duration::from_secs(20) }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig { grace: Duration::from_secs(10) }
+    }
+}
+
+/// Values given on the command line; each one overrides every other source.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub zk_connect: Option<String>,
+    pub zk_root: Option<String>,
+    pub api_listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub log_format: Option<String>,
+    pub log_level: Option<String>,
+}
+
+/// A configuration that cannot be used, with enough detail to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key, e.g. `zookeeper.session_timeout`; empty when the error is not about one key.
+    pub key: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "invalid configuration: {}", self.allowed)
+        } else {
+            write!(f, "invalid configuration: {} = {}: {}", self.key, self.value, self.allowed)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(key: impl Into<String>, value: impl fmt::Debug, allowed: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.into(), value: format!("{value:?}"), allowed: allowed.into() }
+}
+
+impl Config {
+    /// Loads from every source, using the process environment, and validates.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("ZKQ__")).collect();
+        Self::load_with_env(overrides, env)
+    }
+
+    /// Loads from every source with an explicit environment (for tests), and validates.
+    pub fn load_with_env(overrides: &Overrides, env: HashMap<String, String>) -> Result<Config, ConfigError> {
+        let mut builder = config::Config::builder();
+        if let Some(path) = &overrides.config_file {
+            if !path.is_file() {
+                return Err(invalid("--config", path, "no such file; give the path of a TOML file"));
+            }
+            builder = builder.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("ZKQ")
+                .prefix_separator("__")
+                .separator("__")
+                .source(Some(env.into_iter().map(|(k, v)| (k.to_ascii_uppercase(), v)).collect())),
+        );
+        let flags = [
+            ("zookeeper.connect", &overrides.zk_connect),
+            ("zookeeper.root", &overrides.zk_root),
+            ("api.listen", &overrides.api_listen),
+            ("admin.listen", &overrides.admin_listen),
+            ("log.format", &overrides.log_format),
+            ("log.level", &overrides.log_level),
+        ];
+        for (key, value) in flags {
+            if let Some(value) = value {
+                builder = builder.set_override(key, value.as_str()).map_err(|e| invalid(key, value, e.to_string()))?;
+            }
+        }
+        let merged = builder.build().map_err(|e| from_config_error(e, None))?;
+        let config: Config = merged.clone().try_deserialize().map_err(|e| from_config_error(e, Some(&merged)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let zk = &self.zookeeper;
+        if zk.connect.trim().is_empty() {
+            return Err(invalid("zookeeper.connect", &zk.connect, "a connect string like 127.0.0.1:2181,host2:2181"));
+        }
+        let (hosts, chroot) = match zk.connect.find('/') {
+            Some(i) => (&zk.connect[..i], Some(&zk.connect[i..])),
+            None => (zk.connect.as_str(), None),
+        };
+        for host in hosts.split(',') {
+            let port_ok = host.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(invalid(
+                    "zookeeper.connect",
+                    &zk.connect,
+                    format!("`{host}` is not host:port; use a list like 127.0.0.1:2181,host2:2181[/chroot]"),
+                ));
+            }
+        }
+        if let Some(chroot) = chroot {
+            check_zk_path("zookeeper.connect", chroot)?;
+        }
+        check_duration(
+            "zookeeper.session_timeout",
+            zk.session_timeout,
+            Duration::from_secs(2),
+            Duration::from_secs(600),
+        )?;
+        check_duration(
+            "zookeeper.request_timeout",
+            zk.request_timeout,
+            Duration::from_millis(100),
+            Duration::from_secs(300),
+        )?;
+        check_duration(
+            "zookeeper.reconnect_backoff_max",
+            zk.reconnect_backoff_max,
+            Duration::from_millis(100),
+            Duration::from_secs(300),
+        )?;
+        check_zk_path("zookeeper.root", &zk.root)?;
+        if zk.root == "/" {
+            return Err(invalid("zookeeper.root", &zk.root, "must be a node below /, such as /zkq"));
+        }
+        if let Some(auth) = &zk.auth_digest
+            && !auth.contains(':')
+        {
+            return Err(invalid("zookeeper.auth_digest", "<redacted>", "must be user:password"));
+        }
+        if self.api.listen == self.admin.listen && self.api.listen.port() != 0 {
+            return Err(invalid("admin.listen", self.admin.listen, "must differ from api.listen"));
+        }
+        // Curator's envelope adds 10 bytes; ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1).
+        if !(1..=1_000_000).contains(&self.api.max_message_bytes) {
+            return Err(invalid(
+                "api.max_message_bytes",
+                self.api.max_message_bytes,
+                "between 1 and 1000000 bytes (a znode holds at most jute.maxbuffer = 1 MiB)",
+            ));
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
+        }
+        check_duration("take.max_wait", self.take.max_wait, Duration::ZERO, Duration::from_secs(3600))?;
+        check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
+        if self.max_dynamic_queues > 100_000 {
+            return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
+        }
+        for (name, queue) in &self.queues {
+            let key = format!("queues.{name}");
+            if let Err(why) = check_name(name) {
+                return Err(invalid(key, name, why));
+            }
+            if let Some(path) = &queue.path {
+                check_zk_path(&format!("{key}.path"), path)?;
+                if path.contains('|') {
+                    return Err(invalid(format!("{key}.path"), path, "must not contain `|` (Curator refuses it)"));
+                }
+            }
+            if let Some(lock_path) = &queue.lock_path {
+                check_zk_path(&format!("{key}.lock_path"), lock_path)?;
+                if queue.kind == QueueKind::Simple {
+                    return Err(invalid(
+                        format!("{key}.lock_path"),
+                        lock_path,
+                        "simple queues have no lock path (Curator's SimpleDistributedQueue never locks)",
+                    ));
+                }
+                if Some(lock_path) == queue.path.as_ref() {
+                    return Err(invalid(format!("{key}.lock_path"), lock_path, "must differ from the queue path"));
+                }
+            }
+            if queue.max_items == Some(0) {
+                return Err(invalid(format!("{key}.max_items"), 0, "at least 1, or leave it out for no limit"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML with secrets replaced, for `zkq check-config`.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        if shown.zookeeper.auth_digest.is_some() {
+            shown.zookeeper.auth_digest = Some("<redacted>".to_owned());
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
+    }
+}
+
+/// Checks a queue or counter name: what may appear as one URL segment and one ZooKeeper node name.
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err("must be 1 to 200 characters");
+    }
+    if name == "." || name == ".." {
+        return Err("must not be . or ..");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err("may contain only A-Z a-z 0-9 . _ -");
+    }
+    Ok(())
+}
+
+fn check_zk_path(key: &str, path: &str) -> Result<(), ConfigError> {
+    let ok = path.starts_with('/')
+        && (path == "/" || !path.ends_with('/'))
+        && !path.contains("//")
+        && path.split('/').skip(1).all(|seg| path == "/" || (!seg.is_empty() && seg != "." && seg != ".."))
+        && !path.chars().any(|c| c.is_control() || c == '\u{0}');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            path,
+            "an absolute ZooKeeper path like /zkq/queues/orders (no trailing /, no . or .. segments)",
+        ))
+    }
+}
+
+fn check_duration(key: &str, value: Duration, min: Duration, max: Duration) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(invalid(
+            key,
+            humantime::format_duration(value).to_string(),
+            format!("between {} and {}", humantime::format_duration(min), humantime::format_duration(max)),
+        ));
+    }
+    Ok(())
+}
+
+/// What a key accepts, for error messages about values the types refused.
+fn allowed_for(key: &str) -> &'static str {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    match last {
+        "format" => "one of: text, json",
+        "kind" => "one of: fifo, priority, delay, id, simple",
+        "listen" => "a socket address like 127.0.0.1:8080 or 0.0.0.0:9090",
+        "queues_dynamic" => "true or false",
+        _ if key.ends_with("timeout") || key.ends_with("wait") || key.ends_with("grace") || key.ends_with("max") => {
+            "a duration written like \"20s\", \"500ms\" or \"2m\""
+        },
+        _ => "see the configuration table in the README",
+    }
+}
+
+fn from_config_error(err: config::ConfigError, merged: Option<&config::Config>) -> ConfigError {
+    let text = err.to_string();
+    let key = text.split("for key `").nth(1).and_then(|rest| rest.split('`').next()).unwrap_or("").to_owned();
+    if text.contains("unknown field") {
+        let field = text.split("unknown field `").nth(1).and_then(|r| r.split('`').next()).unwrap_or("?");
+        let key = if key.is_empty() { field.to_owned() } else { format!("{key}.{field}") };
+        return ConfigError {
+            key,
+            value: "(set)".to_owned(),
+            allowed: format!("unknown key; unknown keys are errors, check the spelling against the README ({text})"),
+        };
+    }
+    let value =
+        merged.and_then(|m| m.get_string(&key).ok()).map_or_else(|| "(unreadable)".to_owned(), |v| format!("{v:?}"));
+    if key.is_empty() {
+        return ConfigError { key, value, allowed: text };
+    }
+    ConfigError { allowed: format!("{} ({text})", allowed_for(&key)), key, value }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn write_toml(text: &str) -> tempfile_path::TempToml {
+        tempfile_path::TempToml::new(text)
+    }
+
+    mod tempfile_path {
+        use std::path::PathBuf;
+
+        /// A TOML file in the system temp dir, removed on drop.
+        pub struct TempToml(pub PathBuf);
+
+        impl TempToml {
+            pub fn new(text: &str) -> Self {
+                let path = std::env::temp_dir().join(format!("zkq-config-{}.toml", uuid::Uuid::new_v4()));
+                std::fs::write(&path, text).expect("temp dir is writable");
+                TempToml(path)
+            }
+        }
+
+        impl Drop for TempToml {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = Config::load_with_env(&Overrides::default(), HashMap::new()).expect("defaults are valid");
+        assert_eq!(config.zookeeper.connect, "127.0.0.1:2181");
+        assert_eq!(config.zookeeper.session_timeout, Duration::from_secs(30));
+        assert_eq!(config.zookeeper.root, "/zkq");
+        assert_eq!(config.api.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.admin.listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(config.log.format, LogFormat::Text);
+        assert_eq!(config.take.max_wait, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn layers_apply_in_order_file_env_flags() {
+        let file = write_toml(
+            "[zookeeper]\nconnect = \"file:1\"\nroot = \"/from-file\"\nsession_timeout = \"12s\"\n[log]\nformat = \"json\"\n",
+        );
+        let overrides = Overrides {
+            config_file: Some(file.0.clone()),
+            zk_connect: Some("flag:3".to_owned()),
+            ..Overrides::default()
+        };
+        let config = Config::load_with_env(
+            &overrides,
+            env(&[("ZKQ__ZOOKEEPER__CONNECT", "env:2"), ("ZKQ__ZOOKEEPER__ROOT", "/from-env")]),
+        )
+        .expect("valid layers");
+        assert_eq!(config.zookeeper.connect, "flag:3", "flags beat env and file");
+        assert_eq!(config.zookeeper.root, "/from-env", "env beats file");
+        assert_eq!(config.zookeeper.session_timeout, Duration::from_secs(12), "file beats defaults");
+        assert_eq!(config.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_in_file_and_env() {
+        let file = write_toml("[zookeeper]\nsesion_timeout = \"12s\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("typo must fail");
+        assert!(err.to_string().contains("sesion_timeout"), "{err}");
+
+        let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEPER__CONNECT", "x:1")]))
+            .expect_err("unknown section must fail");
+        assert!(err.to_string().contains("zookeper"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_key_value_and_what_is_allowed() {
+        let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "1s")]))
+            .expect_err("too short");
+        let text = err.to_string();
+        assert!(
+            text.contains("zookeeper.session_timeout") && text.contains("1s") && text.contains("between 2s"),
+            "{text}"
+        );
+
+        let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "soon")]))
+            .expect_err("not a duration");
+        let text = err.to_string();
+        assert!(text.contains("zookeeper.session_timeout") && text.contains("20s"), "{text}");
+
+        let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__ROOT", "zkq/")]))
+            .expect_err("relative root");
+        assert!(err.to_string().contains("zookeeper.root = \"zkq/\""), "{err}");
+
+        let overrides = Overrides { log_format: Some("xml".to_owned()), ..Overrides::default() };
+        let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("bad enum");
+        assert!(err.to_string().contains("xml") && err.to_string().contains("json"), "{err}");
+    }
+
+    #[test]
+    fn queue_declarations_are_checked() {
+        let file = write_toml("[queues.\"bad/name\"]\nkind = \"fifo\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("bad queue name");
+        assert!(err.to_string().contains("queues.bad/name"), "{err}");
+
+        let file = write_toml("[queues.jobs]\nkind = \"simple\"\nlock_path = \"/locks/jobs\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("simple with lock path");
+        assert!(err.to_string().contains("queues.jobs.lock_path"), "{err}");
+
+        let file = write_toml("[queues.jobs]\nkind = \"priority\"\npath = \"/app/jobs\"\nlock_path = \"/app/locks\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let config = Config::load_with_env(&overrides, HashMap::new()).expect("valid queue");
+        assert_eq!(config.queues["jobs"].kind, QueueKind::Priority);
+    }
+
+    #[test]
+    fn check_config_output_redacts_secrets_and_round_trips() {
+        let config =
+            Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__AUTH_DIGEST", "svc:hunter2")]))
+                .expect("valid");
+        let text = config.to_redacted_toml();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("session_timeout = \"30s\""), "{text}");
+    }
+
+    #[test]
+    fn names_follow_the_url_segment_rule() {
+        assert!(check_name("orders.v2_high-prio").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "ü", &"x".repeat(201)] {
+            assert!(check_name(bad).is_err(), "{bad:?} must be refused");
+        }
+        assert!(check_name(&"x".repeat(200)).is_ok());
+    }
+}

@@ -1,0 +1,61 @@
+//! `/livez`, `/readyz`, `/metrics` on the admin listener.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::AppState;
+use super::error::ErrorBody;
+use crate::zk::ConnectionState;
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    zookeeper: &'static str,
+    session: String,
+}
+
+/// The process is alive and serving HTTP. Never depends on ZooKeeper.
+pub async fn livez() -> impl IntoResponse {
+    Json(serde_json::json!({"status": "alive"}))
+}
+
+/// Ready only while the session is connected and zkq is not shutting down.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let status = state.session.status();
+    let session = format!("{:#x}", status.session_id);
+    let why = if state.draining.is_cancelled() {
+        Some("zkq is shutting down".to_owned())
+    } else {
+        match status.state {
+            ConnectionState::Connected | ConnectionState::Reconnected => None,
+            ConnectionState::Connecting => Some("no ZooKeeper session yet: connecting".to_owned()),
+            ConnectionState::Suspended => {
+                Some(format!("ZooKeeper connection suspended (session {session} may still be alive)"))
+            },
+            ConnectionState::Lost => Some(format!("ZooKeeper session {session} lost; opening a new one")),
+            ConnectionState::ReadOnly => Some("connected to a read-only ZooKeeper server".to_owned()),
+            ConnectionState::Closed => Some("ZooKeeper session closed".to_owned()),
+        }
+    };
+    match why {
+        None => Json(Health { status: "ready", zookeeper: status.state.as_str(), session }).into_response(),
+        Some(message) => {
+            let body = ErrorBody {
+                code: "not_ready".to_owned(),
+                message: format!("{message} (state: {})", status.state.as_str()),
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], Json(body)).into_response()
+        },
+    }
+}
+
+/// Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    match state.metrics.render() {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render metrics: {err}")).into_response(),
+    }
+}

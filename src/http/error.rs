@@ -1,0 +1,168 @@
+//! One error shape for every HTTP error, and the one table from error kind to status.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::queue::QueueError;
+use crate::zk::ZkError;
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable, machine-readable error code (see the README's error table).
+    #[schema(example = "invalid_queue_name")]
+    pub code: String,
+    /// What went wrong and what to do about it.
+    pub message: String,
+}
+
+/// Every kind of error the HTTP API reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    BadRequest,
+    InvalidQueueName,
+    InvalidParameter,
+    ParameterNotForKind,
+    NotFound,
+    QueueNotFound,
+    MessageNotFound,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    QueueFull,
+    ZookeeperUnavailable,
+    OutcomeUnknown,
+    ShuttingDown,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The table: error kind → HTTP status and stable code string.
+    pub fn status_and_code(self) -> (StatusCode, &'static str) {
+        use ErrorCode::*;
+        match self {
+            BadRequest => (StatusCode::BAD_REQUEST, "bad_request"),
+            InvalidQueueName => (StatusCode::BAD_REQUEST, "invalid_queue_name"),
+            InvalidParameter => (StatusCode::BAD_REQUEST, "invalid_parameter"),
+            ParameterNotForKind => (StatusCode::BAD_REQUEST, "parameter_not_for_kind"),
+            NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            QueueNotFound => (StatusCode::NOT_FOUND, "queue_not_found"),
+            MessageNotFound => (StatusCode::NOT_FOUND, "message_not_found"),
+            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
+            OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
+            ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// An error on its way to becoming a response.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        let retry_after = match code {
+            ErrorCode::QueueFull | ErrorCode::ZookeeperUnavailable | ErrorCode::ShuttingDown => {
+                Some(Duration::from_secs(1))
+            },
+            _ => None,
+        };
+        ApiError { code, message: message.into(), retry_after }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::InvalidParameter, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.code.status_and_code();
+        let mut response = (status, Json(ErrorBody { code: code.to_owned(), message: self.message })).into_response();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs().max(1);
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+impl From<ZkError> for ApiError {
+    fn from(err: ZkError) -> Self {
+        match err {
+            ZkError::Unavailable | ZkError::SessionLost => ApiError::new(
+                ErrorCode::ZookeeperUnavailable,
+                format!("{err}; retry after the Retry-After delay (check /readyz)"),
+            ),
+            ZkError::OutcomeUnknown => ApiError::new(
+                ErrorCode::OutcomeUnknown,
+                "the connection to ZooKeeper dropped before the result was known; the operation may or may not \
+                 have been applied",
+            ),
+            other => ApiError::new(ErrorCode::Internal, format!("unexpected ZooKeeper answer: {other}")),
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(err: QueueError) -> Self {
+        match err {
+            QueueError::InvalidName(why) => ApiError::new(ErrorCode::InvalidQueueName, why),
+            QueueError::UnknownQueue(name) => ApiError::new(
+                ErrorCode::QueueNotFound,
+                format!("queue {name:?} is not declared and dynamic queues are disabled (queues_dynamic = false)"),
+            ),
+            QueueError::TooManyQueues(max) => ApiError::new(
+                ErrorCode::QueueNotFound,
+                format!("this zkq already serves {max} dynamic queues (max_dynamic_queues); declare the queue"),
+            ),
+            QueueError::InvalidParameter(why) => ApiError::new(ErrorCode::InvalidParameter, why),
+            QueueError::NotForKind(why) => ApiError::new(ErrorCode::ParameterNotForKind, why),
+            QueueError::TooLarge { size, max } => ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("message of {size} bytes is larger than api.max_message_bytes = {max}"),
+            ),
+            QueueError::Full { max_items } => ApiError::new(
+                ErrorCode::QueueFull,
+                format!("the queue holds max_items = {max_items} messages; retry later or raise ?wait="),
+            ),
+            QueueError::MessageNotFound(id) => {
+                ApiError::new(ErrorCode::MessageNotFound, format!("no message {id:?} in this queue"))
+            },
+            QueueError::ShuttingDown => {
+                ApiError::new(ErrorCode::ShuttingDown, "zkq is shutting down; retry on another instance")
+            },
+            QueueError::Zk(zk) => zk.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_errors_carry_retry_after_and_json() {
+        let response = ApiError::new(ErrorCode::ZookeeperUnavailable, "down").into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let response = ApiError::invalid("nope").into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

@@ -1,0 +1,138 @@
+//! The only code that knows HTTP: routes, extractors, the error table, the OpenAPI document.
+//!
+//! Two listeners: the API (queues; loopback by default, for the app in the pod) and the admin
+//! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus).
+
+mod admin;
+pub mod error;
+mod extract;
+pub mod queues;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::queue::QueueService;
+use crate::zk::ZkSession;
+use error::{ApiError, ErrorCode};
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub session: ZkSession,
+    pub metrics: Arc<Metrics>,
+    pub queues: Arc<QueueService>,
+    /// Cancelled when shutdown starts: `/readyz` turns 503 at once.
+    pub draining: CancellationToken,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "zkq",
+        description = "Durable, Curator-compatible ZooKeeper queues over HTTP. Every error is JSON {code, message}.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags((name = "queues", description = "Put, take, peek and remove messages")),
+    components(schemas(error::ErrorBody)),
+)]
+struct ApiDoc;
+
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(queues::list_queues))
+        .routes(routes!(queues::get_queue))
+        .routes(routes!(queues::put_message, queues::peek_messages, queues::remove_by_id))
+        .routes(routes!(queues::remove_message))
+        .routes(routes!(queues::take_message))
+}
+
+/// The OpenAPI document the API listener serves (and `openapi/openapi.json` holds).
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    api_routes().into_openapi()
+}
+
+/// The document as committed: pretty JSON with a trailing newline.
+pub fn openapi_json() -> String {
+    let mut text = openapi_document().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// The queue API router.
+pub fn api_router(state: AppState) -> Router {
+    let (router, openapi) = api_routes().split_for_parts();
+    let spec = openapi_json();
+    let body_limit = state.config.api.max_message_bytes;
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let spec = spec.clone();
+                async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], spec) }
+            }),
+        )
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), track_requests))
+        .with_state(state)
+}
+
+/// The admin router: health and metrics.
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/livez", axum::routing::get(admin::livez))
+        .route("/readyz", axum::routing::get(admin::readyz))
+        .route("/metrics", axum::routing::get(admin::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), track_requests))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such endpoint; see /openapi.json on the API listener")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
+}
+
+/// Counts and times every request by route template (never the raw path: bounded labels).
+async fn track_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route =
+        request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let span = tracing::debug_span!("request", id = %request_id, %method, %route);
+    let response = next.run(request).instrument(span).await;
+    let status = response.status();
+    state.metrics.http_requests.with_label_values(&[&route, &method, status.as_str()]).inc();
+    state.metrics.http_request_duration.with_label_values(&[&route, &method]).observe(started.elapsed().as_secs_f64());
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
+    } else {
+        tracing::debug!(request = %request_id, %method, %route, status = status.as_u16(), "request served");
+    }
+    let mut response = response.into_response();
+    if let Ok(value) = axum::http::HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}

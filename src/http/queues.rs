@@ -1,0 +1,400 @@
+//! `/v1/queues`: put, take, peek, remove, introspection.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiBody, ApiPath, ApiQuery, parse_duration};
+use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError};
+
+/// Headers a take or lease answers with.
+pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
+pub const HEADER_PRIORITY: &str = "zkq-priority";
+pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
+pub const HEADER_ID: &str = "zkq-id";
+
+/// Path parameter: a queue name.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct QueuePath {
+    /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: String,
+}
+
+/// Path parameters: a queue name and a message id.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct MessagePath {
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: String,
+    /// The message's node name, as returned by put (`zkq-message-id`).
+    #[param(min_length = 1, max_length = 400)]
+    pub message_id: String,
+}
+
+/// Query parameters of a put.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PutQuery {
+    /// Priority queues only: lower is delivered first (int32, default 0).
+    pub priority: Option<i32>,
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`).
+    pub delay: Option<String>,
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    #[param(minimum = 1)]
+    pub deliver_at: Option<i64>,
+    /// Id queues only (required there): the message's id.
+    pub id: Option<String>,
+    /// How long to wait for room when the queue is at `max_items` (default 0).
+    pub wait: Option<String>,
+}
+
+/// Query parameters of a take.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TakeQuery {
+    /// How long to wait for a message (default 0, at most `take.max_wait`).
+    pub wait: Option<String>,
+}
+
+/// Query parameters of a peek.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PeekQuery {
+    /// How many messages to show (1–1000, default 10).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// Query parameters of a remove-by-id.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RemoveQuery {
+    /// Id queues: remove every message with this id.
+    pub id: Option<String>,
+}
+
+/// Answer to a put.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PutResponse {
+    pub queue: String,
+    /// The node name, e.g. `queue-0000000042`.
+    pub message_id: String,
+}
+
+/// One queue's description.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QueueSummary {
+    pub name: String,
+    /// `fifo`, `priority`, `delay`, `id` or `simple`.
+    pub kind: String,
+    pub path: String,
+    pub lock_path: Option<String>,
+    pub max_items: Option<u32>,
+    /// Declared in the configuration (false: created on first use).
+    pub declared: bool,
+    /// Children of the queue node (`numChildren`; foreign nodes included).
+    pub depth: i64,
+    /// Lock nodes under the lock path: messages being processed.
+    pub in_flight: i64,
+    /// Long-polling takes waiting on this zkq.
+    pub waiting_takers: usize,
+    /// Age of the next message to deliver, in milliseconds.
+    pub oldest_message_age_ms: Option<i64>,
+}
+
+/// All queues this zkq has opened.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QueueList {
+    pub queues: Vec<QueueSummary>,
+}
+
+/// One message seen by a peek.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PeekedMessage {
+    pub message_id: String,
+    /// Index inside a node written by Curator's `putMulti` (0 otherwise).
+    pub item_index: usize,
+    pub size: usize,
+    /// The body, base64 (standard alphabet, padded).
+    pub body_base64: String,
+    pub priority: Option<i32>,
+    pub deliver_at: Option<i64>,
+    pub id: Option<String>,
+}
+
+/// A peek's answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PeekResponse {
+    pub queue: String,
+    pub messages: Vec<PeekedMessage>,
+}
+
+/// A remove-by-id's answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RemovedResponse {
+    pub removed: usize,
+}
+
+fn open(state: &AppState, name: &str) -> Result<std::sync::Arc<Queue>, ApiError> {
+    Ok(state.queues.get(name)?)
+}
+
+fn bounded_wait(state: &AppState, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
+    let Some(text) = text else { return Ok(Duration::ZERO) };
+    let wait = parse_duration("wait", text)?;
+    if wait > max {
+        return Err(ApiError::invalid(format!(
+            "`wait` = {text} is longer than the allowed {}",
+            humantime::format_duration(max)
+        )));
+    }
+    let _ = state;
+    Ok(wait)
+}
+
+/// Put a message.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/messages", tag = "queues",
+    params(QueuePath, PutQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The message, any bytes (empty allowed), stored verbatim."),
+    responses(
+        (status = 201, description = "Stored in ZooKeeper", body = PutResponse),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
+        (status = 413, description = "Message larger than api.max_message_bytes", body = ErrorBody),
+        (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown: the connection dropped mid-put", body = ErrorBody),
+    )
+)]
+pub async fn put_message(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<PutQuery>,
+    ApiBody(body): ApiBody,
+) -> Result<Response, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    let wait = bounded_wait(&state, query.wait.as_deref(), state.config.take.max_wait)?;
+    let deliver_at = match (&query.delay, query.deliver_at) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give either `delay` or `deliver_at`, not both")),
+        (Some(delay), None) => {
+            let delay = parse_duration("delay", delay)?;
+            let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+            Some(crate::queue::now_epoch_ms().saturating_add(delay_ms))
+        },
+        (None, Some(at)) if at <= 0 => return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time")),
+        (None, at) => at,
+    };
+    let options = PutOptions { priority: query.priority, deliver_at, id: query.id, wait };
+    let receipt = queue.put(&body, options).await?;
+    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Take the head message (removes it).
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/take", tag = "queues",
+    params(QueuePath, TakeQuery),
+    responses(
+        (status = 200, description = "The message body, raw", content_type = "application/octet-stream", body = Vec<u8>,
+            headers(
+                ("zkq-message-id" = String, description = "Node name of the message"),
+                ("zkq-priority" = i32, description = "Priority queues"),
+                ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
+                ("zkq-id" = String, description = "Id queues"),
+            )),
+        (status = 204, description = "No message arrived within `wait`"),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn take_message(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<TakeQuery>,
+) -> Result<Response, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    let wait = bounded_wait(&state, query.wait.as_deref(), state.config.take.max_wait)?;
+    match queue.take(wait).await? {
+        Some(message) => Ok(message_response(message)),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// A message as a raw body with its `zkq-*` headers.
+pub fn message_response(message: Message) -> Response {
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    };
+    set(HEADER_MESSAGE_ID, message.message_id);
+    match message.meta {
+        ItemMeta::Priority(p) => set(HEADER_PRIORITY, p.to_string()),
+        ItemMeta::DeliverAt(at) => set(HEADER_DELIVER_AT, at.to_string()),
+        ItemMeta::Id(id) => set(HEADER_ID, id),
+        ItemMeta::Plain => {},
+    }
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    (StatusCode::OK, headers, message.body).into_response()
+}
+
+/// Peek at the first messages in delivery order.
+#[utoipa::path(
+    get, path = "/v1/queues/{queue}/messages", tag = "queues",
+    params(QueuePath, PeekQuery),
+    responses(
+        (status = 200, description = "The first messages, not removed", body = PeekResponse),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+    )
+)]
+pub async fn peek_messages(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<PeekQuery>,
+) -> Result<Json<PeekResponse>, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    let limit = query.limit.unwrap_or(10);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid(format!("`limit` = {limit} must be between 1 and 1000")));
+    }
+    let items = queue.peek(usize::try_from(limit).unwrap_or(10)).await?;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let messages = items
+        .into_iter()
+        .map(|item| PeekedMessage {
+            message_id: item.message_id,
+            item_index: item.item_index,
+            size: item.body.len(),
+            body_base64: engine.encode(&item.body),
+            priority: match item.meta {
+                ItemMeta::Priority(p) => Some(p),
+                _ => None,
+            },
+            deliver_at: match item.meta {
+                ItemMeta::DeliverAt(at) => Some(at),
+                _ => None,
+            },
+            id: match item.meta {
+                ItemMeta::Id(id) => Some(id),
+                _ => None,
+            },
+        })
+        .collect();
+    Ok(Json(PeekResponse { queue: queue.name.clone(), messages }))
+}
+
+/// Remove one message by id.
+#[utoipa::path(
+    delete, path = "/v1/queues/{queue}/messages/{message_id}", tag = "queues",
+    params(MessagePath),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 404, description = "No such message (or it is locked by a consumer)", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn remove_message(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<MessagePath>,
+) -> Result<StatusCode, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    queue.remove(&path.message_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Remove every message with an id (id queues; Curator's `remove(id)`).
+#[utoipa::path(
+    delete, path = "/v1/queues/{queue}/messages", tag = "queues",
+    params(QueuePath, RemoveQuery),
+    responses(
+        (status = 200, description = "How many were removed", body = RemovedResponse),
+        (status = 400, description = "Bad queue name, missing id, or not an id queue", body = ErrorBody),
+        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn remove_by_id(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<RemoveQuery>,
+) -> Result<Json<RemovedResponse>, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    let Some(id) = query.id.filter(|id| !id.is_empty()) else {
+        return Err(ApiError::invalid("give ?id= to remove every message with that id"));
+    };
+    let removed = queue.remove_by_id(&id).await?;
+    Ok(Json(RemovedResponse { removed }))
+}
+
+async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
+    let info = queue.info().await?;
+    Ok(QueueSummary {
+        name: queue.name.clone(),
+        kind: queue.kind.as_str().to_owned(),
+        path: queue.path.clone(),
+        lock_path: queue.lock_path.clone(),
+        max_items: queue.max_items,
+        declared: queue.declared,
+        depth: info.depth,
+        in_flight: info.in_flight,
+        waiting_takers: info.waiting_takers,
+        oldest_message_age_ms: info.oldest_age_ms,
+    })
+}
+
+/// Describe one queue.
+#[utoipa::path(
+    get, path = "/v1/queues/{queue}", tag = "queues",
+    params(QueuePath),
+    responses(
+        (status = 200, description = "The queue", body = QueueSummary),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+    )
+)]
+pub async fn get_queue(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+) -> Result<Json<QueueSummary>, ApiError> {
+    let queue = open(&state, &path.queue)?;
+    Ok(Json(summary(&queue).await?))
+}
+
+/// List the queues this zkq serves (declared ones and dynamic ones opened so far).
+#[utoipa::path(
+    get, path = "/v1/queues", tag = "queues",
+    responses(
+        (status = 200, description = "The queues", body = QueueList),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+    )
+)]
+pub async fn list_queues(State(state): State<AppState>) -> Result<Json<QueueList>, ApiError> {
+    let mut queues = Vec::new();
+    for queue in state.queues.opened() {
+        queues.push(summary(&queue).await?);
+    }
+    Ok(Json(QueueList { queues }))
+}

@@ -1,0 +1,116 @@
+//! The `zkq` binary: parse the command line, load and validate the configuration, run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use zkq::config::{Config, EXIT_CONFIG, LogFormat, Overrides};
+
+/// Durable, Curator-compatible ZooKeeper queues over HTTP, as a sidecar.
+///
+/// Configuration layers, lowest first: built-in defaults, the TOML file given by --config,
+/// environment variables ZKQ__SECTION__KEY (e.g. ZKQ__ZOOKEEPER__CONNECT), then these flags.
+#[derive(Debug, Parser)]
+#[command(name = "zkq", version, about, long_about)]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(long, value_name = "PATH", global = true)]
+    config: Option<PathBuf>,
+    /// ZooKeeper connect string (zookeeper.connect), e.g. zk1:2181,zk2:2181/chroot.
+    #[arg(long, value_name = "HOSTS", global = true)]
+    zk_connect: Option<String>,
+    /// Root path for zkq's own nodes (zookeeper.root).
+    #[arg(long, value_name = "PATH", global = true)]
+    zk_root: Option<String>,
+    /// Address of the queue API (api.listen).
+    #[arg(long, value_name = "ADDR", global = true)]
+    api_listen: Option<String>,
+    /// Address of /livez, /readyz and /metrics (admin.listen).
+    #[arg(long, value_name = "ADDR", global = true)]
+    admin_listen: Option<String>,
+    /// Log format: text or json (log.format).
+    #[arg(long, value_name = "FORMAT", global = true)]
+    log_format: Option<String>,
+    /// Log filter, e.g. info or zkq=debug,info (log.level).
+    #[arg(long, value_name = "FILTER", global = true)]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon (the default).
+    Run,
+    /// Validate the configuration, print the effective values (secrets redacted) and exit.
+    CheckConfig,
+    /// Print the OpenAPI document the API serves.
+    Openapi,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let overrides = Overrides {
+        config_file: cli.config.clone(),
+        zk_connect: cli.zk_connect.clone(),
+        zk_root: cli.zk_root.clone(),
+        api_listen: cli.api_listen.clone(),
+        admin_listen: cli.admin_listen.clone(),
+        log_format: cli.log_format.clone(),
+        log_level: cli.log_level.clone(),
+    };
+    if matches!(cli.command, Some(Command::Openapi)) {
+        print!("{}", zkq::http::openapi_json());
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::load(&overrides) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("zkq: {err}");
+            return ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(64));
+        },
+    };
+    match cli.command.unwrap_or(Command::Run) {
+        Command::CheckConfig => {
+            println!("# configuration is valid; effective values:");
+            print!("{}", config.to_redacted_toml());
+            ExitCode::SUCCESS
+        },
+        Command::Openapi => ExitCode::SUCCESS,
+        Command::Run => run(config),
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run(config: Config) -> ExitCode {
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("zkq: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        },
+    };
+    runtime.block_on(async move {
+        let running = match zkq::app::start(config).await {
+            Ok(running) => running,
+            Err(err) => {
+                tracing::error!(error = %err, "zkq cannot start");
+                return ExitCode::FAILURE;
+            },
+        };
+        zkq::shutdown::on_signals(running.shutdown.clone());
+        // Exit 0 on a signal-initiated shutdown, even past the grace period (it is logged).
+        running.wait().await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,210 @@
+//! Every Prometheus metric zkq exports, registered in one place.
+//!
+//! Other modules receive an `Arc<Metrics>` and update fields; none of them registers anything.
+//! Label values are bounded: `queue` takes only configured names plus at most
+//! `max_dynamic_queues` dynamic ones, and everything else is a fixed set.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// The labels of `zkq_zookeeper_connection_state`, one series each.
+pub const CONNECTION_STATES: [&str; 5] = ["connected", "suspended", "reconnected", "lost", "read_only"];
+
+/// Buckets for ZooKeeper round trips and HTTP handling, in seconds.
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+pub struct Metrics {
+    registry: Registry,
+
+    pub build_info: IntGaugeVec,
+    pub zk_connection_state: IntGaugeVec,
+    pub zk_session_expirations: IntCounter,
+    pub zk_reconnects: IntCounter,
+    pub zk_requests: IntCounterVec,
+    pub zk_request_duration: HistogramVec,
+
+    pub http_requests: IntCounterVec,
+    pub http_request_duration: HistogramVec,
+
+    pub puts_in_flight: IntGaugeVec,
+    pub queue_children: IntGaugeVec,
+    pub messages_put: IntCounterVec,
+    pub messages_taken: IntCounterVec,
+    pub waiting_takers: IntGaugeVec,
+    pub undecodable_messages: IntCounterVec,
+    pub children_reads: IntCounterVec,
+    pub put_outcome_unknown: IntCounterVec,
+    pub shutdown_duration: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric. Fails only on a programming error (duplicate name).
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+
+        let build_info = IntGaugeVec::new(
+            Opts::new("zkq_build_info", "Always 1; the version label says which zkq is running."),
+            &["version"],
+        )?;
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+
+        let zk_connection_state = IntGaugeVec::new(
+            Opts::new(
+                "zkq_zookeeper_connection_state",
+                "1 for the current ZooKeeper connection state (Curator's model), 0 for the others.",
+            ),
+            &["state"],
+        )?;
+        for state in CONNECTION_STATES {
+            zk_connection_state.with_label_values(&[state]).set(0);
+        }
+
+        let metrics = Metrics {
+            build_info,
+            zk_connection_state,
+            zk_session_expirations: IntCounter::new(
+                "zkq_zookeeper_session_expirations_total",
+                "ZooKeeper sessions lost (expired or closed by the server); their ephemeral nodes are gone.",
+            )?,
+            zk_reconnects: IntCounter::new(
+                "zkq_zookeeper_reconnects_total",
+                "Times the connection came back to the same session after a suspension.",
+            )?,
+            zk_requests: IntCounterVec::new(
+                Opts::new("zkq_zookeeper_requests_total", "ZooKeeper requests by operation and outcome."),
+                &["operation", "outcome"],
+            )?,
+            zk_request_duration: HistogramVec::new(
+                HistogramOpts::new("zkq_zookeeper_request_duration_seconds", "ZooKeeper request latency by operation.")
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                &["operation"],
+            )?,
+            http_requests: IntCounterVec::new(
+                Opts::new("zkq_http_requests_total", "HTTP requests by route template, method and status."),
+                &["route", "method", "status"],
+            )?,
+            http_request_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "zkq_http_request_duration_seconds",
+                    "HTTP request latency by route template and method.",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["route", "method"],
+            )?,
+            puts_in_flight: IntGaugeVec::new(
+                Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),
+                &["queue"],
+            )?,
+            queue_children: IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_children",
+                    "Curator's lastChildCount: children seen at the queue's last cache refresh.",
+                ),
+                &["queue"],
+            )?,
+            messages_put: IntCounterVec::new(
+                Opts::new("zkq_messages_put_total", "Messages stored in ZooKeeper by a put."),
+                &["queue"],
+            )?,
+            messages_taken: IntCounterVec::new(
+                Opts::new("zkq_messages_taken_total", "Messages removed from the queue and handed out by a take."),
+                &["queue"],
+            )?,
+            waiting_takers: IntGaugeVec::new(
+                Opts::new("zkq_waiting_takers", "Long-polling takes currently waiting for a message."),
+                &["queue"],
+            )?,
+            undecodable_messages: IntCounterVec::new(
+                Opts::new(
+                    "zkq_undecodable_messages_total",
+                    "queue- nodes skipped because they do not hold Curator's envelope (never deleted).",
+                ),
+                &["queue"],
+            )?,
+            children_reads: IntCounterVec::new(
+                Opts::new(
+                    "zkq_queue_children_reads_total",
+                    "Full getChildren reads of a queue (cache refreshes); compare with messages taken.",
+                ),
+                &["queue"],
+            )?,
+            put_outcome_unknown: IntCounterVec::new(
+                Opts::new(
+                    "zkq_put_outcome_unknown_total",
+                    "Puts whose connection dropped mid-request and whose outcome could not be determined.",
+                ),
+                &["queue"],
+            )?,
+            shutdown_duration: Histogram::with_opts(
+                HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
+                    .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
+            )?,
+            registry,
+        };
+        metrics.register_all()?;
+        Ok(metrics)
+    }
+
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let r = &self.registry;
+        r.register(Box::new(self.build_info.clone()))?;
+        r.register(Box::new(self.zk_connection_state.clone()))?;
+        r.register(Box::new(self.zk_session_expirations.clone()))?;
+        r.register(Box::new(self.zk_reconnects.clone()))?;
+        r.register(Box::new(self.zk_requests.clone()))?;
+        r.register(Box::new(self.zk_request_duration.clone()))?;
+        r.register(Box::new(self.http_requests.clone()))?;
+        r.register(Box::new(self.http_request_duration.clone()))?;
+        r.register(Box::new(self.puts_in_flight.clone()))?;
+        r.register(Box::new(self.queue_children.clone()))?;
+        r.register(Box::new(self.messages_put.clone()))?;
+        r.register(Box::new(self.messages_taken.clone()))?;
+        r.register(Box::new(self.waiting_takers.clone()))?;
+        r.register(Box::new(self.undecodable_messages.clone()))?;
+        r.register(Box::new(self.children_reads.clone()))?;
+        r.register(Box::new(self.put_outcome_unknown.clone()))?;
+        r.register(Box::new(self.shutdown_duration.clone()))?;
+        Ok(())
+    }
+
+    /// Sets the connection-state gauge: 1 for `current` (if any), 0 for every other state.
+    pub fn set_connection_state(&self, current: Option<&str>) {
+        for state in CONNECTION_STATES {
+            self.zk_connection_state.with_label_values(&[state]).set(i64::from(Some(state) == current));
+        }
+    }
+
+    /// Renders the Prometheus text exposition format.
+    pub fn render(&self) -> Result<String, prometheus::Error> {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        String::from_utf8(buf).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+}
+
+/// A gauge held up while a value lives: `inc` now, `dec` on drop (also when a handler is dropped).
+pub struct GaugeGuard(IntGauge);
+
+impl GaugeGuard {
+    pub fn new(gauge: IntGauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

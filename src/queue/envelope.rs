@@ -1,0 +1,117 @@
+//! Curator's `ItemSerializer` payload: `00010001`, then `01 <len:i32 BE> <bytes>` per item, then `02`.
+
+/// `ItemSerializer.VERSION`.
+const VERSION: [u8; 4] = [0x00, 0x01, 0x00, 0x01];
+const ITEM_OPCODE: u8 = 0x01;
+const EOF_OPCODE: u8 = 0x02;
+
+/// Bytes the envelope adds to a single item.
+pub const SINGLE_ITEM_OVERHEAD: usize = 4 + 1 + 4 + 1;
+
+/// Wraps items the way Curator's `put` (one item) and `putMulti` (several) do.
+pub fn encode<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&VERSION);
+    for item in items {
+        out.push(ITEM_OPCODE);
+        // Items are bounded by api.max_message_bytes (≤ 1 MB), far below i32::MAX.
+        let len = i32::try_from(item.len()).unwrap_or(i32::MAX);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(item);
+    }
+    out.push(EOF_OPCODE);
+    out
+}
+
+/// Why a node's data is not Curator's envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    BadVersion,
+    BadOpcode(u8),
+    NegativeLength,
+    Truncated,
+    /// gzip-compressed (Curator 5.8+ `enableCompression()`); not supported.
+    Compressed,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::BadVersion => f.write_str("does not start with Curator's version 00010001"),
+            DecodeError::BadOpcode(op) => write!(f, "unknown opcode {op:#04x}"),
+            DecodeError::NegativeLength => f.write_str("negative item length"),
+            DecodeError::Truncated => f.write_str("ends before the EOF opcode"),
+            DecodeError::Compressed => {
+                f.write_str("is gzip-compressed (Curator enableCompression), which zkq does not read")
+            },
+        }
+    }
+}
+
+/// Reads every item, in order, as Curator's `ItemSerializer.deserialize` does
+/// (bytes after the EOF opcode are ignored, as there).
+pub fn decode(data: &[u8]) -> Result<Vec<Vec<u8>>, DecodeError> {
+    if data.starts_with(&[0x1f, 0x8b]) {
+        return Err(DecodeError::Compressed);
+    }
+    let Some(rest) = data.strip_prefix(&VERSION) else {
+        return Err(DecodeError::BadVersion);
+    };
+    let mut items = Vec::new();
+    let mut cursor = rest;
+    loop {
+        let (&opcode, after) = cursor.split_first().ok_or(DecodeError::Truncated)?;
+        match opcode {
+            EOF_OPCODE => return Ok(items),
+            ITEM_OPCODE => {
+                let len_bytes: [u8; 4] =
+                    after.get(..4).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Truncated)?;
+                let len = i32::from_be_bytes(len_bytes);
+                let len = usize::try_from(len).map_err(|_| DecodeError::NegativeLength)?;
+                let body = after.get(4..4 + len).ok_or(DecodeError::Truncated)?;
+                items.push(body.to_vec());
+                cursor = &after[4 + len..];
+            },
+            other => return Err(DecodeError::BadOpcode(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn matches_curators_verified_bytes() {
+        // Observed with Curator 5.4.0 (curator-format.md §1.2).
+        assert_eq!(hex(&encode([b"hi".as_slice()])), "000100010100000002686902");
+        assert_eq!(hex(&encode([b"".as_slice()])), "00010001010000000002");
+        assert_eq!(hex(&encode([b"a".as_slice(), b"bc".as_slice()])), "000100010100000001610100000002626302");
+    }
+
+    #[test]
+    fn decodes_single_multi_and_empty_items() {
+        assert_eq!(decode(&encode([b"hi".as_slice()])), Ok(vec![b"hi".to_vec()]));
+        assert_eq!(
+            decode(&encode([b"a".as_slice(), b"".as_slice(), b"bc".as_slice()])),
+            Ok(vec![b"a".to_vec(), vec![], b"bc".to_vec()])
+        );
+        let mut trailing = encode([b"x".as_slice()]);
+        trailing.extend_from_slice(b"junk");
+        assert_eq!(decode(&trailing), Ok(vec![b"x".to_vec()]));
+    }
+
+    #[test]
+    fn refuses_what_curator_refuses() {
+        assert_eq!(decode(b"raw bytes"), Err(DecodeError::BadVersion));
+        assert_eq!(decode(&[0, 1, 0, 1, 9]), Err(DecodeError::BadOpcode(9)));
+        assert_eq!(decode(&[0, 1, 0, 1, 1, 0xff, 0xff, 0xff, 0xff]), Err(DecodeError::NegativeLength));
+        assert_eq!(decode(&[0, 1, 0, 1, 1, 0, 0, 0, 5, b'a']), Err(DecodeError::Truncated));
+        assert_eq!(decode(&[0, 1, 0, 1]), Err(DecodeError::Truncated));
+        assert_eq!(decode(&[0x1f, 0x8b, 8, 0]), Err(DecodeError::Compressed));
+    }
+}

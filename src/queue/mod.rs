@@ -1,0 +1,162 @@
+//! Queue semantics, without HTTP: Curator node names and envelope, the children cache and its
+//! waiters, put, take, peek and remove.
+
+mod cache;
+pub mod envelope;
+pub mod names;
+mod ops;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use cache::ChildrenCache;
+pub use cache::now_epoch_ms;
+pub use names::ItemMeta;
+pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
+
+use crate::config::{Config, QueueKind, check_name};
+use crate::metrics::Metrics;
+use crate::zk::{ZkError, ZkSession};
+
+/// Why a queue operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueError {
+    InvalidName(String),
+    UnknownQueue(String),
+    TooManyQueues(usize),
+    InvalidParameter(String),
+    NotForKind(String),
+    TooLarge { size: usize, max: usize },
+    Full { max_items: u32 },
+    MessageNotFound(String),
+    ShuttingDown,
+    Zk(ZkError),
+}
+
+impl From<ZkError> for QueueError {
+    fn from(err: ZkError) -> Self {
+        QueueError::Zk(err)
+    }
+}
+
+/// One queue: where it lives, how its nodes are named, and its cache.
+pub struct Queue {
+    pub name: String,
+    pub kind: QueueKind,
+    pub path: String,
+    pub lock_path: Option<String>,
+    pub max_items: Option<u32>,
+    pub declared: bool,
+    max_message_bytes: usize,
+    session: ZkSession,
+    metrics: Arc<Metrics>,
+    cache: Arc<ChildrenCache>,
+    shutdown: CancellationToken,
+}
+
+/// All queues this process serves; dynamic ones are created on first use.
+pub struct QueueService {
+    config: Arc<Config>,
+    session: ZkSession,
+    metrics: Arc<Metrics>,
+    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    dynamic_count: Mutex<usize>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl QueueService {
+    pub fn new(
+        config: Arc<Config>,
+        session: ZkSession,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<QueueService> {
+        let service = Arc::new(QueueService {
+            config,
+            session,
+            metrics,
+            queues: Mutex::new(HashMap::new()),
+            dynamic_count: Mutex::new(0),
+            shutdown,
+            tasks,
+        });
+        // Declared queues start their caches at once, so their metrics exist from the start.
+        let declared: Vec<String> = service.config.queues.keys().cloned().collect();
+        for name in declared {
+            if let Err(err) = service.get(&name) {
+                tracing::error!(queue = %name, error = ?err, "cannot open declared queue");
+            }
+        }
+        service
+    }
+
+    /// The queue called `name`, opening it on first use.
+    pub fn get(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
+        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queue) = queues.get(name) {
+            return Ok(queue.clone());
+        }
+        let root = &self.config.zookeeper.root;
+        let (kind, path, lock_path, max_items, declared) = match self.config.queues.get(name) {
+            Some(declared) => (
+                declared.kind,
+                declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+                match (&declared.lock_path, declared.kind) {
+                    (Some(lock_path), _) => Some(lock_path.clone()),
+                    (None, QueueKind::Simple) => None,
+                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                    // An attached Curator queue without a lock path: its consumers use none.
+                    (None, _) => None,
+                },
+                declared.max_items,
+                true,
+            ),
+            None => {
+                if !self.config.queues_dynamic {
+                    return Err(QueueError::UnknownQueue(name.to_owned()));
+                }
+                let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+                if *dynamic >= self.config.max_dynamic_queues {
+                    return Err(QueueError::TooManyQueues(self.config.max_dynamic_queues));
+                }
+                *dynamic += 1;
+                (QueueKind::Fifo, format!("{root}/queues/{name}"), Some(format!("{root}/locks/{name}")), None, false)
+            },
+        };
+        let cache = ChildrenCache::new(kind, path.clone(), name.to_owned(), self.metrics.clone());
+        let queue = Arc::new(Queue {
+            name: name.to_owned(),
+            kind,
+            path,
+            lock_path: lock_path.clone(),
+            max_items,
+            declared,
+            max_message_bytes: self.config.api.max_message_bytes,
+            session: self.session.clone(),
+            metrics: self.metrics.clone(),
+            cache: cache.clone(),
+            shutdown: self.shutdown.clone(),
+        });
+        // Touch the per-queue series so they are exported (as 0) from the start.
+        for gauge in [&self.metrics.puts_in_flight, &self.metrics.waiting_takers, &self.metrics.queue_children] {
+            gauge.with_label_values(&[name]);
+        }
+        self.tasks.spawn(cache.run(self.session.clone(), lock_path, self.shutdown.clone()));
+        queues.insert(name.to_owned(), queue.clone());
+        Ok(queue)
+    }
+
+    /// Queues opened so far (declared ones always), sorted by name.
+    pub fn opened(&self) -> Vec<Arc<Queue>> {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<Arc<Queue>> = queues.values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+}

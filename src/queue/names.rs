@@ -1,0 +1,210 @@
+//! Node names exactly as Curator writes them, and the order its consumers take them in.
+
+use std::cmp::Ordering;
+
+use crate::config::QueueKind;
+
+/// Prefix of every Curator `DistributedQueue`-family item.
+pub const QUEUE_PREFIX: &str = "queue-";
+/// Prefix of `SimpleDistributedQueue` and ZooKeeper-recipe items.
+pub const SIMPLE_PREFIX: &str = "qn-";
+
+/// What an item's name says about it, beyond its sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemMeta {
+    Plain,
+    /// `DistributedPriorityQueue`: lower comes out first.
+    Priority(i32),
+    /// `DistributedDelayQueue`: not deliverable before this epoch-ms time (0 when unparsable, as in Curator).
+    DeliverAt(i64),
+    /// `DistributedIdQueue`.
+    Id(String),
+}
+
+/// A parsed child of a queue node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemName {
+    pub name: String,
+    pub meta: ItemMeta,
+    /// The server's sequence suffix; `i64::MAX` when it cannot be parsed (sorts last).
+    pub sequence: i64,
+}
+
+/// The name prefix a put creates (the server appends the 10-digit sequence).
+pub fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
+    match (kind, meta) {
+        (QueueKind::Simple, _) => SIMPLE_PREFIX.to_owned(),
+        (QueueKind::Priority, ItemMeta::Priority(p)) => format!("{QUEUE_PREFIX}{}", priority_to_string(*p)),
+        (QueueKind::Delay, ItemMeta::DeliverAt(epoch)) => format!("{QUEUE_PREFIX}|{epoch:08X}|"),
+        (QueueKind::Id, ItemMeta::Id(id)) => format!("{QUEUE_PREFIX}|{}|", fix_id(id)),
+        _ => QUEUE_PREFIX.to_owned(),
+    }
+}
+
+/// `DistributedPriorityQueue.priorityToString`: sign digit, then 8 upper-case hex digits.
+pub fn priority_to_string(priority: i32) -> String {
+    let bits = u32::from_ne_bytes(priority.to_ne_bytes());
+    format!("{}{bits:08X}", if priority >= 0 { '1' } else { '0' })
+}
+
+/// `DistributedIdQueue.fixId`: `/` and `|` become `_`.
+pub fn fix_id(id: &str) -> String {
+    id.replace(['/', '|'], "_")
+}
+
+fn trailing_sequence(name: &str) -> i64 {
+    // The server appends "%010d" of a signed int: 10 characters, a '-' included after overflow.
+    name.get(name.len().saturating_sub(10)..).and_then(|tail| tail.parse().ok()).unwrap_or(i64::MAX)
+}
+
+/// `DistributedDelayQueue.getEpoch`: hex between the last two `|`; 0 on any failure.
+fn delay_epoch(name: &str) -> i64 {
+    let Some(index2) = name.rfind('|') else { return 0 };
+    let Some(index1) = name[..index2].rfind('|') else { return 0 };
+    if index1 == 0 || index2 <= index1 + 1 {
+        return 0;
+    }
+    i64::from_str_radix(&name[index1 + 1..index2], 16).unwrap_or(0)
+}
+
+/// `DistributedIdQueue.parseId`: the text between the first two `|`.
+fn parse_id(name: &str) -> Option<String> {
+    let first = name.find('|')?;
+    let second = name[first + 1..].find('|')? + first + 1;
+    Some(name[first + 1..second].to_owned())
+}
+
+fn parse_priority(name: &str) -> Option<i32> {
+    let encoded = name.strip_prefix(QUEUE_PREFIX)?.get(..9)?;
+    let (sign, hex) = encoded.split_at(1);
+    if !hex.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)) {
+        return None;
+    }
+    let bits = u32::from_str_radix(hex, 16).ok()?;
+    let value = i32::from_ne_bytes(bits.to_ne_bytes());
+    match sign {
+        "1" if value >= 0 => Some(value),
+        "0" if value < 0 => Some(value),
+        _ => None,
+    }
+}
+
+/// Parses a child name of a queue of `kind`; `None` for foreign nodes (never touched).
+pub fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
+    let prefix = if kind == QueueKind::Simple { SIMPLE_PREFIX } else { QUEUE_PREFIX };
+    if !name.starts_with(prefix) {
+        return None;
+    }
+    let meta = match kind {
+        QueueKind::Fifo | QueueKind::Simple => ItemMeta::Plain,
+        // A requeued priority item (Curator drops the priority) has a plain name: it sorts first.
+        QueueKind::Priority => parse_priority(name).map_or(ItemMeta::Plain, ItemMeta::Priority),
+        QueueKind::Delay => ItemMeta::DeliverAt(delay_epoch(name)),
+        QueueKind::Id => parse_id(name).map_or(ItemMeta::Plain, ItemMeta::Id),
+    };
+    Some(ItemName { name: name.to_owned(), meta, sequence: trailing_sequence(name) })
+}
+
+/// Delivery order, as a single Curator consumer of that kind takes items.
+pub fn compare(kind: QueueKind, a: &ItemName, b: &ItemName) -> Ordering {
+    match kind {
+        // Curator sorts full names as strings: for priority names that is priority, then sequence.
+        QueueKind::Fifo | QueueKind::Priority | QueueKind::Simple => a.name.cmp(&b.name),
+        // Numerically by epoch (not by the hex text), then by sequence.
+        QueueKind::Delay => due_time(a).cmp(&due_time(b)).then(a.sequence.cmp(&b.sequence)),
+        // By the name without `|id|`, i.e. by sequence.
+        QueueKind::Id => a.sequence.cmp(&b.sequence).then_with(|| a.name.cmp(&b.name)),
+    }
+}
+
+/// When an item may be delivered (epoch ms); 0 for kinds without a delay.
+pub fn due_time(item: &ItemName) -> i64 {
+    match item.meta {
+        ItemMeta::DeliverAt(epoch) => epoch,
+        _ => 0,
+    }
+}
+
+/// Whether `name` can be a child of a queue of `kind` (used to check ids given in URLs).
+pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
+    !name.contains('/') && name != "." && name != ".." && parse(kind, name).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_names_match_curator() {
+        // curator-format.md §2 worked examples.
+        assert_eq!(priority_to_string(i32::MIN), "080000000");
+        assert_eq!(priority_to_string(-255), "0FFFFFF01");
+        assert_eq!(priority_to_string(-1), "0FFFFFFFF");
+        assert_eq!(priority_to_string(0), "100000000");
+        assert_eq!(priority_to_string(10), "10000000A");
+        assert_eq!(priority_to_string(i32::MAX), "17FFFFFFF");
+        let parsed = parse(QueueKind::Priority, "queue-0FFFFFFFF0000000002").expect("a queue item");
+        assert_eq!(parsed.meta, ItemMeta::Priority(-1));
+        assert_eq!(parsed.sequence, 2);
+    }
+
+    #[test]
+    fn delay_and_id_prefixes_match_curator() {
+        assert_eq!(put_prefix(QueueKind::Delay, &ItemMeta::DeliverAt(1_700_000_000_000)), "queue-|18BCFE56800|");
+        assert_eq!(put_prefix(QueueKind::Id, &ItemMeta::Id("a/b|c".into())), "queue-|a_b_c|");
+        let delay = parse(QueueKind::Delay, "queue-|3BB2CC3D800|0000000001").expect("item");
+        assert_eq!(delay.meta, ItemMeta::DeliverAt(4_102_444_800_000));
+        assert_eq!(parse(QueueKind::Delay, "queue-0000000007").expect("item").meta, ItemMeta::DeliverAt(0));
+        let id = parse(QueueKind::Id, "queue-|plain|0000000001").expect("item");
+        assert_eq!(id.meta, ItemMeta::Id("plain".into()));
+        assert_eq!(id.sequence, 1);
+    }
+
+    #[test]
+    fn foreign_nodes_are_not_items() {
+        assert!(parse(QueueKind::Fifo, "foreign-node").is_none());
+        assert!(parse(QueueKind::Fifo, "qn-0000000001").is_none());
+        assert!(parse(QueueKind::Simple, "queue-0000000001").is_none());
+        assert!(!is_item_name(QueueKind::Fifo, "../queue-1"));
+    }
+
+    #[test]
+    fn order_is_curators() {
+        let sorted = |kind, names: &[&str]| {
+            let mut items: Vec<ItemName> = names.iter().filter_map(|n| parse(kind, n)).collect();
+            items.sort_by(|a, b| compare(kind, a, b));
+            items.into_iter().map(|i| i.name).collect::<Vec<_>>()
+        };
+        // A requeued priority item (plain name) sorts before every priority name, as in Curator.
+        assert_eq!(
+            sorted(
+                QueueKind::Priority,
+                &[
+                    "queue-1000000000000000000",
+                    "queue-0800000000000000003",
+                    "queue-0000000009",
+                    "queue-0FFFFFFFF0000000002"
+                ]
+            ),
+            ["queue-0000000009", "queue-0800000000000000003", "queue-0FFFFFFFF0000000002", "queue-1000000000000000000"]
+        );
+        // Delay: numeric, not lexicographic ("FFFFFFFF" < "100000000" as numbers).
+        assert_eq!(
+            sorted(QueueKind::Delay, &["queue-|100000000|0000000000", "queue-|FFFFFFFF|0000000001"]),
+            ["queue-|FFFFFFFF|0000000001", "queue-|100000000|0000000000"]
+        );
+        // Id: by sequence, whatever the id.
+        assert_eq!(
+            sorted(QueueKind::Id, &["queue-|zz|0000000000", "queue-|aa|0000000001"]),
+            ["queue-|zz|0000000000", "queue-|aa|0000000001"]
+        );
+    }
+
+    #[test]
+    fn sequences_parse_including_overflow() {
+        assert_eq!(trailing_sequence("queue-0000000042"), 42);
+        assert_eq!(trailing_sequence("queue-10000000A0000000001"), 1);
+        assert_eq!(trailing_sequence("qn--000000001"), -1);
+        assert_eq!(trailing_sequence("foreign"), i64::MAX);
+    }
+}

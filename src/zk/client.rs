@@ -1,0 +1,273 @@
+//! [`Zk`]: calls on one ZooKeeper session, each with a deadline, a metric and a classified error.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client as zkc;
+
+use super::ZkError;
+use crate::metrics::Metrics;
+
+/// The parts of a znode's `Stat` that zkq uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeStat {
+    pub version: i32,
+    pub cversion: i32,
+    pub num_children: i32,
+    pub ephemeral_owner: i64,
+    pub data_length: i32,
+    /// Creation time, epoch milliseconds.
+    pub ctime: i64,
+    pub mzxid: i64,
+}
+
+impl From<&zkc::Stat> for NodeStat {
+    fn from(stat: &zkc::Stat) -> Self {
+        NodeStat {
+            version: stat.version,
+            cversion: stat.cversion,
+            num_children: stat.num_children,
+            ephemeral_owner: stat.ephemeral_owner,
+            data_length: stat.data_length,
+            ctime: stat.ctime,
+            mzxid: stat.mzxid,
+        }
+    }
+}
+
+/// How a node is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeMode {
+    Persistent,
+    PersistentSequential,
+    Ephemeral,
+    Container,
+}
+
+impl NodeMode {
+    fn options(self) -> zkc::CreateOptions<'static> {
+        let mode = match self {
+            NodeMode::Persistent => zkc::CreateMode::Persistent,
+            NodeMode::PersistentSequential => zkc::CreateMode::PersistentSequential,
+            NodeMode::Ephemeral => zkc::CreateMode::Ephemeral,
+            NodeMode::Container => zkc::CreateMode::Container,
+        };
+        mode.with_acls(zkc::Acls::anyone_all())
+    }
+}
+
+/// One operation of a transaction ([`Zk::multi`]).
+#[derive(Debug, Clone)]
+pub enum TxnOp {
+    Create { path: String, data: Vec<u8>, mode: NodeMode },
+    Delete { path: String, version: Option<i32> },
+    SetData { path: String, data: Vec<u8>, version: Option<i32> },
+    Check { path: String, version: i32 },
+}
+
+/// The result of one successful transaction operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnResult {
+    /// The created path (with the sequence suffix for sequential nodes).
+    Created(String),
+    Deleted,
+    DataSet(NodeStat),
+    Checked,
+}
+
+/// A transaction that failed as a whole: nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnError {
+    /// Index of the operation that failed, when the server said which.
+    pub index: Option<usize>,
+    pub error: ZkError,
+}
+
+/// What woke a one-shot watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// The watched node (or its children) changed.
+    NodeChanged,
+    /// The session ended; the watch will never fire. Re-arm on the next session.
+    SessionEnded,
+}
+
+/// A one-shot watch. The client re-registers it on reconnect to the same session.
+pub struct ZkWatch(zkc::OneshotWatcher);
+
+impl ZkWatch {
+    pub async fn changed(self) -> WatchEvent {
+        let event = self.0.changed().await;
+        if event.event_type == zkc::EventType::Session { WatchEvent::SessionEnded } else { WatchEvent::NodeChanged }
+    }
+}
+
+/// Calls on one session. Cheap to clone; a clone made with [`Zk::with_deadline`] bounds every call.
+#[derive(Clone)]
+pub struct Zk {
+    client: zkc::Client,
+    generation: u64,
+    request_timeout: Duration,
+    deadline: Option<Instant>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Zk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zk").field("session", &self.session_id()).field("generation", &self.generation).finish()
+    }
+}
+
+impl Zk {
+    pub(super) fn new(client: zkc::Client, generation: u64, request_timeout: Duration, metrics: Arc<Metrics>) -> Zk {
+        Zk { client, generation, request_timeout, deadline: None, metrics }
+    }
+
+    /// The same session with every call bounded by `deadline` (and by the request timeout).
+    pub fn with_deadline(&self, deadline: Instant) -> Zk {
+        Zk { deadline: Some(deadline), ..self.clone() }
+    }
+
+    /// The session's generation (see [`super::SessionStatus::generation`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    fn call_deadline(&self) -> Instant {
+        let by_timeout = Instant::now() + self.request_timeout;
+        self.deadline.map_or(by_timeout, |d| d.min(by_timeout))
+    }
+
+    /// Runs one call: the request is already sent when `fut` is made, so a deadline that passes
+    /// means the outcome is unknown, never "not applied".
+    async fn call<T, E>(&self, operation: &'static str, fut: impl Future<Output = Result<T, E>>) -> Result<T, ZkError>
+    where
+        ZkError: From<E>,
+    {
+        let started = Instant::now();
+        let result = match tokio::time::timeout_at(self.call_deadline(), fut).await {
+            Ok(result) => result.map_err(ZkError::from),
+            Err(_) => Err(ZkError::OutcomeUnknown),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(err) => err.outcome_label(),
+        };
+        self.metrics.zk_requests.with_label_values(&[operation, outcome]).inc();
+        self.metrics.zk_request_duration.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    pub async fn get_data(&self, path: &str) -> Result<(Vec<u8>, NodeStat), ZkError> {
+        let (data, stat) = self.call("get_data", self.client.get_data(path)).await?;
+        Ok((data, NodeStat::from(&stat)))
+    }
+
+    pub async fn get_and_watch_data(&self, path: &str) -> Result<(Vec<u8>, NodeStat, ZkWatch), ZkError> {
+        let (data, stat, watch) = self.call("get_data", self.client.get_and_watch_data(path)).await?;
+        Ok((data, NodeStat::from(&stat), ZkWatch(watch)))
+    }
+
+    pub async fn exists(&self, path: &str) -> Result<Option<NodeStat>, ZkError> {
+        let stat = self.call("exists", self.client.check_stat(path)).await?;
+        Ok(stat.as_ref().map(NodeStat::from))
+    }
+
+    pub async fn watch_exists(&self, path: &str) -> Result<(Option<NodeStat>, ZkWatch), ZkError> {
+        let (stat, watch) = self.call("exists", self.client.check_and_watch_stat(path)).await?;
+        Ok((stat.as_ref().map(NodeStat::from), ZkWatch(watch)))
+    }
+
+    pub async fn get_children(&self, path: &str) -> Result<(Vec<String>, NodeStat), ZkError> {
+        let (children, stat) = self.call("get_children", self.client.get_children(path)).await?;
+        Ok((children, NodeStat::from(&stat)))
+    }
+
+    pub async fn get_and_watch_children(&self, path: &str) -> Result<(Vec<String>, NodeStat, ZkWatch), ZkError> {
+        let (children, stat, watch) = self.call("get_children", self.client.get_and_watch_children(path)).await?;
+        Ok((children, NodeStat::from(&stat), ZkWatch(watch)))
+    }
+
+    /// Creates a node; returns its full path (with the sequence suffix for sequential nodes).
+    pub async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<String, ZkError> {
+        let options = mode.options();
+        let (_, sequence) = self.call("create", self.client.create(path, data, &options)).await?;
+        Ok(if mode == NodeMode::PersistentSequential { format!("{path}{sequence}") } else { path.to_owned() })
+    }
+
+    pub async fn delete(&self, path: &str, version: Option<i32>) -> Result<(), ZkError> {
+        self.call("delete", self.client.delete(path, version)).await
+    }
+
+    pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<NodeStat, ZkError> {
+        let stat = self.call("set_data", self.client.set_data(path, data, version)).await?;
+        Ok(NodeStat::from(&stat))
+    }
+
+    /// Runs `ops` as one transaction: all are applied or none.
+    pub async fn multi(&self, ops: &[TxnOp]) -> Result<Vec<TxnResult>, TxnError> {
+        let mut writer = self.client.new_multi_writer();
+        for op in ops {
+            let added = match op {
+                TxnOp::Create { path, data, mode } => writer.add_create(path, data, &mode.options()),
+                TxnOp::Delete { path, version } => writer.add_delete(path, *version),
+                TxnOp::SetData { path, data, version } => writer.add_set_data(path, data, *version),
+                TxnOp::Check { path, version } => writer.add_check_version(path, *version),
+            };
+            added.map_err(|e| TxnError { index: None, error: ZkError::from(e) })?;
+        }
+        let failed_at = std::sync::Mutex::new(None);
+        let commit = async {
+            writer.commit().await.inspect_err(|err| {
+                if let zkc::MultiWriteError::OperationFailed { index, .. } = err
+                    && let Ok(mut slot) = failed_at.lock()
+                {
+                    *slot = Some(*index);
+                }
+            })
+        };
+        let results = self
+            .call("multi", commit)
+            .await
+            .map_err(|error| TxnError { index: failed_at.lock().ok().and_then(|i| *i), error })?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                zkc::MultiWriteResult::Create { path, .. } => TxnResult::Created(path),
+                zkc::MultiWriteResult::Delete => TxnResult::Deleted,
+                zkc::MultiWriteResult::SetData { stat } => TxnResult::DataSet(NodeStat::from(&stat)),
+                _ => TxnResult::Checked,
+            })
+            .collect())
+    }
+
+    /// Creates `path` as a persistent node and its missing parents as containers, the way
+    /// Curator's `creatingParentContainersIfNeeded()` does; an existing node is fine.
+    pub async fn ensure_path(&self, path: &str) -> Result<(), ZkError> {
+        match self.create(path, b"", NodeMode::Persistent).await {
+            Ok(_) | Err(ZkError::NodeExists) => return Ok(()),
+            Err(ZkError::NoNode) => {},
+            Err(err) => return Err(err),
+        }
+        let mut prefix = String::new();
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        for segment in &segments[..segments.len().saturating_sub(1)] {
+            prefix.push('/');
+            prefix.push_str(segment);
+            match self.create(&prefix, b"", NodeMode::Container).await {
+                Ok(_) | Err(ZkError::NodeExists) => {},
+                Err(err) => return Err(err),
+            }
+        }
+        match self.create(path, b"", NodeMode::Persistent).await {
+            Ok(_) | Err(ZkError::NodeExists) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The one place where the client crate's errors are classified.
+
+use std::fmt;
+
+use zookeeper_client as zkc;
+
+/// What a failed ZooKeeper call means to zkq.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZkError {
+    /// The node does not exist.
+    NoNode,
+    /// The node already exists.
+    NodeExists,
+    /// The node's version is not the expected one (someone else changed or consumed it).
+    BadVersion,
+    /// The node still has children.
+    NotEmpty,
+    /// No session is connected and none came back before the deadline; nothing was sent.
+    Unavailable,
+    /// The request was sent but its answer was lost (connection dropped or deadline passed):
+    /// it may or may not have been applied.
+    OutcomeUnknown,
+    /// The session expired or was closed: every ephemeral node of it is gone.
+    SessionLost,
+    /// ZooKeeper refused the request for a reason retrying will not fix (ACL, bad argument, quota...).
+    Rejected(String),
+}
+
+impl ZkError {
+    /// Whether retrying later, with a new or restored session, may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ZkError::Unavailable | ZkError::OutcomeUnknown | ZkError::SessionLost)
+    }
+
+    /// A short, stable label for metrics.
+    pub fn outcome_label(&self) -> &'static str {
+        match self {
+            ZkError::NoNode => "no_node",
+            ZkError::NodeExists => "node_exists",
+            ZkError::BadVersion => "bad_version",
+            ZkError::NotEmpty => "not_empty",
+            ZkError::Unavailable => "unavailable",
+            ZkError::OutcomeUnknown => "outcome_unknown",
+            ZkError::SessionLost => "session_lost",
+            ZkError::Rejected(_) => "rejected",
+        }
+    }
+}
+
+impl fmt::Display for ZkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZkError::NoNode => f.write_str("node does not exist"),
+            ZkError::NodeExists => f.write_str("node already exists"),
+            ZkError::BadVersion => f.write_str("node version changed"),
+            ZkError::NotEmpty => f.write_str("node has children"),
+            ZkError::Unavailable => f.write_str("ZooKeeper is not connected"),
+            ZkError::OutcomeUnknown => f.write_str("connection to ZooKeeper lost during the request; outcome unknown"),
+            ZkError::SessionLost => f.write_str("ZooKeeper session lost"),
+            ZkError::Rejected(why) => write!(f, "ZooKeeper refused the request: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ZkError {}
+
+impl From<zkc::Error> for ZkError {
+    fn from(err: zkc::Error) -> Self {
+        use zkc::Error as E;
+        match err {
+            E::NoNode => ZkError::NoNode,
+            E::NodeExists => ZkError::NodeExists,
+            E::BadVersion => ZkError::BadVersion,
+            E::NotEmpty => ZkError::NotEmpty,
+            // A check op in a CheckWriter that failed on NoNode/BadVersion.
+            E::RuntimeInconsistent => ZkError::BadVersion,
+            E::SessionExpired | E::ClientClosed | E::SessionMoved => ZkError::SessionLost,
+            E::NoHosts => ZkError::Unavailable,
+            // A broken connection surfaces as ConnectionLoss, Timeout or a Custom I/O error:
+            // the request may have been applied.
+            E::ConnectionLoss | E::Timeout | E::Custom(_) | E::Throttled => ZkError::OutcomeUnknown,
+            other => ZkError::Rejected(other.to_string()),
+        }
+    }
+}
+
+impl From<zkc::MultiWriteError> for ZkError {
+    fn from(err: zkc::MultiWriteError) -> Self {
+        zkc::Error::from(err).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_failures_mean_outcome_unknown_and_expiry_means_lost() {
+        assert_eq!(ZkError::from(zkc::Error::ConnectionLoss), ZkError::OutcomeUnknown);
+        assert_eq!(ZkError::from(zkc::Error::Timeout), ZkError::OutcomeUnknown);
+        assert_eq!(ZkError::from(zkc::Error::SessionExpired), ZkError::SessionLost);
+        assert_eq!(ZkError::from(zkc::Error::ClientClosed), ZkError::SessionLost);
+        assert_eq!(ZkError::from(zkc::Error::BadVersion), ZkError::BadVersion);
+        assert!(matches!(ZkError::from(zkc::Error::NoAuth), ZkError::Rejected(_)));
+        assert!(ZkError::OutcomeUnknown.is_transient());
+        assert!(!ZkError::NoNode.is_transient());
+    }
+}

@@ -1,0 +1,10 @@
+//! Everything that touches the ZooKeeper client crate: the supervised session, calls with
+//! deadlines, and the classification of errors. No other module imports `zookeeper_client`.
+
+mod client;
+mod error;
+mod session;
+
+pub use client::{NodeMode, NodeStat, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkWatch};
+pub use error::ZkError;
+pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};

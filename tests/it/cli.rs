@@ -1,0 +1,66 @@
+//! The binary: flags, check-config, exit status 64 on a bad configuration.
+
+use std::process::Command;
+
+fn zkq() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
+    command.env_remove("ZKQ__ZOOKEEPER__CONNECT");
+    command
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let output = zkq().arg("--help").output().expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for flag in
+        ["--config", "--zk-connect", "--zk-root", "--api-listen", "--admin-listen", "--log-format", "check-config"]
+    {
+        assert!(text.contains(flag), "--help lacks {flag}:\n{text}");
+    }
+}
+
+#[test]
+fn check_config_prints_effective_values_with_secrets_redacted() {
+    let output = zkq()
+        .arg("check-config")
+        .env("ZKQ__ZOOKEEPER__AUTH_DIGEST", "svc:s3cret")
+        .env("ZKQ__ZOOKEEPER__ROOT", "/from-env")
+        .arg("--zk-connect")
+        .arg("zk1:2181,zk2:2181")
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("connect = \"zk1:2181,zk2:2181\""), "{text}");
+    assert!(text.contains("root = \"/from-env\""), "{text}");
+    assert!(!text.contains("s3cret"), "secret printed: {text}");
+}
+
+#[test]
+fn invalid_configuration_exits_64_naming_key_value_and_allowed() {
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "900ms", &["zookeeper.session_timeout", "900ms", "between"]),
+        ("ZKQ__API__LISTEN", "not-an-address", &["api.listen", "not-an-address"]),
+        ("ZKQ__ZOOKEEPER__TYPO", "1", &["typo", "unknown"]),
+    ];
+    for (key, value, expected) in cases {
+        let output = zkq().arg("check-config").env(key, value).output().expect("runs");
+        assert_eq!(output.status.code(), Some(64), "{key}={value}");
+        let text = String::from_utf8_lossy(&output.stderr);
+        for word in expected {
+            assert!(text.contains(word), "{key}={value}: message lacks {word:?}: {text}");
+        }
+    }
+    // The daemon itself refuses to start, before binding anything.
+    let output = zkq().args(["run", "--log-format", "yaml"]).output().expect("runs");
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("yaml"));
+}
+
+#[test]
+fn missing_config_file_is_a_usage_error() {
+    let output = zkq().args(["check-config", "--config", "/nonexistent/zkq.toml"]).output().expect("runs");
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/zkq.toml"));
+}

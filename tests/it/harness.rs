@@ -1,0 +1,462 @@
+//! Test harness: real ZooKeeper servers on free loopback ports, zkq in-process, Curator as a
+//! child process, and helpers to await conditions instead of sleeping.
+
+#![allow(unsafe_code)] // pre_exec(PR_SET_PDEATHSIG): no server outlives the test process.
+#![allow(dead_code)] // not every test module uses every helper
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use zkq::config::{Config, QueueConfig, QueueKind};
+
+/// Root of the repository (where Cargo.toml is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
+}
+
+/// Spawns children from one thread that lives as long as the process: PR_SET_PDEATHSIG fires
+/// when the *thread* that forked exits, so spawning from short-lived test threads would kill
+/// servers early. With it, every server dies with the test process, even on a panic or abort.
+fn spawn_supervised(mut command: Command) -> std::io::Result<Child> {
+    type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let sender = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("child-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+                    unsafe {
+                        command.pre_exec(|| {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("spawner thread starts");
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    command.stdin(Stdio::null());
+    sender.lock().expect("spawner lock").send((command, reply_tx)).expect("spawner alive");
+    reply_rx.recv().expect("spawner answers")
+}
+
+fn zookeeper_classpath() -> String {
+    let jars = [
+        "zookeeper",
+        "zookeeper-jute",
+        "slf4j-api",
+        "slf4j-simple",
+        "netty-handler",
+        "netty-common",
+        "netty-buffer",
+        "netty-transport",
+        "netty-codec",
+        "netty-resolver",
+        "netty-transport-native-epoll",
+        "netty-transport-native-unix-common",
+    ];
+    let mut parts: Vec<String> = jars.iter().map(|j| format!("/usr/share/java/{j}.jar")).collect();
+    parts.push("/etc/zookeeper/conf".to_owned());
+    parts.join(":")
+}
+
+/// A private standalone ZooKeeper server (Debian's package) in a temporary directory.
+pub struct ZkServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Mutex<Option<Child>>,
+}
+
+impl ZkServer {
+    /// Starts a new server on a free loopback port and waits until it answers `ruok`.
+    pub fn start() -> ZkServer {
+        let dir = tempfile::Builder::new().prefix("zkq-zk-").tempdir().expect("temp dir");
+        let port = free_port();
+        let config = format!(
+            "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
+             maxClientCnxns=0\n",
+            dir.path().join("data").display()
+        );
+        std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
+        std::fs::write(dir.path().join("zoo.cfg"), config).expect("zoo.cfg");
+        let server = ZkServer { port, dir, child: Mutex::new(None) };
+        server.launch();
+        server
+    }
+
+    /// One server shared by every test of this process that needs no fault injection.
+    /// Tests keep apart by using their own `zookeeper.root`.
+    pub fn shared() -> &'static ZkServer {
+        static SHARED: OnceLock<ZkServer> = OnceLock::new();
+        SHARED.get_or_init(ZkServer::start)
+    }
+
+    fn launch(&self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        let mut command = Command::new("java");
+        command
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true"])
+            .arg("-cp")
+            .arg(zookeeper_classpath())
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(self.dir.path().join("zoo.cfg"))
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log);
+        let child = spawn_supervised(command).expect("java starts (is Debian's zookeeper package installed?)");
+        *self.child.lock().expect("child lock") = Some(child);
+        self.wait_until_serving();
+    }
+
+    fn wait_until_serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if four_letter(self.port, "ruok").as_deref() == Some("imok") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+        panic!("ZooKeeper on port {} did not start within 60s; log:\n{log}", self.port);
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.lock().expect("child lock").as_ref().map(Child::id)
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+            assert!(status.success(), "kill {signal} {pid} failed");
+        }
+    }
+
+    /// Kills the server (its data stays, so `restart` brings the same tree back).
+    pub fn stop(&self) {
+        if let Some(mut child) = self.child.lock().expect("child lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a stopped server again on the same port with the same data.
+    pub fn restart(&self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// Freezes the server (SIGSTOP): clients see silence, sessions time out server-side later.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        self.resume();
+        self.stop();
+    }
+}
+
+/// Sends a four-letter command and returns the answer.
+pub fn four_letter(port: u16, command: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(command.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// A unique ZooKeeper root for one test.
+pub fn unique_root(test: &str) -> String {
+    format!("/it-{test}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A configuration for a test zkq: ports 0, short timeouts, its own root.
+pub fn test_config(zk: &ZkServer, root: &str) -> Config {
+    let mut config = Config::default();
+    config.zookeeper.connect = zk.connect_string();
+    config.zookeeper.root = root.to_owned();
+    config.zookeeper.session_timeout = Duration::from_secs(4);
+    config.zookeeper.request_timeout = Duration::from_secs(3);
+    config.zookeeper.reconnect_backoff_max = Duration::from_millis(500);
+    config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    config.admin.listen = "127.0.0.1:0".parse().expect("addr");
+    config.shutdown.grace = Duration::from_secs(5);
+    config
+}
+
+/// Declares a queue in a test configuration.
+pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&str>, lock_path: Option<&str>) {
+    config.queues.insert(
+        name.to_owned(),
+        QueueConfig { kind, path: path.map(str::to_owned), lock_path: lock_path.map(str::to_owned), max_items: None },
+    );
+}
+
+/// zkq running inside the test process.
+pub struct TestZkq {
+    pub api: String,
+    pub admin: String,
+    pub http: reqwest::Client,
+    pub running: Option<zkq::app::Running>,
+}
+
+impl TestZkq {
+    pub async fn start(config: Config) -> TestZkq {
+        config.validate().expect("test config is valid");
+        let running = zkq::app::start(config).await.expect("zkq starts");
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client");
+        TestZkq {
+            api: format!("http://{}", running.api_addr),
+            admin: format!("http://{}", running.admin_addr),
+            http,
+            running: Some(running),
+        }
+    }
+
+    /// Starts zkq and waits until `/readyz` answers 200.
+    pub async fn start_ready(config: Config) -> TestZkq {
+        let zkq = TestZkq::start(config).await;
+        zkq.wait_ready().await;
+        zkq
+    }
+
+    pub async fn readyz(&self) -> (u16, serde_json::Value) {
+        match self.http.get(format!("{}/readyz", self.admin)).send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                (status, response.json().await.unwrap_or(serde_json::Value::Null))
+            },
+            Err(_) => (0, serde_json::Value::Null),
+        }
+    }
+
+    pub async fn wait_ready(&self) {
+        eventually(Duration::from_secs(30), "zkq ready", || async { self.readyz().await.0 == 200 }).await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.api)
+    }
+
+    pub async fn put(&self, queue: &str, body: &[u8]) -> reqwest::Response {
+        self.http.post(self.url(&format!("/v1/queues/{queue}/messages"))).body(body.to_vec()).send().await.expect("put")
+    }
+
+    pub async fn put_ok(&self, queue: &str, body: &[u8]) -> String {
+        let response = self.put(queue, body).await;
+        assert_eq!(response.status(), 201, "put to {queue}");
+        let json: serde_json::Value = response.json().await.expect("json");
+        json["message_id"].as_str().expect("message_id").to_owned()
+    }
+
+    pub async fn take(&self, queue: &str, wait: &str) -> reqwest::Response {
+        self.http.post(self.url(&format!("/v1/queues/{queue}/take?wait={wait}"))).send().await.expect("take")
+    }
+
+    /// Takes one message; `None` on 204.
+    pub async fn take_body(&self, queue: &str, wait: &str) -> Option<Vec<u8>> {
+        let response = self.take(queue, wait).await;
+        match response.status().as_u16() {
+            200 => Some(response.bytes().await.expect("body").to_vec()),
+            204 => None,
+            other => panic!("take from {queue}: {other} {}", response.text().await.unwrap_or_default()),
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.http.get(format!("{}/metrics", self.admin)).send().await.expect("metrics").text().await.expect("text")
+    }
+
+    pub async fn stop(mut self) -> bool {
+        match self.running.take() {
+            Some(running) => running.stop().await,
+            None => true,
+        }
+    }
+}
+
+impl Drop for TestZkq {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown.cancel();
+        }
+    }
+}
+
+/// Awaits `condition` until it holds, polling every 50 ms; panics with `what` after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A direct ZooKeeper client for checking what zkq wrote.
+pub async fn zk_client(zk: &ZkServer) -> zookeeper_client::Client {
+    zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&zk.connect_string())
+        .await
+        .expect("direct ZooKeeper client connects")
+}
+
+/// Children of `path`, sorted; empty if it does not exist.
+pub async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<String> {
+    let mut names = client.list_children(path).await.unwrap_or_default();
+    names.sort();
+    names
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    if bytes.is_empty() { "-".to_owned() } else { bytes.iter().map(|b| format!("{b:02x}")).collect() }
+}
+
+pub fn unhex(text: &str) -> Vec<u8> {
+    if text == "-" {
+        return Vec::new();
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex")).collect()
+}
+
+/// The real Curator 5.4.0, driven through `tests/java/CuratorTool.java`.
+pub struct Curator;
+
+impl Curator {
+    fn classpath() -> &'static str {
+        static CLASSPATH: OnceLock<String> = OnceLock::new();
+        CLASSPATH.get_or_init(|| {
+            let script = repo_root().join("tests/java/build.sh");
+            let status = Command::new("bash").arg(&script).status().expect("build.sh runs");
+            assert!(status.success(), "tests/java/build.sh failed (are the Curator jars installed?)");
+            let path = repo_root().join("target/java-classes/classpath.txt");
+            std::fs::read_to_string(&path).expect("classpath.txt").trim().to_owned()
+        })
+    }
+
+    fn command(zk: &ZkServer, args: &[&str]) -> Command {
+        let mut command = Command::new("java");
+        command
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", Self::classpath(), "CuratorTool"])
+            .arg(zk.connect_string())
+            .args(args);
+        command
+    }
+
+    /// Runs a command to completion and returns its stdout lines (panics on failure).
+    pub async fn run(zk: &ZkServer, args: &[&str]) -> Vec<String> {
+        let mut command = Self::command(zk, args);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let what = args.join(" ");
+        let output = tokio::task::spawn_blocking(move || {
+            let child = spawn_supervised(command).expect("java starts");
+            child.wait_with_output().expect("CuratorTool finishes")
+        })
+        .await
+        .expect("join");
+        assert!(
+            output.status.success(),
+            "CuratorTool {what} failed: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
+    }
+
+    /// Starts a long-running command (a consumer); read its lines with [`CuratorChild::lines`].
+    pub fn spawn(zk: &ZkServer, args: &[&str]) -> CuratorChild {
+        let mut command = Self::command(zk, args);
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = spawn_supervised(command).expect("java starts");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        CuratorChild { child, lines: rx }
+    }
+}
+
+/// A running CuratorTool process.
+pub struct CuratorChild {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl CuratorChild {
+    /// Waits for the next stdout line.
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Waits for the process to end and returns the remaining lines.
+    pub async fn finish(mut self) -> Vec<String> {
+        tokio::task::spawn_blocking(move || {
+            let _ = self.child.wait();
+            self.lines.iter().collect::<Vec<_>>()
+        })
+        .await
+        .expect("join")
+    }
+}
+
+impl Drop for CuratorChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// Path of a file in the repository.
+pub fn repo_file(relative: &str) -> PathBuf {
+    repo_root().join(relative)
+}
+
+/// True if `path` exists.
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}

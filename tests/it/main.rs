@@ -1,0 +1,8 @@
+//! Integration tests against real ZooKeeper servers (Debian's package) and the real Curator jars.
+//! One test binary: each module is one area.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
+
+mod cli;
+mod harness;
+mod session;
