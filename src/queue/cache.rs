@@ -51,6 +51,30 @@ struct State {
     undecodable: HashSet<String>,
 }
 
+/// Keeps `zkq_waiting_takers` and the waiter list right however a wait ends (even when the
+/// waiting future is dropped because the HTTP client went away).
+struct WaiterGuard<'a> {
+    cache: &'a ChildrenCache,
+    id: u64,
+    woken: bool,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.cache.metrics.waiting_takers.with_label_values(&[&self.cache.label]).dec();
+        if self.woken {
+            return;
+        }
+        let mut state = self.cache.lock();
+        let before = state.waiters.len();
+        state.waiters.retain(|w| w.id != self.id);
+        if before == state.waiters.len() && !state.candidates.is_empty() {
+            // We were woken just as we gave up: hand the wake-up to the next waiter.
+            ChildrenCache::wake(&mut state, 1);
+        }
+    }
+}
+
 /// Shared between the refresher task and the takers.
 pub struct ChildrenCache {
     kind: QueueKind,
@@ -180,8 +204,8 @@ impl ChildrenCache {
     }
 
     /// Waits as a taker until an item may be available, `deadline`, or `cancel`.
-    /// Returns false on deadline/cancel. A cancelled waiter is removed and costs nothing;
-    /// a woken waiter that leaves without popping passes its wake-up on.
+    /// Returns false on deadline/cancel. A waiter that is dropped or gives up is removed and
+    /// costs nothing; one that was woken but leaves without popping passes its wake-up on.
     pub async fn wait_for_item(&self, deadline: Instant, cancel: &CancellationToken, first: bool) -> bool {
         let (tx, rx) = oneshot::channel();
         let id = {
@@ -201,24 +225,14 @@ impl ChildrenCache {
             }
             id
         };
-        let gauge = self.metrics.waiting_takers.with_label_values(&[&self.label]);
-        gauge.inc();
-        let woken = tokio::select! {
+        self.metrics.waiting_takers.with_label_values(&[&self.label]).inc();
+        let mut guard = WaiterGuard { cache: self, id, woken: false };
+        guard.woken = tokio::select! {
             r = rx => r.is_ok(),
             _ = tokio::time::sleep_until(deadline) => false,
             _ = cancel.cancelled() => false,
         };
-        gauge.dec();
-        if !woken {
-            let mut state = self.lock();
-            let before = state.waiters.len();
-            state.waiters.retain(|w| w.id != id);
-            if before == state.waiters.len() && !state.candidates.is_empty() {
-                // We were woken just as we gave up: hand the wake-up to the next waiter.
-                Self::wake(&mut state, 1);
-            }
-        }
-        woken
+        guard.woken
     }
 
     fn wake(state: &mut State, mut n: usize) {

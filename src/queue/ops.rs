@@ -211,19 +211,17 @@ impl Queue {
                 }
                 continue;
             };
-            let deadline = Instant::now() + self.session.request_timeout();
-            let zk = match self.session.connected(deadline.min(wait_until.max(Instant::now()))).await {
-                Ok(zk) => zk,
-                Err(_) => {
-                    // Suspended: keep the candidate and keep waiting until our deadline.
-                    self.cache.push_front(candidate);
-                    if Instant::now() >= wait_until {
-                        return Ok(None);
-                    }
-                    let _ = self.session.connected(wait_until).await;
-                    continue;
-                },
+            // Each claim gets the full request timeout, whatever is left of the taker's wait.
+            let Some(zk) = self.session.current() else {
+                // Suspended: nothing is handed out from memory; wait for the session or the deadline.
+                self.cache.push_front(candidate);
+                if Instant::now() >= wait_until {
+                    return Err(ZkError::Unavailable.into());
+                }
+                let _ = self.session.connected(wait_until).await;
+                continue;
             };
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
             match self.claim(&zk, &candidate, caller).await {
                 Ok(Claim::Taken(message)) => {
                     self.metrics.messages_taken.with_label_values(&[&self.name]).inc();
@@ -258,14 +256,16 @@ impl Queue {
         let lock = match &self.lock_path {
             Some(lock_dir) => {
                 let lock = format!("{lock_dir}/{}", candidate.name);
-                match zk.create(&lock, b"", NodeMode::Ephemeral).await {
+                let mut created = zk.create(&lock, b"", NodeMode::Ephemeral).await;
+                if created == Err(ZkError::NoNode) {
+                    // The lock directory is not there yet (or was removed): create it like Curator.
+                    zk.ensure_path(lock_dir).await?;
+                    created = zk.create(&lock, b"", NodeMode::Ephemeral).await;
+                }
+                match created {
                     Ok(_) => Some(lock),
                     // Held by someone (a Curator lock-safe consumer or a lease): never touch it.
                     Err(ZkError::NodeExists) => return Ok(Claim::Lost),
-                    Err(ZkError::NoNode) => {
-                        zk.ensure_path(lock_dir).await?;
-                        return Err(ZkError::Unavailable);
-                    },
                     Err(err) => return Err(err),
                 }
             },

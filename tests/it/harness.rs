@@ -460,3 +460,19 @@ pub fn repo_file(relative: &str) -> PathBuf {
 pub fn exists(path: &Path) -> bool {
     path.exists()
 }
+
+/// Sends a request with a path exactly as written (no client-side `..`/`%2E` normalisation);
+/// returns the status and the JSON body.
+pub async fn raw_request(base: &str, method: &str, path: &str) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read");
+    let text = String::from_utf8_lossy(&response);
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
+}

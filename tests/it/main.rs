@@ -5,4 +5,5 @@
 
 mod cli;
 mod harness;
+mod queues;
 mod session;

@@ -1,0 +1,328 @@
+//! The queue API against real ZooKeeper: round trips, errors, long-polls, concurrency, outages.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use zkq::config::QueueKind;
+
+use crate::harness::*;
+
+async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.expect("json body")
+}
+
+async fn assert_error(response: reqwest::Response, status: u16, code: &str) {
+    assert_eq!(response.status().as_u16(), status, "expected {status} {code}");
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap_or("").to_owned());
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    let body = json(response).await;
+    assert_eq!(body["code"], code, "{body}");
+    assert!(!body["message"].as_str().unwrap_or("").is_empty(), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_round_trips_bytes_and_kind_fields() {
+    let zk = ZkServer::shared();
+    let root = unique_root("roundtrip");
+    let mut config = test_config(zk, &root);
+    for (name, kind) in [
+        ("f", QueueKind::Fifo),
+        ("p", QueueKind::Priority),
+        ("d", QueueKind::Delay),
+        ("i", QueueKind::Id),
+        ("s", QueueKind::Simple),
+    ] {
+        declare(&mut config, name, kind, None, None);
+    }
+    let max = config.api.max_message_bytes;
+    let zkq = TestZkq::start_ready(config).await;
+    let binary: Vec<u8> = (0..=255u8).collect();
+    let largest = vec![0xA5u8; max];
+    for queue in ["f", "s"] {
+        for body in [b"".as_slice(), b"hello".as_slice(), binary.as_slice(), largest.as_slice()] {
+            let id = zkq.put_ok(queue, body).await;
+            let response = zkq.take(queue, "2s").await;
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["zkq-message-id"], id.as_str());
+            assert_eq!(response.bytes().await.expect("body").as_ref(), body, "queue {queue}");
+        }
+    }
+    let put = zkq.http.post(zkq.url("/v1/queues/p/messages?priority=-7")).body("neg").send().await.expect("put");
+    let id = json(put).await["message_id"].as_str().expect("id").to_owned();
+    assert!(id.starts_with("queue-0FFFFFFF9"), "{id}");
+    let taken = zkq.take("p", "2s").await;
+    assert_eq!(taken.headers()["zkq-priority"], "-7");
+
+    zkq.http.post(zkq.url("/v1/queues/i/messages?id=a/b")).body("x").send().await.expect("put");
+    let taken = zkq.take("i", "2s").await;
+    assert_eq!(taken.headers()["zkq-id"], "a_b");
+    assert!(taken.headers()["zkq-message-id"].to_str().expect("ascii").starts_with("queue-|a_b|"));
+
+    zkq.http.post(zkq.url("/v1/queues/d/messages?deliver_at=1000")).body("due").send().await.expect("put");
+    let taken = zkq.take("d", "2s").await;
+    assert_eq!(taken.headers()["zkq-deliver-at"], "1000");
+    assert_eq!(taken.bytes().await.expect("body").as_ref(), b"due");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_get_documented_json_errors() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("errors"));
+    declare(&mut config, "ids", QueueKind::Id, None, None);
+    config.queues.insert(
+        "tiny".into(),
+        zkq::config::QueueConfig { kind: QueueKind::Fifo, path: None, lock_path: None, max_items: Some(1) },
+    );
+    let max = config.api.max_message_bytes;
+    let zkq = TestZkq::start_ready(config).await;
+    let post = |path: &str| zkq.http.post(zkq.url(path));
+
+    assert_error(zkq.put("bad%20name", b"x").await, 400, "invalid_queue_name").await;
+    assert_error(zkq.put(&"x".repeat(201), b"x").await, 400, "invalid_queue_name").await;
+    for trick in ["/v1/queues/%2E%2E/messages", "/v1/queues/..%2Fzookeeper/messages", "/v1/queues/a%00b/messages"] {
+        let (status, body) = raw_request(&zkq.api, "POST", trick).await;
+        assert_eq!((status, body["code"].as_str()), (400, Some("invalid_queue_name")), "{trick}: {body}");
+    }
+    assert_error(post("/v1/queues/f/messages?priority=1").send().await.expect("r"), 400, "parameter_not_for_kind")
+        .await;
+    assert_error(post("/v1/queues/f/messages?priority=abc").send().await.expect("r"), 400, "invalid_parameter").await;
+    assert_error(post("/v1/queues/ids/messages").send().await.expect("r"), 400, "invalid_parameter").await;
+    assert_error(zkq.put("f", &vec![0u8; max + 1]).await, 413, "payload_too_large").await;
+    assert_error(post("/v1/queues/f/take?wait=soon").send().await.expect("r"), 400, "invalid_parameter").await;
+    assert_error(post("/v1/queues/f/take?wait=1h").send().await.expect("r"), 400, "invalid_parameter").await;
+    let peek = zkq.http.get(zkq.url("/v1/queues/f/messages?limit=0")).send().await.expect("r");
+    assert_error(peek, 400, "invalid_parameter").await;
+    let missing = zkq.http.delete(zkq.url("/v1/queues/f/messages/queue-0000000099")).send().await.expect("r");
+    assert_error(missing, 404, "message_not_found").await;
+    let sneaky = zkq.http.delete(zkq.url("/v1/queues/f/messages/..%2F..%2Fzookeeper")).send().await.expect("r");
+    assert_error(sneaky, 404, "message_not_found").await;
+    assert_error(zkq.http.get(zkq.url("/nope")).send().await.expect("r"), 404, "not_found").await;
+    assert_error(zkq.http.put(zkq.url("/v1/queues/f/take")).send().await.expect("r"), 405, "method_not_allowed").await;
+
+    // max_items: the second put waits for room, then 429 with Retry-After.
+    zkq.put_ok("tiny", b"1").await;
+    let started = Instant::now();
+    let full = post("/v1/queues/tiny/messages?wait=300ms").body("2").send().await.expect("r");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(full.headers().contains_key("retry-after"));
+    assert_error(full, 429, "queue_full").await;
+
+    // Static queues only.
+    let mut config = test_config(zk, &unique_root("static"));
+    config.queues_dynamic = false;
+    declare(&mut config, "known", QueueKind::Fifo, None, None);
+    let strict = TestZkq::start_ready(config).await;
+    assert_error(strict.put("unknown", b"x").await, 404, "queue_not_found").await;
+    assert_eq!(strict.put("known", b"x").await.status(), 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_taker_sees_curator_order_per_kind() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("order"));
+    declare(&mut config, "p", QueueKind::Priority, None, None);
+    declare(&mut config, "d", QueueKind::Delay, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    for (priority, body) in [(5, "five"), (-1, "minus-one"), (10, "ten"), (5, "five-again"), (i32::MIN, "min")] {
+        let url = zkq.url(&format!("/v1/queues/p/messages?priority={priority}"));
+        assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
+    }
+    let mut got = Vec::new();
+    while let Some(body) = zkq.take_body("p", "0").await {
+        got.push(String::from_utf8(body).expect("utf8"));
+    }
+    assert_eq!(got, ["min", "minus-one", "five", "five-again", "ten"]);
+
+    // Delay: by delivery time numerically; not before it is due.
+    let now = zkq::queue::now_epoch_ms();
+    for (at, body) in [(now - 1000, "past-b"), (0x1_0000_0000_i64, "past-a"), (now + 1500, "soon")] {
+        let url = zkq.url(&format!("/v1/queues/d/messages?deliver_at={at}"));
+        assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
+    }
+    assert_eq!(zkq.take_body("d", "0").await.as_deref(), Some(b"past-a".as_slice()));
+    assert_eq!(zkq.take_body("d", "0").await.as_deref(), Some(b"past-b".as_slice()));
+    assert_eq!(zkq.take_body("d", "0").await, None, "not due yet");
+    let started = Instant::now();
+    assert_eq!(zkq.take_body("d", "10s").await.as_deref(), Some(b"soon".as_slice()));
+    assert!(zkq::queue::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_put_wakes_exactly_one_of_200_waiters() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("herd"))).await;
+    zkq.put_ok("q", b"warmup").await;
+    assert_eq!(zkq.take_body("q", "0").await.as_deref(), Some(b"warmup".as_slice()));
+
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let http = zkq.http.clone();
+        let url = zkq.url("/v1/queues/q/take?wait=20s");
+        waiters.spawn(async move { http.post(url).send().await.map(|r| r.status().as_u16()) });
+    }
+    eventually(Duration::from_secs(20), "200 waiters registered", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"q\"} 200")
+    })
+    .await;
+    zkq.put_ok("q", b"only").await;
+    let first = tokio::time::timeout(Duration::from_secs(10), waiters.join_next()).await.expect("one answer");
+    assert_eq!(first.expect("a waiter").expect("joined").expect("http"), 200);
+    // Nobody else is answered: the other 199 are still waiting.
+    eventually(Duration::from_secs(10), "199 still waiting", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"q\"} 199")
+    })
+    .await;
+    assert!(tokio::time::timeout(Duration::from_millis(500), waiters.join_next()).await.is_err());
+    let info = json(zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info")).await;
+    assert_eq!(info["waiting_takers"], 199);
+    waiters.abort_all();
+    eventually(Duration::from_secs(10), "cancelled waiters are gone", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"q\"} 0")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taker_that_leaves_removes_nothing() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("leaver"))).await;
+    let short = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().expect("client");
+    let gone = short.post(zkq.url("/v1/queues/q/take?wait=10s")).send().await;
+    assert!(gone.is_err(), "the client gave up");
+    eventually(Duration::from_secs(10), "waiter removed", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"q\"} 0")
+    })
+    .await;
+    zkq.put_ok("q", b"keep me").await;
+    let peek = json(zkq.http.get(zkq.url("/v1/queues/q/messages")).send().await.expect("peek")).await;
+    assert_eq!(peek["messages"].as_array().map(Vec::len), Some(1), "{peek}");
+    assert_eq!(zkq.take_body("q", "0").await.as_deref(), Some(b"keep me".as_slice()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_under_load_deliver_each_message_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("exactly-once");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let total = 400;
+    let mut puts = tokio::task::JoinSet::new();
+    for i in 0..total {
+        let (http, url) =
+            (a.http.clone(), if i % 2 == 0 { a.url("/v1/queues/q/messages") } else { b.url("/v1/queues/q/messages") });
+        puts.spawn(async move { http.post(url).body(format!("m{i}")).send().await.expect("put").status().as_u16() });
+    }
+    let mut takers = tokio::task::JoinSet::new();
+    for t in 0..8 {
+        let zkq_url = if t % 2 == 0 { a.url("/v1/queues/q/take?wait=2s") } else { b.url("/v1/queues/q/take?wait=2s") };
+        let http = a.http.clone();
+        takers.spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let response = http.post(&zkq_url).send().await.expect("take");
+                match response.status().as_u16() {
+                    200 => got.push(String::from_utf8(response.bytes().await.expect("b").to_vec()).expect("utf8")),
+                    204 => return got,
+                    other => panic!("take answered {other}"),
+                }
+            }
+        });
+    }
+    while let Some(status) = puts.join_next().await {
+        assert_eq!(status.expect("put task"), 201);
+    }
+    let mut seen = HashSet::new();
+    let mut count = 0;
+    while let Some(got) = takers.join_next().await {
+        for body in got.expect("taker") {
+            count += 1;
+            assert!(seen.insert(body.clone()), "{body} delivered twice");
+        }
+    }
+    assert_eq!(count, total, "every message delivered exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_takers_are_served_after_a_zookeeper_restart() {
+    let zk = ZkServer::start();
+    let root = unique_root("restart-takers");
+    let mut config = test_config(&zk, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config.take.max_wait = Duration::from_secs(60);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"warm").await;
+    zkq.take_body("q", "0").await;
+    let mut takers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/q/take?wait=45s"));
+        takers.spawn(async move { http.post(url).send().await.expect("take").status().as_u16() });
+    }
+    eventually(Duration::from_secs(10), "3 waiting", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"q\"} 3")
+    })
+    .await;
+    zk.stop();
+    zk.restart();
+    zkq.wait_ready().await;
+    // Another client puts while zkq's watch must have been re-armed.
+    let direct = zk_client(&zk).await;
+    for body in ["a", "b", "c"] {
+        let data = zkq::queue::envelope::encode([body.as_bytes()]);
+        direct
+            .create(
+                &format!("{root}/queues/q/queue-"),
+                &data,
+                &zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await
+            .expect("direct put");
+    }
+    let mut served = 0;
+    while let Some(status) = tokio::time::timeout(Duration::from_secs(30), takers.join_next()).await.expect("answered")
+    {
+        assert_eq!(status.expect("taker"), 200);
+        served += 1;
+    }
+    assert_eq!(served, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_undecodable_nodes_are_skipped_never_deleted() {
+    let zk = ZkServer::shared();
+    let root = unique_root("foreign");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"first").await;
+    let direct = zk_client(zk).await;
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&format!("{root}/queues/q/foreign-node"), b"x", &persistent).await.expect("foreign");
+    direct
+        .create(&format!("{root}/queues/q/queue-0000000000x"), b"raw, not an envelope", &persistent)
+        .await
+        .expect("raw");
+    zkq.put_ok("q", b"second").await;
+    assert_eq!(zkq.take_body("q", "0").await.as_deref(), Some(b"first".as_slice()));
+    assert_eq!(zkq.take_body("q", "0").await.as_deref(), Some(b"second".as_slice()));
+    assert_eq!(zkq.take_body("q", "0").await, None);
+    assert_eq!(children(&direct, &format!("{root}/queues/q")).await, ["foreign-node", "queue-0000000000x"]);
+    assert!(zkq.metrics().await.contains("zkq_undecodable_messages_total{queue=\"q\"} 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_by_message_id_and_by_id() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("remove"));
+    declare(&mut config, "ids", QueueKind::Id, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let id = zkq.put_ok("f", b"gone").await;
+    zkq.put_ok("f", b"stays").await;
+    let deleted = zkq.http.delete(zkq.url(&format!("/v1/queues/f/messages/{id}"))).send().await.expect("delete");
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(zkq.take_body("f", "0").await.as_deref(), Some(b"stays".as_slice()));
+    for (id, body) in [("a/b", "1"), ("a/b", "2"), ("c", "3")] {
+        let url = zkq.url(&format!("/v1/queues/ids/messages?id={id}"));
+        assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
+    }
+    let removed = zkq.http.delete(zkq.url("/v1/queues/ids/messages?id=a/b")).send().await.expect("remove");
+    assert_eq!(json(removed).await["removed"], 2);
+    assert_eq!(zkq.take_body("ids", "0").await.as_deref(), Some(b"3".as_slice()));
+}
