@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
 
 mod cli;
+mod curator;
 mod harness;
 mod queues;
 mod session;

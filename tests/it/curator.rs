@@ -1,0 +1,138 @@
+//! Wire compatibility with the real Curator 5.4.0 recipes, both ways, per kind.
+
+use std::time::Duration;
+
+use zkq::config::QueueKind;
+
+use crate::harness::*;
+
+/// A zkq with one declared queue per kind at `{root}/c/{kind}`; fifo/priority/delay/id share
+/// the lock path `{root}/c/locks-{kind}` only where `locked` says so.
+async fn zkq_with_curator_paths(zk: &ZkServer, root: &str, locked: bool) -> TestZkq {
+    let mut config = test_config(zk, root);
+    for (name, kind) in [
+        ("fifo", QueueKind::Fifo),
+        ("priority", QueueKind::Priority),
+        ("delay", QueueKind::Delay),
+        ("id", QueueKind::Id),
+        ("simple", QueueKind::Simple),
+    ] {
+        let path = format!("{root}/c/{name}");
+        let lock = format!("{root}/c/locks-{name}");
+        let lock = (locked && kind != QueueKind::Simple).then_some(lock.as_str());
+        declare(&mut config, name, kind, Some(&path), lock);
+    }
+    TestZkq::start_ready(config).await
+}
+
+async fn drain(zkq: &TestZkq, queue: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(body) = zkq.take_body(queue, "1s").await {
+        got.push(hex(&body));
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_put_by_curator_are_taken_by_zkq_in_curators_order() {
+    let zk = ZkServer::shared();
+    let root = unique_root("from-curator");
+    let c = |kind: &str| format!("{root}/c/{kind}");
+    let binary = hex(&(0..=255u8).collect::<Vec<_>>());
+
+    Curator::run(zk, &["put", "fifo", &c("fifo"), "6869", "-", &binary]).await;
+    Curator::run(zk, &["putmulti", "fifo", &c("fifo"), "61", "6263", "-"]).await;
+    Curator::run(zk, &["put", "fifo", &c("fifo"), "7a"]).await;
+    Curator::run(zk, &["put", "priority", &c("priority"), "5", "05"]).await;
+    Curator::run(zk, &["put", "priority", &c("priority"), "-1", "ff"]).await;
+    Curator::run(zk, &["putmulti", "priority", &c("priority"), "-3", "d1", "d2"]).await;
+    Curator::run(zk, &["put", "priority", &c("priority"), "10", "0a"]).await;
+    Curator::run(zk, &["put", "delay", &c("delay"), "4102444800000", "f0"]).await; // year 2100
+    Curator::run(zk, &["put", "delay", &c("delay"), "1700000000000", "e0"]).await;
+    Curator::run(zk, &["put", "id", &c("id"), "a/b|c", "01"]).await;
+    Curator::run(zk, &["put", "id", &c("id"), "z", "02"]).await;
+    Curator::run(zk, &["offer", "simple", &c("simple"), "73", "-", "7374"]).await;
+
+    let zkq = zkq_with_curator_paths(zk, &root, false).await;
+    assert_eq!(drain(&zkq, "fifo").await, ["6869", "-", binary.as_str(), "61", "6263", "-", "7a"]);
+    assert_eq!(drain(&zkq, "priority").await, ["d1", "d2", "ff", "05", "0a"]);
+    assert_eq!(drain(&zkq, "delay").await, ["e0"], "the year-2100 item is not due");
+    let response = zkq.take("id", "1s").await;
+    assert_eq!(response.headers()["zkq-id"], "a_b_c");
+    assert_eq!(hex(&response.bytes().await.expect("body")), "01");
+    assert_eq!(drain(&zkq, "id").await, ["02"]);
+    assert_eq!(drain(&zkq, "simple").await, ["73", "-", "7374"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_put_by_zkq_are_consumed_by_curator_with_identical_bytes() {
+    for locked in [false, true] {
+        let zk = ZkServer::shared();
+        let root = unique_root("to-curator");
+        let zkq = zkq_with_curator_paths(zk, &root, locked).await;
+        let bodies: Vec<Vec<u8>> = vec![b"one".to_vec(), Vec::new(), (0..=255u8).collect(), vec![0xA5; 4096]];
+        for body in &bodies {
+            zkq.put_ok("fifo", body).await;
+            zkq.put_ok("simple", body).await;
+        }
+        for (priority, body) in [(7, "07"), (-2, "fe"), (3, "03")] {
+            let url = zkq.url(&format!("/v1/queues/priority/messages?priority={priority}"));
+            assert_eq!(zkq.http.post(url).body(unhex(body)).send().await.expect("put").status(), 201);
+        }
+        for (id, body) in [("x", "11"), ("y", "22")] {
+            let url = zkq.url(&format!("/v1/queues/id/messages?id={id}"));
+            assert_eq!(zkq.http.post(url).body(unhex(body)).send().await.expect("put").status(), 201);
+        }
+        let url = zkq.url("/v1/queues/delay/messages?delay=1s");
+        assert_eq!(zkq.http.post(url).body(unhex("dd")).send().await.expect("put").status(), 201);
+
+        let expected: Vec<String> = bodies.iter().map(|b| hex(b)).collect();
+        let lock_args =
+            |kind: &str| if locked { vec!["--lock".to_owned(), format!("{root}/c/locks-{kind}")] } else { vec![] };
+        let consume = |kind: &'static str, count: usize| {
+            let path = format!("{root}/c/{kind}");
+            let mut args: Vec<String> = vec!["consume".into(), kind.into(), path, count.to_string(), "15000".into()];
+            args.extend(lock_args(kind));
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Curator::run(zk, &args).await
+            }
+        };
+        let mut done = expected.clone();
+        done.push(format!("DONE {}", expected.len()));
+        assert_eq!(consume("fifo", expected.len()).await, done, "fifo, locked={locked}");
+        assert_eq!(consume("priority", 3).await, ["fe", "03", "07", "DONE 3"], "locked={locked}");
+        assert_eq!(consume("id", 2).await, ["11", "22", "DONE 2"], "locked={locked}");
+        assert_eq!(consume("delay", 1).await, ["dd", "DONE 1"], "locked={locked}");
+        let simple = Curator::run(zk, &["consume", "simple", &format!("{root}/c/simple"), "4", "15000"]).await;
+        assert_eq!(simple, done, "simple");
+        if locked {
+            let direct = zk_client(zk).await;
+            assert!(children(&direct, &format!("{root}/c/locks-fifo")).await.is_empty(), "no lock left behind");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkq_take_never_removes_a_message_curator_holds_a_lock_on() {
+    let zk = ZkServer::shared();
+    let root = unique_root("respect-locks");
+    let zkq = zkq_with_curator_paths(zk, &root, true).await;
+    zkq.put_ok("fifo", b"held").await;
+    zkq.put_ok("fifo", b"free").await;
+    let path = format!("{root}/c/fifo");
+    let lock = format!("{root}/c/locks-fifo");
+    // Curator takes the head and holds its lock for 3 s while "processing" it.
+    let consumer = Curator::spawn(zk, &["consume", "fifo", &path, "1", "20000", "--lock", &lock, "--hold-ms", "3000"]);
+    let first = tokio::task::spawn_blocking(move || (consumer.next_line(Duration::from_secs(20)), consumer))
+        .await
+        .expect("join");
+    let (line, consumer) = first;
+    assert_eq!(line.as_deref(), Some(hex(b"held").as_str()), "Curator got the head");
+    // zkq skips the locked head and hands out the next message; nothing else is there.
+    assert_eq!(zkq.take_body("fifo", "0").await.as_deref(), Some(b"free".as_slice()));
+    assert_eq!(zkq.take_body("fifo", "0").await, None);
+    assert_eq!(consumer.finish().await, ["DONE 1"]);
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &path).await.is_empty(), "Curator consumed the held one, once");
+}
