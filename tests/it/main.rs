@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
 
 mod cli;
+mod contract;
 mod curator;
 mod harness;
 mod queues;
 mod session;
+mod shutdown;

@@ -1,0 +1,103 @@
+//! Graceful shutdown of the real binary: SIGTERM under load loses nothing.
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    listener.local_addr().expect("addr").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sigterm");
+    let (api, admin) = (free_addr(), free_addr());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zkq"))
+        .args([
+            "--zk-connect",
+            &zk.connect_string(),
+            "--zk-root",
+            &root,
+            "--api-listen",
+            &api,
+            "--admin-listen",
+            &admin,
+        ])
+        .env("ZKQ__SHUTDOWN__GRACE", "10s")
+        .env("ZKQ__LOG__LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("zkq starts");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let (api_url, admin_url) = (format!("http://{api}"), format!("http://{admin}"));
+    eventually(Duration::from_secs(30), "zkq ready", || {
+        let (http, url) = (http.clone(), format!("{admin_url}/readyz"));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+
+    // Load: 16 putters in a loop, 4 takers long-polling an empty queue.
+    let confirmed = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut putters = tokio::task::JoinSet::new();
+    for p in 0..16 {
+        let (http, url, confirmed) = (http.clone(), format!("{api_url}/v1/queues/load/messages"), confirmed.clone());
+        putters.spawn(async move {
+            for i in 0.. {
+                let body = format!("p{p}-{i}");
+                match http.post(&url).body(body.clone()).send().await {
+                    Ok(r) if r.status() == 201 => confirmed.lock().expect("lock").push(body),
+                    Ok(r) => assert!(r.status() == 503, "a put during shutdown answered {}", r.status()),
+                    Err(_) => return, // listener closed
+                }
+            }
+        });
+    }
+    let mut takers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (http, url) = (http.clone(), format!("{api_url}/v1/queues/idle/take?wait=20s"));
+        takers.spawn(async move {
+            let started = Instant::now();
+            let status = http.post(url).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+            (status, started)
+        });
+    }
+    eventually(Duration::from_secs(10), "load running", || async { confirmed.lock().expect("lock").len() > 50 }).await;
+
+    let signalled = Instant::now();
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    // Not ready at once (if it still answers at all).
+    if let Ok(r) = http.get(format!("{admin_url}/readyz")).send().await {
+        assert_eq!(r.status(), 503, "readyz right after SIGTERM");
+    }
+    while let Some(answer) = takers.join_next().await {
+        let (status, _) = answer.expect("taker");
+        assert!(status == 204 || status == 503 || status == 0, "a waiting take answered {status}");
+    }
+    assert!(signalled.elapsed() < Duration::from_secs(5), "waiters were answered promptly");
+    let exit = tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join");
+    assert_eq!(exit.code(), Some(0), "clean exit");
+    assert!(signalled.elapsed() < Duration::from_secs(12), "exited within the grace period");
+    while putters.join_next().await.is_some() {}
+
+    // Every put answered 201 is in ZooKeeper.
+    let direct = zk_client(zk).await;
+    let mut stored = HashSet::new();
+    for name in children(&direct, &format!("{root}/queues/load")).await {
+        let (data, _) = direct.get_data(&format!("{root}/queues/load/{name}")).await.expect("data");
+        for item in zkq::queue::envelope::decode(&data).expect("envelope") {
+            stored.insert(String::from_utf8(item).expect("utf8"));
+        }
+    }
+    let confirmed = confirmed.lock().expect("lock").clone();
+    assert!(!confirmed.is_empty());
+    for body in &confirmed {
+        assert!(stored.contains(body), "{body} was confirmed with 201 but is not in ZooKeeper");
+    }
+}
