@@ -244,8 +244,12 @@ impl Queue {
         }
     }
 
-    /// Tries to take `candidate`: Curator's normal consumption (read, versioned delete) or,
-    /// on a queue with a lock path, its lock-safe steps (lock, read, delete item and lock).
+    /// Tries to take `candidate` in two round trips: read it, then one transaction that removes
+    /// it only if its version is unchanged. On a queue with a lock path the same transaction
+    /// also creates and deletes Curator's lock node `<lockPath>/<item>`: if a Curator lock-safe
+    /// consumer (or a lease) holds that lock, the create fails and nothing changes; if it does
+    /// not, nobody can take the lock between our check and our delete, because both are one
+    /// atomic step. Curator's own lock-safe consumer needs three round trips for the same.
     async fn claim(
         &self,
         zk: &Zk,
@@ -253,41 +257,7 @@ impl Queue {
         caller: &oneshot::Sender<Result<Option<Message>, QueueError>>,
     ) -> Result<Claim, ZkError> {
         let item_path = format!("{}/{}", self.path, candidate.name);
-        let lock = match &self.lock_path {
-            Some(lock_dir) => {
-                let lock = format!("{lock_dir}/{}", candidate.name);
-                let mut created = zk.create(&lock, b"", NodeMode::Ephemeral).await;
-                if created == Err(ZkError::NoNode) {
-                    // The lock directory is not there yet (or was removed): create it like Curator.
-                    zk.ensure_path(lock_dir).await?;
-                    created = zk.create(&lock, b"", NodeMode::Ephemeral).await;
-                }
-                match created {
-                    Ok(_) => Some(lock),
-                    // Held by someone (a Curator lock-safe consumer or a lease): never touch it.
-                    Err(ZkError::NodeExists) => return Ok(Claim::Lost),
-                    Err(err) => return Err(err),
-                }
-            },
-            None => None,
-        };
-        let result = self.claim_locked(zk, candidate, &item_path, lock.as_deref(), caller).await;
-        if let (Some(lock), Ok(Claim::Lost | Claim::Undecodable | Claim::Abandoned) | Err(_)) = (&lock, &result) {
-            // Release our lock; it is ephemeral, so a failure here resolves itself with the session.
-            let _ = zk.delete(lock, None).await;
-        }
-        result
-    }
-
-    async fn claim_locked(
-        &self,
-        zk: &Zk,
-        candidate: &ItemName,
-        item_path: &str,
-        lock: Option<&str>,
-        caller: &oneshot::Sender<Result<Option<Message>, QueueError>>,
-    ) -> Result<Claim, ZkError> {
-        let (data, stat) = match zk.get_data(item_path).await {
+        let (data, stat) = match zk.get_data(&item_path).await {
             Ok(found) => found,
             Err(ZkError::NoNode) => return Ok(Claim::Lost),
             Err(err) => return Err(err),
@@ -311,29 +281,34 @@ impl Queue {
             return Ok(Claim::Abandoned);
         }
         let first = items.remove(0);
-        // A multi-item node (Curator putMulti) keeps its place with the remaining items.
-        let mut ops = Vec::with_capacity(2);
+        let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
+        let mut ops = Vec::with_capacity(3);
+        if let Some(lock) = &lock {
+            ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
+        }
         if items.is_empty() {
-            ops.push(TxnOp::Delete { path: item_path.to_owned(), version: Some(stat.version) });
+            ops.push(TxnOp::Delete { path: item_path.clone(), version: Some(stat.version) });
         } else {
+            // A multi-item node (Curator putMulti) keeps its place with the remaining items.
             let rest = envelope::encode(items.iter().map(Vec::as_slice));
-            ops.push(TxnOp::SetData { path: item_path.to_owned(), data: rest, version: Some(stat.version) });
+            ops.push(TxnOp::SetData { path: item_path.clone(), data: rest, version: Some(stat.version) });
         }
-        if let Some(lock) = lock {
-            ops.push(TxnOp::Delete { path: lock.to_owned(), version: None });
+        if let Some(lock) = &lock {
+            ops.push(TxnOp::Delete { path: lock.clone(), version: None });
         }
-        let applied = if ops.len() == 1 {
-            match &ops[0] {
-                TxnOp::Delete { path, version } => zk.delete(path, *version).await,
-                TxnOp::SetData { path, data, version } => zk.set_data(path, data, *version).await.map(|_| ()),
-                _ => Ok(()),
-            }
-        } else {
-            zk.multi(&ops).await.map(|_| ()).map_err(|e| e.error)
-        };
+        let mut applied = self.apply(zk, &ops).await;
+        if applied == Err(ZkError::NoNode)
+            && let Some(dir) = &self.lock_path
+            && zk.exists(dir).await?.is_none()
+        {
+            // The lock directory is missing (first use, or removed): create it like Curator, once.
+            zk.ensure_path(dir).await?;
+            applied = self.apply(zk, &ops).await;
+        }
         match applied {
             Ok(()) => {},
-            Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
+            // Consumed or changed by someone else, or locked by a consumer: try the next one.
+            Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NodeExists) => return Ok(Claim::Lost),
             Err(err) => return Err(err),
         }
         if items.is_empty() {
@@ -342,6 +317,15 @@ impl Queue {
             self.cache.push_front(candidate.clone());
         }
         Ok(Claim::Taken(Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() }))
+    }
+
+    /// Applies `ops`: a single operation as itself, several as one transaction.
+    async fn apply(&self, zk: &Zk, ops: &[TxnOp]) -> Result<(), ZkError> {
+        match ops {
+            [TxnOp::Delete { path, version }] => zk.delete(path, *version).await,
+            [TxnOp::SetData { path, data, version }] => zk.set_data(path, data, *version).await.map(|_| ()),
+            _ => zk.multi(ops).await.map(|_| ()).map_err(|e| e.error),
+        }
     }
 
     /// Puts back a message whose taker vanished after it was removed: same kind fields, at the
@@ -494,42 +478,34 @@ impl Queue {
 
     async fn remove_node(&self, zk: &Zk, name: &str) -> Result<bool, QueueError> {
         let item_path = format!("{}/{}", self.path, name);
-        let removed = match &self.lock_path {
-            Some(lock_dir) => {
-                let lock = format!("{lock_dir}/{name}");
-                match zk.create(&lock, b"", NodeMode::Ephemeral).await {
-                    Ok(_) => {},
-                    Err(ZkError::NodeExists) => return Ok(false),
-                    Err(ZkError::NoNode) => {
-                        zk.ensure_path(lock_dir).await?;
-                        zk.create(&lock, b"", NodeMode::Ephemeral).await?;
-                    },
-                    Err(err) => return Err(err.into()),
-                }
-                let ops = [
+        // As in `claim`: the lock node is created and deleted in the same transaction, so an item
+        // a consumer holds a lock on is never removed.
+        let ops = match &self.lock_path {
+            Some(dir) => {
+                let lock = format!("{dir}/{name}");
+                vec![
+                    TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral },
                     TxnOp::Delete { path: item_path, version: None },
-                    TxnOp::Delete { path: lock.clone(), version: None },
-                ];
-                match zk.multi(&ops).await {
-                    Ok(_) => true,
-                    Err(err) => {
-                        let _ = zk.delete(&lock, None).await;
-                        match err.error {
-                            ZkError::NoNode => false,
-                            other => return Err(other.into()),
-                        }
-                    },
-                }
+                    TxnOp::Delete { path: lock, version: None },
+                ]
             },
-            None => match zk.delete(&item_path, None).await {
-                Ok(()) => true,
-                Err(ZkError::NoNode) => false,
-                Err(err) => return Err(err.into()),
-            },
+            None => vec![TxnOp::Delete { path: item_path, version: None }],
         };
-        if removed {
-            self.cache.removed_local();
+        let mut applied = self.apply(zk, &ops).await;
+        if applied == Err(ZkError::NoNode)
+            && let Some(dir) = &self.lock_path
+            && zk.exists(dir).await?.is_none()
+        {
+            zk.ensure_path(dir).await?;
+            applied = self.apply(zk, &ops).await;
         }
-        Ok(removed)
+        match applied {
+            Ok(()) => {
+                self.cache.removed_local();
+                Ok(true)
+            },
+            Err(ZkError::NoNode | ZkError::NodeExists) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
     }
 }
