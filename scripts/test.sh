@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus) and runs the
+# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, schemathesis) and runs the
 # whole suite against real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,5 +7,12 @@ source scripts/lib.sh
 
 ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus
 bash tests/java/build.sh
+# Python tools from PyPI, pinned, in a private virtualenv.
+venv=target/tools-venv
+if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
+  echo "==> installing schemathesis into $venv" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
+fi
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
 cargo test --locked --all-targets "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"

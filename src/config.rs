@@ -192,7 +192,7 @@ impl Default for AdminConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { format: LogFormat::Text, level: "info".to_owned() }
+        LogConfig { format: LogFormat::Text, level: "info,zookeeper_client=warn".to_owned() }
     }
 }
 

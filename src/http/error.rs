@@ -48,7 +48,7 @@ impl ErrorCode {
             BadRequest => (StatusCode::BAD_REQUEST, "bad_request"),
             InvalidQueueName => (StatusCode::BAD_REQUEST, "invalid_queue_name"),
             InvalidParameter => (StatusCode::BAD_REQUEST, "invalid_parameter"),
-            ParameterNotForKind => (StatusCode::BAD_REQUEST, "parameter_not_for_kind"),
+            ParameterNotForKind => (StatusCode::CONFLICT, "parameter_not_for_kind"),
             NotFound => (StatusCode::NOT_FOUND, "not_found"),
             QueueNotFound => (StatusCode::NOT_FOUND, "queue_not_found"),
             MessageNotFound => (StatusCode::NOT_FOUND, "message_not_found"),

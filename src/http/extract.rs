@@ -56,13 +56,56 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
     }
 }
 
-/// Parses a duration parameter: `20s`, `500ms`, `2m`, or a bare number of seconds.
+/// Parses a duration parameter exactly as the spec's pattern `^([0-9]+|([0-9]+(ms|s|m|h))+)$`
+/// allows: bare seconds, or number-unit pairs such as `20s`, `500ms`, `1m30s`. Saturates
+/// instead of overflowing, so every value the spec allows is accepted.
 pub fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+    let bad = || ApiError::invalid(format!("`{name}` = {text:?} is not a duration; write it like 20s, 500ms or 2m"));
+    if text.is_empty() {
+        return Err(bad());
     }
-    humantime::parse_duration(text).map_err(|_| {
-        ApiError::invalid(format!("`{name}` = {text:?} is not a duration; write it like 20s, 500ms or 2m"))
-    })
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(Duration::from_secs(text.parse().unwrap_or(u64::MAX)));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let value: u64 = rest[..digits].parse().unwrap_or(u64::MAX);
+        rest = &rest[digits..];
+        let (unit_ms, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('s') {
+            (1_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else {
+            return Err(bad());
+        };
+        rest = &rest[len..];
+        total = total.saturating_add(Duration::from_millis(value.saturating_mul(unit_ms)));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_follow_the_documented_pattern() {
+        assert_eq!(parse_duration("w", "20").ok(), Some(Duration::from_secs(20)));
+        assert_eq!(parse_duration("w", "500ms").ok(), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("w", "1m30s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("w", "2h").ok(), Some(Duration::from_secs(7200)));
+        assert!(parse_duration("w", "99999999999999999999999h").is_ok(), "saturates");
+        for bad in ["", "s", "1d", "1 s", "-1s", "1.5s", "soon"] {
+            assert!(parse_duration("w", bad).is_err(), "{bad:?} must be refused");
+        }
+    }
 }

@@ -47,14 +47,19 @@ pub struct MessagePath {
 pub struct PutQuery {
     /// Priority queues only: lower is delivered first (int32, default 0).
     pub priority: Option<i32>,
-    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`).
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub delay: Option<String>,
-    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds. With `delay` too,
+    /// the later of the two applies.
     #[param(minimum = 1)]
     pub deliver_at: Option<i64>,
-    /// Id queues only (required there): the message's id.
+    /// Id queues only (required there): the message's id; `/` and `|` are stored as `_`, as Curator does.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[^\x00-\x1f\x7f]{1,200}$")]
     pub id: Option<String>,
-    /// How long to wait for room when the queue is at `max_items` (default 0).
+    /// How long to wait for room when the queue is at `max_items` (default 0; longer values are
+    /// cut to `take.max_wait`).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
 }
 
@@ -62,7 +67,9 @@ pub struct PutQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TakeQuery {
-    /// How long to wait for a message (default 0, at most `take.max_wait`).
+    /// How long to wait for a message: `20s`, `500ms`, or seconds (default 0; longer values are
+    /// cut to `take.max_wait`, 20s by default).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
 }
 
@@ -79,7 +86,8 @@ pub struct PeekQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RemoveQuery {
-    /// Id queues: remove every message with this id.
+    /// Remove every message with this id (id queues); matched after Curator's `/`,`|` → `_`.
+    #[param(required = true, min_length = 1, max_length = 200, pattern = r"^[^\x00-\x1f\x7f]{1,200}$")]
     pub id: Option<String>,
 }
 
@@ -149,17 +157,10 @@ fn open(state: &AppState, name: &str) -> Result<std::sync::Arc<Queue>, ApiError>
     Ok(state.queues.get(name)?)
 }
 
-fn bounded_wait(state: &AppState, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
+/// A `wait` parameter, cut to `max` (documented in the spec).
+fn bounded_wait(text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
     let Some(text) = text else { return Ok(Duration::ZERO) };
-    let wait = parse_duration("wait", text)?;
-    if wait > max {
-        return Err(ApiError::invalid(format!(
-            "`wait` = {text} is longer than the allowed {}",
-            humantime::format_duration(max)
-        )));
-    }
-    let _ = state;
-    Ok(wait)
+    Ok(parse_duration("wait", text)?.min(max))
 }
 
 /// Put a message.
@@ -171,6 +172,7 @@ fn bounded_wait(state: &AppState, text: Option<&str>, max: Duration) -> Result<D
         (status = 201, description = "Stored in ZooKeeper", body = PutResponse),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
+        (status = 409, description = "A parameter that does not fit the queue's kind, or an id queue without `id`", body = ErrorBody),
         (status = 413, description = "Message larger than api.max_message_bytes", body = ErrorBody),
         (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
@@ -184,17 +186,19 @@ pub async fn put_message(
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let queue = open(&state, &path.queue)?;
-    let wait = bounded_wait(&state, query.wait.as_deref(), state.config.take.max_wait)?;
-    let deliver_at = match (&query.delay, query.deliver_at) {
-        (Some(_), Some(_)) => return Err(ApiError::invalid("give either `delay` or `deliver_at`, not both")),
-        (Some(delay), None) => {
-            let delay = parse_duration("delay", delay)?;
-            let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    let wait = bounded_wait(query.wait.as_deref(), state.config.take.max_wait)?;
+    // Both are "not before" bounds: given together, the later one applies.
+    let after_delay = match &query.delay {
+        Some(delay) => {
+            let delay_ms = i64::try_from(parse_duration("delay", delay)?.as_millis()).unwrap_or(i64::MAX);
             Some(crate::queue::now_epoch_ms().saturating_add(delay_ms))
         },
-        (None, Some(at)) if at <= 0 => return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time")),
-        (None, at) => at,
+        None => None,
     };
+    if query.deliver_at.is_some_and(|at| at <= 0) {
+        return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
+    }
+    let deliver_at = after_delay.max(query.deliver_at);
     let options = PutOptions { priority: query.priority, deliver_at, id: query.id, wait };
     let receipt = queue.put(&body, options).await?;
     let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
@@ -226,7 +230,7 @@ pub async fn take_message(
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
     let queue = open(&state, &path.queue)?;
-    let wait = bounded_wait(&state, query.wait.as_deref(), state.config.take.max_wait)?;
+    let wait = bounded_wait(query.wait.as_deref(), state.config.take.max_wait)?;
     match queue.take(wait).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -327,8 +331,9 @@ pub async fn remove_message(
     params(QueuePath, RemoveQuery),
     responses(
         (status = 200, description = "How many were removed", body = RemovedResponse),
-        (status = 400, description = "Bad queue name, missing id, or not an id queue", body = ErrorBody),
+        (status = 400, description = "Bad queue name or missing id", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 409, description = "Not an id queue", body = ErrorBody),
         (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         (status = 504, description = "Outcome unknown", body = ErrorBody),
     )

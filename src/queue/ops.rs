@@ -93,7 +93,7 @@ impl Queue {
             QueueKind::Delay => ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(super::now_epoch_ms).max(1)),
             QueueKind::Id => {
                 let id = options.id.clone().ok_or_else(|| {
-                    QueueError::InvalidParameter(format!("id queue {:?} needs ?id= on every put", self.name))
+                    QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.name))
                 })?;
                 if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_control()) {
                     return Err(QueueError::InvalidParameter(

@@ -73,6 +73,7 @@ async fn bad_inputs_get_documented_json_errors() {
         "tiny".into(),
         zkq::config::QueueConfig { kind: QueueKind::Fifo, path: None, lock_path: None, max_items: Some(1) },
     );
+    config.take.max_wait = Duration::from_secs(1);
     let max = config.api.max_message_bytes;
     let zkq = TestZkq::start_ready(config).await;
     let post = |path: &str| zkq.http.post(zkq.url(path));
@@ -83,13 +84,18 @@ async fn bad_inputs_get_documented_json_errors() {
         let (status, body) = raw_request(&zkq.api, "POST", trick).await;
         assert_eq!((status, body["code"].as_str()), (400, Some("invalid_queue_name")), "{trick}: {body}");
     }
-    assert_error(post("/v1/queues/f/messages?priority=1").send().await.expect("r"), 400, "parameter_not_for_kind")
+    assert_error(post("/v1/queues/f/messages?priority=1").send().await.expect("r"), 409, "parameter_not_for_kind")
         .await;
     assert_error(post("/v1/queues/f/messages?priority=abc").send().await.expect("r"), 400, "invalid_parameter").await;
-    assert_error(post("/v1/queues/ids/messages").send().await.expect("r"), 400, "invalid_parameter").await;
+    assert_error(post("/v1/queues/ids/messages").send().await.expect("r"), 409, "parameter_not_for_kind").await;
     assert_error(zkq.put("f", &vec![0u8; max + 1]).await, 413, "payload_too_large").await;
     assert_error(post("/v1/queues/f/take?wait=soon").send().await.expect("r"), 400, "invalid_parameter").await;
-    assert_error(post("/v1/queues/f/take?wait=1h").send().await.expect("r"), 400, "invalid_parameter").await;
+    assert_error(post("/v1/queues/f/take?wait=1d").send().await.expect("r"), 400, "invalid_parameter").await;
+    // A wait beyond take.max_wait is cut to it (documented), not refused.
+    let started = Instant::now();
+    let capped = post("/v1/queues/f/take?wait=1h").send().await.expect("r");
+    assert_eq!(capped.status(), 204);
+    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
     let peek = zkq.http.get(zkq.url("/v1/queues/f/messages?limit=0")).send().await.expect("r");
     assert_error(peek, 400, "invalid_parameter").await;
     let missing = zkq.http.delete(zkq.url("/v1/queues/f/messages/queue-0000000099")).send().await.expect("r");
