@@ -332,3 +332,38 @@ async fn remove_by_message_id_and_by_id() {
     assert_eq!(json(removed).await["removed"], 2);
     assert_eq!(zkq.take_body("ids", "0").await.as_deref(), Some(b"3".as_slice()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_answer_is_lost_says_outcome_unknown_not_created() {
+    let zk = ZkServer::start();
+    let zkq = TestZkq::start_ready(test_config(&zk, &unique_root("outcome"))).await;
+    zkq.put_ok("q", b"before").await;
+    // The server freezes after the request is sent: zkq cannot know whether it was applied.
+    zk.pause();
+    let response = zkq.put("q", b"in doubt").await;
+    zk.resume();
+    assert_error(response, 504, "outcome_unknown").await;
+    assert!(zkq.metrics().await.contains("zkq_put_outcome_unknown_total{queue=\"q\"} 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_listing_describes_declared_and_dynamic_queues() {
+    let zk = ZkServer::shared();
+    let root = unique_root("listing");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "declared", QueueKind::Priority, Some(&format!("{root}/app/q")), None);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("dynamic", b"1").await;
+    zkq.put_ok("dynamic", b"2").await;
+    let list = json(zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list")).await;
+    let queues = list["queues"].as_array().expect("array");
+    let names: Vec<&str> = queues.iter().filter_map(|q| q["name"].as_str()).collect();
+    assert_eq!(names, ["declared", "dynamic"]);
+    assert_eq!(queues[0]["kind"], "priority");
+    assert_eq!(queues[0]["path"], format!("{root}/app/q"));
+    assert_eq!(queues[0]["lock_path"], serde_json::Value::Null);
+    assert_eq!(queues[1]["kind"], "fifo");
+    assert_eq!(queues[1]["depth"], 2);
+    assert_eq!(queues[1]["lock_path"], format!("{root}/locks/dynamic"));
+    assert!(queues[1]["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0));
+}
