@@ -83,7 +83,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config: config.clone(),
         session: session.clone(),
         metrics: metrics.clone(),
-        queues,
+        queues: queues.clone(),
         draining: draining.clone(),
     };
 
@@ -107,7 +107,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         // 2. Stop accepting; let requests in flight (puts) finish.
         stop_api.cancel();
         let mut in_time = tokio::time::timeout_at(deadline, api).await.is_ok();
-        // 3. Close the session: our ephemeral locks vanish, so held messages are redelivered now.
+        // 3. Release leases still held, so their messages are redelivered now rather than after
+        //    the session timeout; then close the session.
+        match tokio::time::timeout_at(deadline, queues.release_all_leases()).await {
+            Ok(0) => {},
+            Ok(released) => tracing::info!(released, "released leases still held"),
+            Err(_) => in_time = false,
+        }
         stop_session.cancel();
         tasks.close();
         in_time &= tokio::time::timeout_at(deadline, async {

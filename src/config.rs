@@ -27,6 +27,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub log: LogConfig,
     pub take: TakeConfig,
+    pub lease: LeaseConfig,
     pub shutdown: ShutdownConfig,
     /// Whether queues that are not declared under `[queues]` are created on first use.
     pub queues_dynamic: bool,
@@ -97,6 +98,23 @@ pub struct TakeConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct LeaseConfig {
+    /// Visibility timeout of a lease when the request gives none.
+    #[serde(with = "humantime_serde")]
+    pub default_visibility: Duration,
+    /// Longest visibility a lease or an extend may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_visibility: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig { default_visibility: Duration::from_secs(30), max_visibility: Duration::from_secs(12 * 3600) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// Time allowed on SIGTERM/SIGINT to finish puts and release leases before exiting anyway.
     #[serde(with = "humantime_serde")]
@@ -143,6 +161,10 @@ pub struct QueueConfig {
     pub lock_path: Option<String>,
     /// Puts wait (up to their `wait`) while the queue holds this many children.
     pub max_items: Option<u32>,
+    /// Deliveries (leases) after which a message moves to `dead_letter` instead.
+    pub max_deliveries: Option<u32>,
+    /// Queue that receives messages past `max_deliveries`, and undecodable nodes.
+    pub dead_letter: Option<String>,
 }
 
 fn default_kind() -> QueueKind {
@@ -157,6 +179,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             log: LogConfig::default(),
             take: TakeConfig::default(),
+            lease: LeaseConfig::default(),
             shutdown: ShutdownConfig::default(),
             queues_dynamic: true,
             max_dynamic_queues: 1000,
@@ -351,6 +374,18 @@ impl Config {
             return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
         }
         check_duration("take.max_wait", self.take.max_wait, Duration::ZERO, Duration::from_secs(3600))?;
+        check_duration(
+            "lease.max_visibility",
+            self.lease.max_visibility,
+            Duration::from_secs(1),
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
+        check_duration(
+            "lease.default_visibility",
+            self.lease.default_visibility,
+            Duration::from_millis(100),
+            self.lease.max_visibility,
+        )?;
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
@@ -381,6 +416,31 @@ impl Config {
             }
             if queue.max_items == Some(0) {
                 return Err(invalid(format!("{key}.max_items"), 0, "at least 1, or leave it out for no limit"));
+            }
+            if queue.max_deliveries == Some(0) {
+                return Err(invalid(format!("{key}.max_deliveries"), 0, "at least 1, or leave it out for no limit"));
+            }
+            if let Some(dead_letter) = &queue.dead_letter {
+                if let Err(why) = check_name(dead_letter) {
+                    return Err(invalid(format!("{key}.dead_letter"), dead_letter, why));
+                }
+                if dead_letter == name {
+                    return Err(invalid(format!("{key}.dead_letter"), dead_letter, "must be another queue"));
+                }
+                if !self.queues_dynamic && !self.queues.contains_key(dead_letter) {
+                    return Err(invalid(
+                        format!("{key}.dead_letter"),
+                        dead_letter,
+                        "must be a declared queue when queues_dynamic = false",
+                    ));
+                }
+            }
+            if queue.max_deliveries.is_some() && queue.dead_letter.is_none() {
+                return Err(invalid(
+                    format!("{key}.max_deliveries"),
+                    queue.max_deliveries,
+                    "needs a dead_letter queue to move messages to",
+                ));
             }
         }
         Ok(())

@@ -35,6 +35,13 @@ pub struct Metrics {
     pub messages_taken: IntCounterVec,
     pub waiting_takers: IntGaugeVec,
     pub undecodable_messages: IntCounterVec,
+    pub messages_leased: IntCounterVec,
+    pub messages_acked: IntCounterVec,
+    pub messages_nacked: IntCounterVec,
+    pub messages_expired: IntCounterVec,
+    pub messages_dead_lettered: IntCounterVec,
+    pub leases_extended: IntCounterVec,
+    pub leases_in_flight: IntGaugeVec,
     pub children_reads: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
@@ -132,6 +139,40 @@ impl Metrics {
                 ),
                 &["queue"],
             )?,
+            messages_leased: IntCounterVec::new(
+                Opts::new("zkq_messages_leased_total", "Messages handed out under a lease (deliveries)."),
+                &["queue"],
+            )?,
+            messages_acked: IntCounterVec::new(
+                Opts::new("zkq_messages_acked_total", "Leased messages acknowledged and removed."),
+                &["queue"],
+            )?,
+            messages_nacked: IntCounterVec::new(
+                Opts::new("zkq_messages_nacked_total", "Leased messages nacked, by mode (requeue, delete, keep)."),
+                &["queue", "mode"],
+            )?,
+            messages_expired: IntCounterVec::new(
+                Opts::new(
+                    "zkq_messages_expired_total",
+                    "Leases whose visibility timeout passed; their messages are delivered again.",
+                ),
+                &["queue"],
+            )?,
+            messages_dead_lettered: IntCounterVec::new(
+                Opts::new(
+                    "zkq_messages_dead_lettered_total",
+                    "Messages moved to the dead-letter queue (past max_deliveries, or undecodable).",
+                ),
+                &["queue"],
+            )?,
+            leases_extended: IntCounterVec::new(
+                Opts::new("zkq_leases_extended_total", "Lease extensions (heartbeats)."),
+                &["queue"],
+            )?,
+            leases_in_flight: IntGaugeVec::new(
+                Opts::new("zkq_leases_in_flight", "Leases held by this zkq: messages being processed."),
+                &["queue"],
+            )?,
             children_reads: IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_children_reads_total",
@@ -173,6 +214,13 @@ impl Metrics {
         r.register(Box::new(self.waiting_takers.clone()))?;
         r.register(Box::new(self.undecodable_messages.clone()))?;
         r.register(Box::new(self.children_reads.clone()))?;
+        r.register(Box::new(self.messages_leased.clone()))?;
+        r.register(Box::new(self.messages_acked.clone()))?;
+        r.register(Box::new(self.messages_nacked.clone()))?;
+        r.register(Box::new(self.messages_expired.clone()))?;
+        r.register(Box::new(self.messages_dead_lettered.clone()))?;
+        r.register(Box::new(self.leases_extended.clone()))?;
+        r.register(Box::new(self.leases_in_flight.clone()))?;
         r.register(Box::new(self.put_outcome_unknown.clone()))?;
         r.register(Box::new(self.shutdown_duration.clone()))?;
         Ok(())

@@ -31,6 +31,8 @@ pub enum ErrorCode {
     NotFound,
     QueueNotFound,
     MessageNotFound,
+    LeaseNotFound,
+    LeaseLost,
     MethodNotAllowed,
     PayloadTooLarge,
     QueueFull,
@@ -52,6 +54,8 @@ impl ErrorCode {
             NotFound => (StatusCode::NOT_FOUND, "not_found"),
             QueueNotFound => (StatusCode::NOT_FOUND, "queue_not_found"),
             MessageNotFound => (StatusCode::NOT_FOUND, "message_not_found"),
+            LeaseNotFound => (StatusCode::NOT_FOUND, "lease_not_found"),
+            LeaseLost => (StatusCode::CONFLICT, "lease_lost"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
@@ -143,6 +147,14 @@ impl From<QueueError> for ApiError {
             QueueError::MessageNotFound(id) => {
                 ApiError::new(ErrorCode::MessageNotFound, format!("no message {id:?} in this queue"))
             },
+            QueueError::LeaseLost(why) => ApiError::new(
+                ErrorCode::LeaseLost,
+                format!("the lease is no longer held: {why}; the message is (or will be) delivered again"),
+            ),
+            QueueError::LeaseNotFound(receipt) => ApiError::new(
+                ErrorCode::LeaseNotFound,
+                format!("no lease {receipt:?} on this queue; use the zkq-lease header of a lease response"),
+            ),
             QueueError::ShuttingDown => {
                 ApiError::new(ErrorCode::ShuttingDown, "zkq is shutting down; retry on another instance")
             },

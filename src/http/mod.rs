@@ -6,6 +6,7 @@
 mod admin;
 pub mod error;
 mod extract;
+pub mod leases;
 pub mod queues;
 
 use std::sync::Arc;
@@ -46,7 +47,10 @@ pub struct AppState {
         description = "Durable, Curator-compatible ZooKeeper queues over HTTP. Every error is JSON {code, message}.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    tags((name = "queues", description = "Put, take, peek and remove messages")),
+    tags(
+        (name = "queues", description = "Put, take, peek and remove messages"),
+        (name = "leases", description = "Lock-path safe consumption: lease, ack, nack, extend"),
+    ),
     components(schemas(error::ErrorBody)),
 )]
 struct ApiDoc;
@@ -58,6 +62,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(queues::put_message, queues::peek_messages, queues::remove_by_id))
         .routes(routes!(queues::remove_message))
         .routes(routes!(queues::take_message))
+        .routes(routes!(leases::lease_message))
+        .routes(routes!(leases::ack))
+        .routes(routes!(leases::nack))
+        .routes(routes!(leases::extend))
 }
 
 /// The OpenAPI document the API listener serves (and `openapi/openapi.json` holds).

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
 use crate::metrics::Metrics;
-use crate::zk::{ConnectionState, WatchEvent, ZkError, ZkSession};
+use crate::zk::{ConnectionState, WatchEvent, Zk, ZkError, ZkSession};
 
 /// Milliseconds since the Unix epoch, the unit of delay-queue names.
 pub fn now_epoch_ms() -> i64 {
@@ -49,6 +49,8 @@ struct State {
     next_waiter_id: u64,
     /// `queue-` nodes that are not Curator envelopes: logged once, then skipped.
     undecodable: HashSet<String>,
+    /// Items whose lock (held by a consumer) is being watched.
+    watched_locks: HashSet<String>,
 }
 
 /// Keeps `zkq_waiting_takers` and the waiter list right however a wait ends (even when the
@@ -150,6 +152,43 @@ impl ChildrenCache {
         let pos = state.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
         state.candidates.insert(pos, item);
         Self::wake(&mut state, 1);
+    }
+
+    /// Offers an existing item again (its lock was released), in its place in the order.
+    pub fn reoffer(&self, item: ItemName) {
+        let mut state = self.lock();
+        if state.candidates.iter().any(|c| c.name == item.name) {
+            return;
+        }
+        let pos = state.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
+        state.candidates.insert(pos, item);
+        Self::wake(&mut state, 1);
+    }
+
+    /// Watches the lock a consumer holds on `item` and offers the item again once the lock is
+    /// gone (released, or its session ended). One watch per locked item, however many takers.
+    pub fn watch_lock(self: &Arc<Self>, zk: &Zk, item: ItemName, lock_dir: Option<&str>) {
+        let Some(lock_dir) = lock_dir else { return };
+        if !self.lock().watched_locks.insert(item.name.clone()) {
+            return;
+        }
+        let lock = format!("{lock_dir}/{}", item.name);
+        let (cache, zk) = (self.clone(), zk.clone());
+        tokio::spawn(async move {
+            loop {
+                let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                match zk.watch_exists(&lock).await {
+                    Ok((Some(_), watch)) => {
+                        if watch.changed().await == WatchEvent::SessionEnded {
+                            break;
+                        }
+                    },
+                    Ok((None, _)) | Err(_) => break,
+                }
+            }
+            cache.lock().watched_locks.remove(&item.name);
+            cache.reoffer(item);
+        });
     }
 
     /// Records that this process removed a child.

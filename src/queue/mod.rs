@@ -3,6 +3,7 @@
 
 mod cache;
 pub mod envelope;
+mod lease;
 pub mod names;
 mod ops;
 
@@ -14,6 +15,8 @@ use tokio_util::task::TaskTracker;
 
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
+use lease::LeaseTable;
+pub use lease::{DeadLetter, LeaseGrant, NackMode};
 pub use names::ItemMeta;
 pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 
@@ -29,9 +32,18 @@ pub enum QueueError {
     TooManyQueues(usize),
     InvalidParameter(String),
     NotForKind(String),
-    TooLarge { size: usize, max: usize },
-    Full { max_items: u32 },
+    TooLarge {
+        size: usize,
+        max: usize,
+    },
+    Full {
+        max_items: u32,
+    },
     MessageNotFound(String),
+    /// The lease is no longer held (expired, acked, nacked, its session lost, another zkq).
+    LeaseLost(String),
+    /// The receipt is malformed or was never issued.
+    LeaseNotFound(String),
     ShuttingDown,
     Zk(ZkError),
 }
@@ -50,11 +62,28 @@ pub struct Queue {
     pub lock_path: Option<String>,
     pub max_items: Option<u32>,
     pub declared: bool,
+    pub dead_letter: Option<DeadLetter>,
+    /// Where delivery counts of leased messages live: `{root}/deliveries/{queue}`.
+    deliveries_path: String,
     max_message_bytes: usize,
     session: ZkSession,
     metrics: Arc<Metrics>,
     cache: Arc<ChildrenCache>,
+    leases: LeaseTable,
     shutdown: CancellationToken,
+}
+
+impl Queue {
+    /// Leases currently held by this zkq on this queue.
+    pub fn leases_in_flight(&self) -> usize {
+        self.leases.in_flight()
+    }
+}
+
+struct QueueLayout {
+    kind: QueueKind,
+    path: String,
+    lock_path: Option<String>,
 }
 
 /// All queues this process serves; dynamic ones are created on first use.
@@ -102,33 +131,30 @@ impl QueueService {
         if let Some(queue) = queues.get(name) {
             return Ok(queue.clone());
         }
-        let root = &self.config.zookeeper.root;
-        let (kind, path, lock_path, max_items, declared) = match self.config.queues.get(name) {
-            Some(declared) => (
-                declared.kind,
-                declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
-                match (&declared.lock_path, declared.kind) {
-                    (Some(lock_path), _) => Some(lock_path.clone()),
-                    (None, QueueKind::Simple) => None,
-                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
-                    // An attached Curator queue without a lock path: its consumers use none.
-                    (None, _) => None,
-                },
-                declared.max_items,
-                true,
-            ),
-            None => {
-                if !self.config.queues_dynamic {
-                    return Err(QueueError::UnknownQueue(name.to_owned()));
-                }
-                let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
-                if *dynamic >= self.config.max_dynamic_queues {
-                    return Err(QueueError::TooManyQueues(self.config.max_dynamic_queues));
-                }
-                *dynamic += 1;
-                (QueueKind::Fifo, format!("{root}/queues/{name}"), Some(format!("{root}/locks/{name}")), None, false)
-            },
-        };
+        let declared = self.config.queues.contains_key(name);
+        if !declared {
+            if !self.config.queues_dynamic {
+                return Err(QueueError::UnknownQueue(name.to_owned()));
+            }
+            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+            if *dynamic >= self.config.max_dynamic_queues {
+                return Err(QueueError::TooManyQueues(self.config.max_dynamic_queues));
+            }
+            *dynamic += 1;
+        }
+        let layout = self.layout(name);
+        let (kind, path, lock_path) = (layout.kind, layout.path, layout.lock_path);
+        let declared_config = self.config.queues.get(name);
+        let max_items = declared_config.and_then(|q| q.max_items);
+        let dead_letter = declared_config.and_then(|q| q.dead_letter.as_ref()).map(|target| {
+            let target_layout = self.layout(target);
+            DeadLetter {
+                max_deliveries: declared_config.and_then(|q| q.max_deliveries),
+                name: target.clone(),
+                kind: target_layout.kind,
+                path: target_layout.path,
+            }
+        });
         let cache = ChildrenCache::new(kind, path.clone(), name.to_owned(), self.metrics.clone());
         let queue = Arc::new(Queue {
             name: name.to_owned(),
@@ -137,10 +163,13 @@ impl QueueService {
             lock_path: lock_path.clone(),
             max_items,
             declared,
+            dead_letter,
+            deliveries_path: format!("{}/deliveries/{name}", self.config.zookeeper.root),
             max_message_bytes: self.config.api.max_message_bytes,
             session: self.session.clone(),
             metrics: self.metrics.clone(),
             cache: cache.clone(),
+            leases: LeaseTable::default(),
             shutdown: self.shutdown.clone(),
         });
         // Touch the per-queue series so they are exported (as 0) from the start.
@@ -148,8 +177,42 @@ impl QueueService {
             gauge.with_label_values(&[name]);
         }
         self.tasks.spawn(cache.run(self.session.clone(), lock_path, self.shutdown.clone()));
+        self.tasks.spawn(queue.clone().run_lease_reaper(self.session.clone(), self.shutdown.clone()));
+        self.tasks.spawn(queue.clone().run_delivery_count_sweeper(self.shutdown.clone()));
         queues.insert(name.to_owned(), queue.clone());
         Ok(queue)
+    }
+
+    /// Kind, path and lock path of a queue, declared or not.
+    fn layout(&self, name: &str) -> QueueLayout {
+        let root = &self.config.zookeeper.root;
+        match self.config.queues.get(name) {
+            Some(declared) => QueueLayout {
+                kind: declared.kind,
+                path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+                lock_path: match (&declared.lock_path, declared.kind) {
+                    (Some(lock_path), _) => Some(lock_path.clone()),
+                    (None, QueueKind::Simple) => None,
+                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                    // An attached Curator queue without a lock path: its consumers use none.
+                    (None, _) => None,
+                },
+            },
+            None => QueueLayout {
+                kind: QueueKind::Fifo,
+                path: format!("{root}/queues/{name}"),
+                lock_path: Some(format!("{root}/locks/{name}")),
+            },
+        }
+    }
+
+    /// Releases every lease of every queue (shutdown).
+    pub async fn release_all_leases(&self) -> usize {
+        let mut released = 0;
+        for queue in self.opened() {
+            released += queue.release_all_leases().await;
+        }
+        released
     }
 
     /// Queues opened so far (declared ones always), sorted by name.

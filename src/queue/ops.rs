@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lease::{LeaseClaim, LeaseGrant, NackMode};
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
@@ -57,12 +58,26 @@ pub struct QueueInfo {
     pub oldest_age_ms: Option<i64>,
 }
 
+/// A message handed out, with its lease when it was leased.
+type Delivery = (Message, Option<LeaseGrant>);
+
+/// What kind of consumption is asked for.
+#[derive(Debug, Clone, Copy)]
+enum Acquire {
+    Take,
+    Lease(Duration),
+}
+
 /// How a claimed node is resolved once its data is read.
 enum Claim {
     /// The node (and our lock, if any) was removed; these are its items.
     Taken(Message),
-    /// Someone else has it (consumed, locked or changed): try the next candidate.
+    /// The node is locked by this zkq for a lease.
+    Leased(Message, LeaseGrant),
+    /// Someone else has it (consumed or changed): try the next candidate.
     Lost,
+    /// A consumer holds its lock.
+    Locked,
     /// Not a Curator envelope: skipped and left in place.
     Undecodable,
     /// The taker left before anything was removed.
@@ -155,6 +170,22 @@ impl Queue {
     /// The claim runs in its own task: if the caller goes away (HTTP client disconnected),
     /// nothing is removed, and a message removed just as it left is put back.
     pub async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
+        Ok(self.acquire(wait, Acquire::Take).await?.map(|(message, _)| message))
+    }
+
+    /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
+    /// in ZooKeeper, locked with Curator's lock node, until it is acked, nacked or expires.
+    pub async fn lease(
+        self: &Arc<Self>,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
+        self.check_leasable()?;
+        let acquired = self.acquire(wait, Acquire::Lease(visibility)).await?;
+        Ok(acquired.and_then(|(message, grant)| grant.map(|grant| (message, grant))))
+    }
+
+    async fn acquire(self: &Arc<Self>, wait: Duration, how: Acquire) -> Result<Option<Delivery>, QueueError> {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
@@ -162,19 +193,24 @@ impl Queue {
         let queue = self.clone();
         tokio::spawn(async move {
             let mut tx = tx;
-            let result = queue.take_until(Instant::now() + wait, &mut tx).await;
-            if let Err(Ok(Some(message))) = tx.send(result) {
-                queue.put_back(message).await;
+            let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
+            if let Err(Ok(Some((message, grant)))) = tx.send(result) {
+                // The caller left after the message was claimed: give it back.
+                match grant {
+                    Some(grant) => queue.abandon_lease(&grant.receipt).await,
+                    None => queue.put_back(message).await,
+                }
             }
         });
         rx.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
-    async fn take_until(
+    async fn acquire_until(
         &self,
         wait_until: Instant,
-        caller: &mut oneshot::Sender<Result<Option<Message>, QueueError>>,
-    ) -> Result<Option<Message>, QueueError> {
+        how: Acquire,
+        caller: &mut oneshot::Sender<Result<Option<Delivery>, QueueError>>,
+    ) -> Result<Option<Delivery>, QueueError> {
         let gone = CancellationToken::new();
         let mut first_wait = true;
         loop {
@@ -222,13 +258,30 @@ impl Queue {
                 continue;
             };
             let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-            match self.claim(&zk, &candidate, caller).await {
+            let claimed = match how {
+                Acquire::Take => self.claim(&zk, &candidate, caller).await,
+                Acquire::Lease(visibility) => match self.claim_lease(&zk, &candidate, visibility).await {
+                    Ok(LeaseClaim::Granted(message, grant)) => Ok(Claim::Leased(message, grant)),
+                    Ok(LeaseClaim::Lost) => Ok(Claim::Lost),
+                    Ok(LeaseClaim::Locked) => Ok(Claim::Locked),
+                    Ok(LeaseClaim::Undecodable) => Ok(Claim::Undecodable),
+                    Err(err) => Err(err),
+                },
+            };
+            match claimed {
                 Ok(Claim::Taken(message)) => {
                     self.metrics.messages_taken.with_label_values(&[&self.name]).inc();
-                    return Ok(Some(message));
+                    return Ok(Some((message, None)));
                 },
-                Ok(Claim::Lost) => continue,
-                Ok(Claim::Undecodable) => continue,
+                Ok(Claim::Leased(message, grant)) => {
+                    self.metrics.messages_leased.with_label_values(&[&self.name]).inc();
+                    return Ok(Some((message, Some(grant))));
+                },
+                Ok(Claim::Locked) => {
+                    // Held by a consumer: offer it again when that lock goes away.
+                    self.cache.watch_lock(&zk, candidate, self.lock_path.as_deref());
+                },
+                Ok(Claim::Lost | Claim::Undecodable) => {},
                 Ok(Claim::Abandoned) => {
                     self.cache.push_front(candidate);
                     return Ok(None);
@@ -244,6 +297,13 @@ impl Queue {
         }
     }
 
+    /// Releases a lease whose client left before it was handed over.
+    async fn abandon_lease(&self, receipt: &str) {
+        if let Err(err) = self.nack(receipt, NackMode::Keep, Duration::ZERO).await {
+            tracing::debug!(queue = %self.name, error = ?err, "could not release an abandoned lease");
+        }
+    }
+
     /// Tries to take `candidate` in two round trips: read it, then one transaction that removes
     /// it only if its version is unchanged. On a queue with a lock path the same transaction
     /// also creates and deletes Curator's lock node `<lockPath>/<item>`: if a Curator lock-safe
@@ -254,7 +314,7 @@ impl Queue {
         &self,
         zk: &Zk,
         candidate: &ItemName,
-        caller: &oneshot::Sender<Result<Option<Message>, QueueError>>,
+        caller: &oneshot::Sender<Result<Option<Delivery>, QueueError>>,
     ) -> Result<Claim, ZkError> {
         let item_path = format!("{}/{}", self.path, candidate.name);
         let (data, stat) = match zk.get_data(&item_path).await {
@@ -307,8 +367,10 @@ impl Queue {
         }
         match applied {
             Ok(()) => {},
-            // Consumed or changed by someone else, or locked by a consumer: try the next one.
-            Err(ZkError::NoNode | ZkError::BadVersion | ZkError::NodeExists) => return Ok(Claim::Lost),
+            // Consumed or changed by someone else: try the next one.
+            Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
+            // A consumer (Curator lock-safe, or a lease) holds its lock.
+            Err(ZkError::NodeExists) => return Ok(Claim::Locked),
             Err(err) => return Err(err),
         }
         if items.is_empty() {

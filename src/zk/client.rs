@@ -169,6 +169,23 @@ impl Zk {
         Ok((data, NodeStat::from(&stat)))
     }
 
+    /// Reads several nodes in one round trip (a multi-read); each answer on its own.
+    pub async fn get_data_many(&self, paths: &[&str]) -> Result<Vec<Result<(Vec<u8>, NodeStat), ZkError>>, ZkError> {
+        let mut reader = self.client.new_multi_reader();
+        for path in paths {
+            reader.add_get_data(path).map_err(ZkError::from)?;
+        }
+        let results = self.call("multi_read", reader.commit()).await?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                zkc::MultiReadResult::Data { data, stat } => Ok((data, NodeStat::from(&stat))),
+                zkc::MultiReadResult::Error { err } => Err(ZkError::from(err)),
+                _ => Err(ZkError::Rejected("unexpected multi-read answer".to_owned())),
+            })
+            .collect())
+    }
+
     pub async fn get_and_watch_data(&self, path: &str) -> Result<(Vec<u8>, NodeStat, ZkWatch), ZkError> {
         let (data, stat, watch) = self.call("get_data", self.client.get_and_watch_data(path)).await?;
         Ok((data, NodeStat::from(&stat), ZkWatch(watch)))

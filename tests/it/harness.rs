@@ -221,7 +221,14 @@ pub fn test_config(zk: &ZkServer, root: &str) -> Config {
 pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&str>, lock_path: Option<&str>) {
     config.queues.insert(
         name.to_owned(),
-        QueueConfig { kind, path: path.map(str::to_owned), lock_path: lock_path.map(str::to_owned), max_items: None },
+        QueueConfig {
+            kind,
+            path: path.map(str::to_owned),
+            lock_path: lock_path.map(str::to_owned),
+            max_items: None,
+            max_deliveries: None,
+            dead_letter: None,
+        },
     );
 }
 

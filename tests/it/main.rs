@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod curator;
 mod harness;
+mod leases;
 mod queues;
 mod session;
 mod shutdown;

@@ -71,7 +71,14 @@ async fn bad_inputs_get_documented_json_errors() {
     declare(&mut config, "ids", QueueKind::Id, None, None);
     config.queues.insert(
         "tiny".into(),
-        zkq::config::QueueConfig { kind: QueueKind::Fifo, path: None, lock_path: None, max_items: Some(1) },
+        zkq::config::QueueConfig {
+            kind: QueueKind::Fifo,
+            path: None,
+            lock_path: None,
+            max_items: Some(1),
+            max_deliveries: None,
+            dead_letter: None,
+        },
     );
     config.take.max_wait = Duration::from_secs(1);
     let max = config.api.max_message_bytes;

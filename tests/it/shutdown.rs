@@ -68,14 +68,23 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
         });
     }
     eventually(Duration::from_secs(10), "load running", || async { confirmed.lock().expect("lock").len() > 50 }).await;
+    // Two messages leased for 10 minutes, never acked.
+    for body in ["leased-1", "leased-2"] {
+        let put = http.post(format!("{api_url}/v1/queues/held/messages")).body(body).send().await.expect("put");
+        assert_eq!(put.status(), 201);
+        let leased = http.post(format!("{api_url}/v1/queues/held/leases?visibility=10m")).send().await.expect("lease");
+        assert_eq!(leased.status(), 200);
+    }
 
     let signalled = Instant::now();
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(status.success());
-    // Not ready at once (if it still answers at all).
-    if let Ok(r) = http.get(format!("{admin_url}/readyz")).send().await {
-        assert_eq!(r.status(), 503, "readyz right after SIGTERM");
-    }
+    // Not ready at once (503 while it still answers).
+    eventually(Duration::from_secs(2), "readyz 503 after SIGTERM", || {
+        let (http, url) = (http.clone(), format!("{admin_url}/readyz"));
+        async move { http.get(url).send().await.map_or(true, |r| r.status() == 503) }
+    })
+    .await;
     while let Some(answer) = takers.join_next().await {
         let (status, _) = answer.expect("taker");
         assert!(status == 204 || status == 503 || status == 0, "a waiting take answered {status}");
@@ -85,6 +94,19 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
     assert_eq!(exit.code(), Some(0), "clean exit");
     assert!(signalled.elapsed() < Duration::from_secs(12), "exited within the grace period");
     while putters.join_next().await.is_some() {}
+
+    // The leases were released with the session: their messages are delivered again at once,
+    // not after the 30 s session timeout.
+    let mut config = test_config(zk, &root);
+    config.log.level = "warn".into();
+    let other = TestZkq::start_ready(config).await;
+    let redelivered = Instant::now();
+    for _ in 0..2 {
+        let leased = other.http.post(other.url("/v1/queues/held/leases?wait=5s")).send().await.expect("lease");
+        assert_eq!(leased.status(), 200, "a message leased at shutdown is delivered again");
+        assert_eq!(leased.headers()["zkq-delivery-count"], "2");
+    }
+    assert!(redelivered.elapsed() < Duration::from_secs(5), "redelivered at once: {:?}", redelivered.elapsed());
 
     // Every put answered 201 is in ZooKeeper.
     let direct = zk_client(zk).await;

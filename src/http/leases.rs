@@ -1,0 +1,222 @@
+//! `/v1/queues/{queue}/leases`: lock-path safe consumption (lease, ack, nack, extend).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiPath, ApiQuery, parse_duration};
+use super::queues::{QueuePath, message_response};
+use crate::queue::NackMode;
+
+pub const HEADER_LEASE: &str = "zkq-lease";
+pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
+pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
+
+/// Path parameters: a queue and a lease receipt.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct LeasePath {
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: String,
+    /// The `zkq-lease` header of the lease response.
+    #[param(min_length = 1, max_length = 200)]
+    pub lease: String,
+}
+
+/// Query parameters of a lease.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LeaseQuery {
+    /// How long to wait for a message (default 0; longer values are cut to `take.max_wait`).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub wait: Option<String>,
+    /// Visibility timeout: unless acked, nacked or extended by then, the message is delivered
+    /// again (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub visibility: Option<String>,
+}
+
+/// What a nack does.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NackModeParam {
+    /// Re-create the message at the tail with the same bytes, priority, delivery time and id.
+    #[default]
+    Requeue,
+    /// Remove the message.
+    Delete,
+    /// Release the lock; the message keeps its place.
+    Keep,
+}
+
+/// Query parameters of a nack.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NackQuery {
+    /// `requeue` (default), `delete` or `keep`.
+    pub mode: Option<NackModeParam>,
+    /// Postpone the next delivery by this long (requeue and keep).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub delay: Option<String>,
+}
+
+/// Query parameters of an extend.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExtendQuery {
+    /// New visibility from now (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub visibility: Option<String>,
+}
+
+/// Answer to an extend.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExtendResponse {
+    pub lease: String,
+    /// New expiry, epoch milliseconds.
+    pub expires_at: i64,
+}
+
+fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError> {
+    let lease = &state.config.lease;
+    let asked = match text {
+        Some(text) => parse_duration("visibility", text)?,
+        None => lease.default_visibility,
+    };
+    Ok(asked.clamp(Duration::from_secs(1), lease.max_visibility))
+}
+
+/// Lease the head message: it stays in ZooKeeper, locked, until acked, nacked or expired.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/leases", tag = "leases",
+    params(QueuePath, LeaseQuery),
+    responses(
+        (status = 200, description = "The message body, raw, under a lease", content_type = "application/octet-stream", body = Vec<u8>,
+            headers(
+                ("zkq-message-id" = String, description = "Node name of the message"),
+                ("zkq-lease" = String, description = "Receipt for ack, nack and extend"),
+                ("zkq-lease-expires-at" = i64, description = "Expiry, epoch ms"),
+                ("zkq-delivery-count" = u32, description = "How many times this message was leased, this time included"),
+                ("zkq-priority" = i32, description = "Priority queues"),
+                ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
+                ("zkq-id" = String, description = "Id queues"),
+            )),
+        (status = 204, description = "No message arrived within `wait`"),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 409, description = "The queue has no lock path (simple queues)", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn lease_message(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<LeaseQuery>,
+) -> Result<Response, ApiError> {
+    let queue = state.queues.get(&path.queue)?;
+    let wait = match query.wait.as_deref() {
+        Some(text) => parse_duration("wait", text)?.min(state.config.take.max_wait),
+        None => Duration::ZERO,
+    };
+    let visibility = visibility(&state, query.visibility.as_deref())?;
+    match queue.lease(wait, visibility).await? {
+        Some((message, grant)) => {
+            let mut response = message_response(message);
+            let headers = response.headers_mut();
+            for (name, value) in [
+                (HEADER_LEASE, grant.receipt),
+                (HEADER_LEASE_EXPIRES_AT, grant.expires_at_ms.to_string()),
+                (HEADER_DELIVERY_COUNT, grant.delivery_count.to_string()),
+            ] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+            Ok(response)
+        },
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// Ack: the message is done; it is removed with its lock.
+#[utoipa::path(
+    delete, path = "/v1/queues/{queue}/leases/{lease}", tag = "leases",
+    params(LeasePath),
+    responses(
+        (status = 204, description = "Acknowledged and removed"),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath>) -> Result<StatusCode, ApiError> {
+    let queue = state.queues.get(&path.queue)?;
+    queue.ack(&path.lease).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Nack: the consumer failed; requeue (default), delete or keep the message.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/leases/{lease}/nack", tag = "leases",
+    params(LeasePath, NackQuery),
+    responses(
+        (status = 204, description = "Done"),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn nack(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<LeasePath>,
+    ApiQuery(query): ApiQuery<NackQuery>,
+) -> Result<StatusCode, ApiError> {
+    let queue = state.queues.get(&path.queue)?;
+    let mode = match query.mode.unwrap_or_default() {
+        NackModeParam::Requeue => NackMode::Requeue,
+        NackModeParam::Delete => NackMode::Delete,
+        NackModeParam::Keep => NackMode::Keep,
+    };
+    let delay = match query.delay.as_deref() {
+        Some(text) => parse_duration("delay", text)?.min(state.config.lease.max_visibility),
+        None => Duration::ZERO,
+    };
+    queue.nack(&path.lease, mode, delay).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Extend: a heartbeat that moves the lease's expiry.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/leases/{lease}/extend", tag = "leases",
+    params(LeasePath, ExtendQuery),
+    responses(
+        (status = 200, description = "The new expiry", body = ExtendResponse),
+        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 409, description = "The lease is no longer held (lease_lost)", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn extend(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<LeasePath>,
+    ApiQuery(query): ApiQuery<ExtendQuery>,
+) -> Result<Json<ExtendResponse>, ApiError> {
+    let queue = state.queues.get(&path.queue)?;
+    let visibility = visibility(&state, query.visibility.as_deref())?;
+    let expires_at = queue.extend(&path.lease, visibility).await?;
+    Ok(Json(ExtendResponse { lease: path.lease, expires_at }))
+}

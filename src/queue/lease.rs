@@ -1,0 +1,728 @@
+//! Leases: lock-path safe consumption over HTTP (ack, nack, extend, visibility timeout,
+//! fenced receipts, delivery counts, dead-letter).
+//!
+//! A lease is Curator's lock node `<lockPath>/<item>` (EPHEMERAL) held by zkq's session. Every
+//! later step of a lease (ack, nack, extend, expiry) goes through the `Zk` handle of the session
+//! that created the lock, so it is fenced: once that session is gone, its lock is gone and every
+//! call on it fails, and a newer session's zkq refuses the older receipts (CURATOR-605 is the
+//! bug this prevents: a consumer whose session expired completing a message someone else holds).
+//!
+//! Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree Curator
+//! readers never look at; they survive restarts and are removed with the message.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::names::{self, ItemMeta, ItemName};
+use super::{Queue, QueueError, envelope, now_epoch_ms};
+use crate::config::QueueKind;
+use crate::zk::{NodeMode, TxnOp, Zk, ZkError, ZkSession};
+
+/// How many ended leases are remembered, to answer 409 rather than 404 for them.
+const ENDED_REMEMBERED: usize = 100_000;
+
+/// What a client gets with a leased message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    /// The opaque receipt for ack, nack and extend.
+    pub receipt: String,
+    pub expires_at_ms: i64,
+    pub delivery_count: u32,
+}
+
+/// What a nack does with the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackMode {
+    /// Delete it and put it back at the tail (Curator's ErrorMode.REQUEUE), keeping its kind fields.
+    Requeue,
+    /// Delete it (Curator's ErrorMode.DELETE).
+    Delete,
+    /// Release the lock; the message keeps its place.
+    Keep,
+}
+
+impl NackMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NackMode::Requeue => "requeue",
+            NackMode::Delete => "delete",
+            NackMode::Keep => "keep",
+        }
+    }
+}
+
+/// Where dead letters of a queue go.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub max_deliveries: Option<u32>,
+    pub name: String,
+    pub kind: QueueKind,
+    pub path: String,
+}
+
+/// What happens when a lease's time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnExpiry {
+    /// Visibility timeout: release the lock, the message keeps its place.
+    Release,
+    /// A nack with `delay` on a queue whose names cannot carry a time: requeue then.
+    Requeue,
+}
+
+struct Lease {
+    item: ItemName,
+    lock: String,
+    counter: String,
+    /// The session that created the lock; every later step goes through it.
+    zk: Zk,
+    /// The node's data when leased (all items, for a requeue with the same bytes).
+    data: Vec<u8>,
+    /// Items of the node (a Curator putMulti node has several; the lease hands out the first).
+    items: Vec<Vec<u8>>,
+    data_version: i32,
+    delivery_count: u32,
+    expires_at: Instant,
+    on_expiry: OnExpiry,
+    /// Still usable by the client (false once a delayed nack took it over).
+    open: bool,
+}
+
+#[derive(Default)]
+struct TableState {
+    live: HashMap<u128, Lease>,
+    ended: HashMap<u128, &'static str>,
+    ended_order: VecDeque<u128>,
+}
+
+/// The leases of one queue.
+#[derive(Default)]
+pub struct LeaseTable {
+    state: Mutex<TableState>,
+    changed: Notify,
+}
+
+impl LeaseTable {
+    fn lock(&self) -> MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn end(state: &mut TableState, token: u128, why: &'static str) -> Option<Lease> {
+        let lease = state.live.remove(&token);
+        state.ended.insert(token, why);
+        state.ended_order.push_back(token);
+        while state.ended_order.len() > ENDED_REMEMBERED {
+            if let Some(old) = state.ended_order.pop_front() {
+                state.ended.remove(&old);
+            }
+        }
+        lease
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.lock().live.len()
+    }
+}
+
+fn receipt(session_id: i64, token: u128) -> String {
+    format!("{:016x}{token:032x}", u64::from_ne_bytes(session_id.to_ne_bytes()))
+}
+
+fn parse_receipt(text: &str) -> Option<(i64, u128)> {
+    if text.len() != 48 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    let session = u64::from_str_radix(&text[..16], 16).ok()?;
+    let token = u128::from_str_radix(&text[16..], 16).ok()?;
+    Some((i64::from_ne_bytes(session.to_ne_bytes()), token))
+}
+
+fn counter_bytes(count: u32) -> Vec<u8> {
+    count.to_be_bytes().to_vec()
+}
+
+fn read_counter(data: &[u8]) -> u32 {
+    data.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_be_bytes)
+}
+
+fn epoch_ms_after(duration: Duration) -> i64 {
+    now_epoch_ms().saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The result of trying to lease one candidate.
+pub(super) enum LeaseClaim {
+    Granted(super::Message, LeaseGrant),
+    /// Someone else has it, it is gone, or it was moved to the dead-letter queue.
+    Lost,
+    /// Someone holds its lock: watch the lock and offer it again when released.
+    Locked,
+    Undecodable,
+}
+
+impl Queue {
+    fn lock_dir(&self) -> Result<&str, QueueError> {
+        self.lock_path.as_deref().ok_or_else(|| {
+            QueueError::NotForKind(format!(
+                "queue {:?} has no lock path, so it cannot lease (simple queues never lock); use take",
+                self.name
+            ))
+        })
+    }
+
+    /// Checks that leases are possible on this queue.
+    pub fn check_leasable(&self) -> Result<(), QueueError> {
+        self.lock_dir().map(|_| ())
+    }
+
+    fn counter_path(&self, item: &str) -> String {
+        format!("{}/{}", self.deliveries_path, item)
+    }
+
+    /// Tries to lease `candidate`: lock it like a Curator lock-safe consumer, read it and its
+    /// delivery count in one round trip, then count this delivery (or dead-letter it).
+    pub(super) async fn claim_lease(
+        &self,
+        zk: &Zk,
+        candidate: &ItemName,
+        visibility: Duration,
+    ) -> Result<LeaseClaim, ZkError> {
+        let Some(lock_dir) = self.lock_path.as_deref() else {
+            return Ok(LeaseClaim::Lost);
+        };
+        let lock = format!("{lock_dir}/{}", candidate.name);
+        let mut created = zk.create(&lock, b"zkq", NodeMode::Ephemeral).await;
+        if created == Err(ZkError::NoNode) {
+            zk.ensure_path(lock_dir).await?;
+            created = zk.create(&lock, b"zkq", NodeMode::Ephemeral).await;
+        }
+        match created {
+            Ok(_) => {},
+            Err(ZkError::NodeExists) => return Ok(LeaseClaim::Locked),
+            Err(err) => return Err(err),
+        }
+        let release = |zk: Zk, lock: String| async move {
+            let _ = zk.delete(&lock, None).await;
+        };
+        let item_path = format!("{}/{}", self.path, candidate.name);
+        let counter = self.counter_path(&candidate.name);
+        let read = match zk.get_data_many(&[&item_path, &counter]).await {
+            Ok(read) => read,
+            Err(err) => {
+                release(zk.clone(), lock).await;
+                return Err(err);
+            },
+        };
+        let mut read = read.into_iter();
+        let (data, stat) = match read.next() {
+            Some(Ok(found)) => found,
+            Some(Err(ZkError::NoNode)) | None => {
+                release(zk.clone(), lock).await;
+                return Ok(LeaseClaim::Lost);
+            },
+            Some(Err(err)) => {
+                release(zk.clone(), lock).await;
+                return Err(err);
+            },
+        };
+        let (previous, counter_version) = match read.next() {
+            Some(Ok((bytes, stat))) => (read_counter(&bytes), Some(stat.version)),
+            _ => (0, None),
+        };
+        let items = if self.kind == QueueKind::Simple {
+            Some(vec![data.clone()])
+        } else {
+            envelope::decode(&data).ok().filter(|items| !items.is_empty())
+        };
+        let Some(items) = items else {
+            if let Some(dead_letter) = &self.dead_letter {
+                self.dead_letter(zk, candidate, &data, &lock, counter_version.map(|_| counter.as_str()), dead_letter)
+                    .await?;
+                return Ok(LeaseClaim::Lost);
+            }
+            if self.cache.mark_undecodable(&candidate.name) {
+                tracing::warn!(queue = %self.name, node = %candidate.name,
+                    "skipping a queue node that is not a Curator envelope (left in place; configure dead_letter to move it)");
+            }
+            release(zk.clone(), lock).await;
+            return Ok(LeaseClaim::Undecodable);
+        };
+        let count = previous.saturating_add(1);
+        if let Some(dead_letter) = &self.dead_letter
+            && dead_letter.max_deliveries.is_some_and(|max| count > max)
+        {
+            self.dead_letter(zk, candidate, &data, &lock, counter_version.map(|_| counter.as_str()), dead_letter)
+                .await?;
+            return Ok(LeaseClaim::Lost);
+        }
+        let counted = match counter_version {
+            Some(version) => zk.set_data(&counter, &counter_bytes(count), Some(version)).await.map(|_| ()),
+            None => match zk.create(&counter, &counter_bytes(count), NodeMode::Persistent).await {
+                Err(ZkError::NoNode) => {
+                    zk.ensure_path(&self.deliveries_path).await?;
+                    zk.create(&counter, &counter_bytes(count), NodeMode::Persistent).await.map(|_| ())
+                },
+                other => other.map(|_| ()),
+            },
+        };
+        if let Err(err) = counted {
+            // Another zkq counted concurrently? It cannot hold the lock; treat as transient.
+            release(zk.clone(), lock).await;
+            return Err(err);
+        }
+        let token: u128 = rand::random();
+        let expires_at_ms = epoch_ms_after(visibility);
+        let grant = LeaseGrant { receipt: receipt(zk.session_id(), token), expires_at_ms, delivery_count: count };
+        let message = super::Message {
+            message_id: candidate.name.clone(),
+            body: items.first().cloned().unwrap_or_default(),
+            meta: candidate.meta.clone(),
+        };
+        let lease = Lease {
+            item: candidate.clone(),
+            lock,
+            counter,
+            zk: zk.clone(),
+            data,
+            items,
+            data_version: stat.version,
+            delivery_count: count,
+            expires_at: Instant::now() + visibility,
+            on_expiry: OnExpiry::Release,
+            open: true,
+        };
+        self.leases.lock().live.insert(token, lease);
+        self.leases.changed.notify_one();
+        self.metrics.leases_in_flight.with_label_values(&[&self.name]).inc();
+        Ok(LeaseClaim::Granted(message, grant))
+    }
+
+    /// Moves the node to the dead-letter queue in one transaction (create there, delete here,
+    /// release the lock, drop the delivery count).
+    async fn dead_letter(
+        &self,
+        zk: &Zk,
+        candidate: &ItemName,
+        data: &[u8],
+        lock: &str,
+        counter: Option<&str>,
+        target: &DeadLetter,
+    ) -> Result<(), ZkError> {
+        // Re-encode for the target's kind; undecodable bytes become one item, so Curator can read them.
+        let items = envelope::decode(data).unwrap_or_else(|_| vec![data.to_vec()]);
+        let moved = if target.kind == QueueKind::Simple {
+            items.concat()
+        } else {
+            envelope::encode(items.iter().map(Vec::as_slice))
+        };
+        let meta = match (&candidate.meta, target.kind) {
+            (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),
+            (ItemMeta::Id(id), QueueKind::Id) => ItemMeta::Id(id.clone()),
+            (_, QueueKind::Id) => ItemMeta::Id(self.name.clone()),
+            (_, QueueKind::Priority) => ItemMeta::Priority(0),
+            (_, QueueKind::Delay) => ItemMeta::DeliverAt(now_epoch_ms()),
+            _ => ItemMeta::Plain,
+        };
+        let mut ops = vec![
+            TxnOp::Create {
+                path: format!("{}/{}", target.path, names::put_prefix(target.kind, &meta)),
+                data: moved,
+                mode: NodeMode::PersistentSequential,
+            },
+            TxnOp::Delete { path: format!("{}/{}", self.path, candidate.name), version: None },
+            TxnOp::Delete { path: lock.to_owned(), version: None },
+        ];
+        if let Some(counter) = counter {
+            ops.push(TxnOp::Delete { path: counter.to_owned(), version: None });
+        }
+        let mut result = zk.multi(&ops).await;
+        if result.as_ref().err().is_some_and(|e| e.error == ZkError::NoNode && e.index == Some(0)) {
+            zk.ensure_path(&target.path).await?;
+            result = zk.multi(&ops).await;
+        }
+        match result {
+            Ok(_) => {
+                self.cache.removed_local();
+                self.metrics.messages_dead_lettered.with_label_values(&[&self.name]).inc();
+                tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+                    "moved a message to the dead-letter queue");
+                Ok(())
+            },
+            Err(err) => {
+                let _ = zk.delete(lock, None).await;
+                Err(err.error)
+            },
+        }
+    }
+
+    /// Looks up a receipt: the lease if it is live, else 409 (ended, or from an older session
+    /// or another zkq process) or 404 (malformed or never issued).
+    fn open_lease(&self, receipt_text: &str) -> Result<u128, QueueError> {
+        let Some((session_id, token)) = parse_receipt(receipt_text) else {
+            return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
+        };
+        let state = self.leases.lock();
+        if let Some(lease) = state.live.get(&token) {
+            if !lease.open {
+                return Err(QueueError::LeaseLost("the lease was already nacked".to_owned()));
+            }
+            if lease.expires_at <= Instant::now() {
+                return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
+            }
+            if lease.zk.session_id() != session_id {
+                return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
+            }
+            return Ok(token);
+        }
+        if let Some(why) = state.ended.get(&token) {
+            return Err(QueueError::LeaseLost((*why).to_owned()));
+        }
+        if session_id != self.session.status().session_id {
+            return Err(QueueError::LeaseLost(
+                "the lease belongs to an older ZooKeeper session or another zkq; its message is delivered again"
+                    .to_owned(),
+            ));
+        }
+        Err(QueueError::LeaseNotFound(receipt_text.to_owned()))
+    }
+
+    fn take_lease(&self, token: u128, why: &'static str) -> Option<Lease> {
+        let lease = LeaseTable::end(&mut self.leases.lock(), token, why);
+        if lease.is_some() {
+            self.metrics.leases_in_flight.with_label_values(&[&self.name]).dec();
+        }
+        lease
+    }
+
+    /// Finishes a failed step: a session that is gone means the lease is lost (409).
+    fn lease_error(&self, err: ZkError) -> QueueError {
+        match err {
+            ZkError::SessionLost | ZkError::NoNode => {
+                QueueError::LeaseLost("the lock is gone (its ZooKeeper session ended)".to_owned())
+            },
+            other => QueueError::Zk(other),
+        }
+    }
+
+    /// The transaction that completes a lease: remove the message (or the first item of a
+    /// multi-item node), the lock and the delivery count. Deleting our lock fails if it is gone,
+    /// so this is fenced by the lock.
+    fn completion_ops(lease: &Lease, item_path: &str) -> Vec<TxnOp> {
+        let mut ops = Vec::with_capacity(3);
+        if lease.items.len() > 1 {
+            let rest = envelope::encode(lease.items[1..].iter().map(Vec::as_slice));
+            ops.push(TxnOp::SetData { path: item_path.to_owned(), data: rest, version: Some(lease.data_version) });
+        } else {
+            ops.push(TxnOp::Delete { path: item_path.to_owned(), version: None });
+        }
+        ops.push(TxnOp::Delete { path: lease.lock.clone(), version: None });
+        ops
+    }
+
+    async fn run_fenced(&self, lease: &Lease, mut ops: Vec<TxnOp>) -> Result<(), ZkError> {
+        // The delivery count goes with the message; it may be missing (counted by an older zkq).
+        let with_counter = {
+            let mut with = ops.clone();
+            with.push(TxnOp::Delete { path: lease.counter.clone(), version: None });
+            with
+        };
+        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        match zk.multi(&with_counter).await {
+            Ok(_) => Ok(()),
+            Err(err) if err.error == ZkError::NoNode && err.index == Some(with_counter.len() - 1) => {
+                zk.multi(&std::mem::take(&mut ops)).await.map(|_| ()).map_err(|e| e.error)
+            },
+            Err(err) => Err(err.error),
+        }
+    }
+
+    /// Ack: the message is done and removed.
+    pub async fn ack(&self, receipt_text: &str) -> Result<(), QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        let Some(lease) = self.take_lease(token, "the lease was already acked") else {
+            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+        };
+        let item_path = format!("{}/{}", self.path, lease.item.name);
+        let ops = Self::completion_ops(&lease, &item_path);
+        match self.run_fenced(&lease, ops).await {
+            Ok(()) => {
+                if lease.items.len() > 1 {
+                    self.cache.reoffer(lease.item.clone());
+                } else {
+                    self.cache.removed_local();
+                }
+                self.metrics.messages_acked.with_label_values(&[&self.name]).inc();
+                Ok(())
+            },
+            Err(err) => {
+                if err.is_transient() && err != ZkError::SessionLost {
+                    // Unknown outcome: keep it answerable as lost rather than pretend it is held.
+                    return Err(QueueError::Zk(err));
+                }
+                Err(self.lease_error(err))
+            },
+        }
+    }
+
+    /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms).
+    pub async fn extend(&self, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        let (zk, lock) = {
+            let state = self.leases.lock();
+            let Some(lease) = state.live.get(&token) else {
+                return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+            };
+            (lease.zk.with_deadline(Instant::now() + self.session.request_timeout()), lease.lock.clone())
+        };
+        // One transaction on the lease's session that checks its lock still exists.
+        let check = [TxnOp::Check { path: lock, version: 0 }];
+        if let Err(err) = zk.multi(&check).await {
+            if matches!(err.error, ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost) {
+                self.take_lease(token, "the lock is gone (its ZooKeeper session ended)");
+                return Err(self.lease_error(ZkError::NoNode));
+            }
+            return Err(QueueError::Zk(err.error));
+        }
+        let mut state = self.leases.lock();
+        let Some(lease) = state.live.get_mut(&token) else {
+            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+        };
+        lease.expires_at = Instant::now() + visibility;
+        drop(state);
+        self.leases.changed.notify_one();
+        self.metrics.leases_extended.with_label_values(&[&self.name]).inc();
+        Ok(epoch_ms_after(visibility))
+    }
+
+    /// Nack: the consumer failed. `delay` postpones the next delivery.
+    pub async fn nack(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        if !delay.is_zero() && (mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay))
+        {
+            // Keep the lock for `delay`, then release (keep) or requeue: the message stays
+            // invisible meanwhile. The client's receipt is spent.
+            let mut state = self.leases.lock();
+            let Some(lease) = state.live.get_mut(&token) else {
+                return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+            };
+            lease.open = false;
+            lease.expires_at = Instant::now() + delay;
+            lease.on_expiry = if mode == NackMode::Keep { OnExpiry::Release } else { OnExpiry::Requeue };
+            drop(state);
+            self.leases.changed.notify_one();
+            self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
+            return Ok(());
+        }
+        let Some(lease) = self.take_lease(token, "the lease was already nacked") else {
+            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+        };
+        let result = match mode {
+            NackMode::Keep => self.release(&lease).await,
+            NackMode::Delete => {
+                let item_path = format!("{}/{}", self.path, lease.item.name);
+                let ops = Self::completion_ops(&lease, &item_path);
+                self.run_fenced(&lease, ops).await.map(|()| self.cache.removed_local())
+            },
+            NackMode::Requeue => self.requeue(&lease, delay).await,
+        };
+        match result {
+            Ok(()) => {
+                self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
+                Ok(())
+            },
+            Err(err) => Err(self.lease_error(err)),
+        }
+    }
+
+    /// Releases the lock only: the message keeps its place and is offered again.
+    async fn release(&self, lease: &Lease) -> Result<(), ZkError> {
+        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        zk.delete(&lease.lock, None).await?;
+        self.cache.reoffer(lease.item.clone());
+        Ok(())
+    }
+
+    /// Curator's requeue, done right: one transaction deletes the node and re-creates it at the
+    /// tail with the same bytes, keeping its priority, delivery time (moved by `delay` on delay
+    /// queues) and id. The delivery count moves to the new name.
+    async fn requeue(&self, lease: &Lease, delay: Duration) -> Result<(), ZkError> {
+        let meta = match &lease.item.meta {
+            ItemMeta::DeliverAt(at) if !delay.is_zero() => ItemMeta::DeliverAt((*at).max(epoch_ms_after(delay))),
+            _ if self.kind == QueueKind::Delay && !delay.is_zero() => ItemMeta::DeliverAt(epoch_ms_after(delay)),
+            other => other.clone(),
+        };
+        let item_path = format!("{}/{}", self.path, lease.item.name);
+        let ops = vec![
+            TxnOp::Delete { path: item_path, version: None },
+            TxnOp::Create {
+                path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
+                data: lease.data.clone(),
+                mode: NodeMode::PersistentSequential,
+            },
+            TxnOp::Delete { path: lease.lock.clone(), version: None },
+            TxnOp::Delete { path: lease.counter.clone(), version: None },
+        ];
+        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let created = match zk.multi(&ops).await {
+            Ok(results) => results,
+            Err(err) if err.error == ZkError::NoNode && err.index == Some(3) => {
+                zk.multi(&ops[..3]).await.map_err(|e| e.error)?
+            },
+            Err(err) => return Err(err.error),
+        };
+        let new_name = created
+            .iter()
+            .find_map(|r| match r {
+                crate::zk::TxnResult::Created(path) => path.rsplit('/').next().map(str::to_owned),
+                _ => None,
+            })
+            .unwrap_or_default();
+        // Keep the count with the message (best effort: a crash here resets it).
+        let _ =
+            zk.create(&self.counter_path(&new_name), &counter_bytes(lease.delivery_count), NodeMode::Persistent).await;
+        self.cache.removed_local();
+        if let Some(item) = names::parse(self.kind, &new_name) {
+            self.cache.insert_local(item);
+        }
+        Ok(())
+    }
+
+    /// Expires leases whose visibility passed, and forgets leases of a lost session.
+    pub(super) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
+        let mut status = session.subscribe();
+        loop {
+            let next = self.leases.lock().live.values().map(|l| l.expires_at).min();
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.leases.changed.notified() => continue,
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let generation = status.borrow_and_update().generation;
+                    self.forget_older_sessions(generation);
+                    continue;
+                },
+                _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
+            }
+            let now = Instant::now();
+            let due: Vec<u128> =
+                self.leases.lock().live.iter().filter(|(_, l)| l.expires_at <= now).map(|(t, _)| *t).collect();
+            for token in due {
+                let Some(lease) = self.take_lease(token, "the lease's visibility timeout passed") else { continue };
+                let result = match lease.on_expiry {
+                    OnExpiry::Release => self.release(&lease).await,
+                    OnExpiry::Requeue => self.requeue(&lease, Duration::ZERO).await,
+                };
+                if lease.on_expiry == OnExpiry::Release && lease.open {
+                    self.metrics.messages_expired.with_label_values(&[&self.name]).inc();
+                }
+                if let Err(err) = result {
+                    // The session is gone (its locks with it) or ZooKeeper is down: the lock
+                    // disappears with the session, so the message comes back either way.
+                    tracing::debug!(queue = %self.name, error = %err, "could not release an expired lease");
+                }
+            }
+        }
+    }
+
+    /// Releases every lease (shutdown): their messages are delivered again at once instead of
+    /// after the session timeout. Returns how many were released.
+    pub async fn release_all_leases(&self) -> usize {
+        let leases: Vec<Lease> = {
+            let mut state = self.leases.lock();
+            let tokens: Vec<u128> = state.live.keys().copied().collect();
+            tokens.into_iter().filter_map(|t| LeaseTable::end(&mut state, t, "zkq shut down")).collect()
+        };
+        let releases = leases.iter().map(|lease| async move {
+            let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+            zk.delete(&lease.lock, None).await.is_ok()
+        });
+        let released = futures::future::join_all(releases).await.into_iter().filter(|ok| *ok).count();
+        self.metrics.leases_in_flight.with_label_values(&[&self.name]).set(0);
+        released
+    }
+
+    fn forget_older_sessions(&self, generation: u64) {
+        let mut state = self.leases.lock();
+        let stale: Vec<u128> =
+            state.live.iter().filter(|(_, l)| l.zk.generation() < generation).map(|(t, _)| *t).collect();
+        for token in &stale {
+            LeaseTable::end(&mut state, *token, "the ZooKeeper session that held the lease was lost");
+        }
+        drop(state);
+        if !stale.is_empty() {
+            self.metrics.leases_in_flight.with_label_values(&[&self.name]).sub(i64::try_from(stale.len()).unwrap_or(0));
+            tracing::warn!(queue = %self.name, leases = stale.len(), "session lost: its leases are void");
+        }
+    }
+
+    /// Every minute, removes delivery counts whose message is gone.
+    pub(super) async fn run_delivery_count_sweeper(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {},
+            }
+            let Some(zk) = self.session.current() else { continue };
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            match self.sweep_delivery_counts(&zk).await {
+                Ok(0) => {},
+                Ok(n) => tracing::debug!(queue = %self.name, removed = n, "removed stale delivery counts"),
+                Err(err) => tracing::debug!(queue = %self.name, error = %err, "delivery count sweep failed"),
+            }
+        }
+    }
+
+    /// Delivery counts whose message is gone (consumed by Curator, removed by hand) are removed,
+    /// so nothing accumulates.
+    pub async fn sweep_delivery_counts(&self, zk: &Zk) -> Result<usize, ZkError> {
+        let counted = match zk.get_children(&self.deliveries_path).await {
+            Ok((children, _)) => children,
+            Err(ZkError::NoNode) => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let held: HashSet<String> = self.leases.lock().live.values().map(|l| l.item.name.clone()).collect();
+        let mut removed = 0;
+        for name in counted {
+            if held.contains(&name) {
+                continue;
+            }
+            if zk.exists(&format!("{}/{}", self.path, name)).await?.is_none()
+                && zk.delete(&self.counter_path(&name), None).await.is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipts_round_trip_and_refuse_garbage() {
+        let text = receipt(0x1000_0123_4567_89ab, 42);
+        assert_eq!(text.len(), 48);
+        assert_eq!(parse_receipt(&text), Some((0x1000_0123_4567_89ab, 42)));
+        let negative = receipt(-5, u128::MAX);
+        assert_eq!(parse_receipt(&negative), Some((-5, u128::MAX)));
+        for bad in ["", "xyz", &"g".repeat(48), &text[..47], &text.to_uppercase()] {
+            assert_eq!(parse_receipt(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn delivery_counts_are_big_endian() {
+        assert_eq!(counter_bytes(258), vec![0, 0, 1, 2]);
+        assert_eq!(read_counter(&[0, 0, 1, 2]), 258);
+        assert_eq!(read_counter(&[1]), 0);
+    }
+}

@@ -1,0 +1,366 @@
+//! Leases against real ZooKeeper and real Curator: ack, nack, extend, expiry, fencing,
+//! crash redelivery, mixed consumers, dead letters.
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zkq::config::{QueueConfig, QueueKind};
+
+use crate::harness::*;
+
+struct Leased {
+    status: u16,
+    id: String,
+    receipt: String,
+    count: u32,
+    body: Vec<u8>,
+    headers: reqwest::header::HeaderMap,
+}
+
+async fn lease(zkq: &TestZkq, queue: &str, query: &str) -> Leased {
+    let response =
+        zkq.http.post(zkq.url(&format!("/v1/queues/{queue}/leases?{query}"))).send().await.expect("lease request");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let (id, receipt, count) = (text("zkq-message-id"), text("zkq-lease"), text("zkq-delivery-count"));
+    let body = response.bytes().await.expect("body").to_vec();
+    Leased { status, id, receipt, count: count.parse().unwrap_or(0), body, headers }
+}
+
+async fn ack(zkq: &TestZkq, queue: &str, receipt: &str) -> reqwest::Response {
+    zkq.http.delete(zkq.url(&format!("/v1/queues/{queue}/leases/{receipt}"))).send().await.expect("ack")
+}
+
+async fn nack(zkq: &TestZkq, queue: &str, receipt: &str, query: &str) -> reqwest::Response {
+    let url = zkq.url(&format!("/v1/queues/{queue}/leases/{receipt}/nack?{query}"));
+    zkq.http.post(url).send().await.expect("nack")
+}
+
+async fn code(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    (status, body["code"].as_str().unwrap_or("").to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_holds_curators_lock_and_ack_removes_message_lock_and_count() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-ack");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"work").await;
+    let leased = lease(&zkq, "q", "visibility=30s").await;
+    assert_eq!(leased.status, 200);
+    assert_eq!(leased.body, b"work");
+    assert_eq!(leased.count, 1);
+    assert_eq!(leased.receipt.len(), 48);
+    let expires: i64 = leased.headers["zkq-lease-expires-at"].to_str().expect("ascii").parse().expect("ms");
+    assert!(expires > zkq::queue::now_epoch_ms() + 25_000);
+
+    let direct = zk_client(zk).await;
+    let lock = format!("{root}/locks/q/{}", leased.id);
+    let stat = direct.check_stat(&lock).await.expect("stat").expect("Curator's lock node exists");
+    assert_ne!(stat.ephemeral_owner, 0, "the lock is ephemeral");
+    let info: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+    assert_eq!(info["in_flight"], 1);
+    // A plain take never removes a message someone holds.
+    assert_eq!(zkq.take_body("q", "0").await, None);
+
+    assert_eq!(ack(&zkq, "q", &leased.receipt).await.status(), 204);
+    assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty(), "message removed");
+    assert!(children(&direct, &format!("{root}/locks/q")).await.is_empty(), "lock removed");
+    assert!(children(&direct, &format!("{root}/deliveries/q")).await.is_empty(), "delivery count removed");
+    assert_eq!(code(ack(&zkq, "q", &leased.receipt).await).await, (409, "lease_lost".to_owned()));
+    assert_eq!(code(ack(&zkq, "q", "not-a-receipt").await).await, (404, "lease_not_found".to_owned()));
+    let session = zkq.running.as_ref().expect("running").session.status().session_id;
+    let unknown = format!("{:016x}{:032x}", session as u64, 12345u128);
+    assert_eq!(code(ack(&zkq, "q", &unknown).await).await, (404, "lease_not_found".to_owned()));
+    let metrics = zkq.metrics().await;
+    assert!(metrics.contains("zkq_messages_leased_total{queue=\"q\"} 1"), "{metrics}");
+    assert!(metrics.contains("zkq_messages_acked_total{queue=\"q\"} 1"));
+    assert!(metrics.contains("zkq_leases_in_flight{queue=\"q\"} 0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nack_modes_requeue_keeping_kind_fields_delete_and_keep() {
+    let zk = ZkServer::shared();
+    let root = unique_root("nack");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "p", QueueKind::Priority, None, None);
+    declare(&mut config, "i", QueueKind::Id, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+
+    // requeue keeps the priority (Curator drops it) and counts the delivery.
+    for (priority, body) in [(-5, "urgent"), (9, "later")] {
+        let url = zkq.url(&format!("/v1/queues/p/messages?priority={priority}"));
+        assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
+    }
+    let first = lease(&zkq, "p", "").await;
+    assert_eq!(first.body, b"urgent");
+    assert_eq!(nack(&zkq, "p", &first.receipt, "mode=requeue").await.status(), 204);
+    let again = lease(&zkq, "p", "").await;
+    assert_eq!(again.body, b"urgent", "still first: priority kept");
+    assert_ne!(again.id, first.id, "re-created at the tail with a new sequence");
+    assert!(again.id.starts_with("queue-0FFFFFFFB"), "{}", again.id);
+    assert_eq!(again.headers["zkq-priority"], "-5");
+    assert_eq!(again.count, 2, "delivery count survives the requeue");
+    assert_eq!(code(ack(&zkq, "p", &first.receipt).await).await.0, 409, "a nacked receipt is spent");
+
+    // delete removes it.
+    assert_eq!(nack(&zkq, "p", &again.receipt, "mode=delete").await.status(), 204);
+    let next = lease(&zkq, "p", "").await;
+    assert_eq!(next.body, b"later");
+    // keep releases the lock; the message keeps its place.
+    assert_eq!(nack(&zkq, "p", &next.receipt, "mode=keep").await.status(), 204);
+    let kept = lease(&zkq, "p", "").await;
+    assert_eq!((kept.id.as_str(), kept.count), (next.id.as_str(), 2));
+    assert_eq!(ack(&zkq, "p", &kept.receipt).await.status(), 204);
+
+    // requeue keeps the id.
+    let url = zkq.url("/v1/queues/i/messages?id=order-7");
+    assert_eq!(zkq.http.post(url).body("x").send().await.expect("put").status(), 201);
+    let first = lease(&zkq, "i", "").await;
+    assert_eq!(nack(&zkq, "i", &first.receipt, "").await.status(), 204, "requeue is the default");
+    let again = lease(&zkq, "i", "").await;
+    assert_eq!(again.headers["zkq-id"], "order-7");
+    assert_ne!(again.id, first.id);
+    // delay postpones the next delivery.
+    assert_eq!(nack(&zkq, "i", &again.receipt, "mode=keep&delay=1s").await.status(), 204);
+    assert_eq!(lease(&zkq, "i", "").await.status, 204, "invisible during the delay");
+    let started = Instant::now();
+    let later = lease(&zkq, "i", "wait=10s").await;
+    assert_eq!(later.status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(500), "{:?}", started.elapsed());
+    let metrics = zkq.metrics().await;
+    assert!(metrics.contains("zkq_messages_nacked_total{mode=\"requeue\",queue=\"p\"} 1"), "{metrics}");
+    assert!(metrics.contains("zkq_messages_nacked_total{mode=\"delete\",queue=\"p\"} 1"));
+    assert!(metrics.contains("zkq_messages_nacked_total{mode=\"keep\",queue=\"p\"} 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_redelivers_in_place_and_extend_keeps_it() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("expiry"))).await;
+    zkq.put_ok("q", b"first").await;
+    zkq.put_ok("q", b"second").await;
+    let held = lease(&zkq, "q", "visibility=1s").await;
+    assert_eq!(held.body, b"first");
+    // Neither acked nor extended: after 1 s it is delivered again, still ahead of "second".
+    let again = lease(&zkq, "q", "wait=10s").await;
+    assert_eq!(again.body, b"second", "while leased, the next one is handed out");
+    let redelivered = lease(&zkq, "q", "wait=10s&visibility=1s").await;
+    assert_eq!((redelivered.body.as_slice(), redelivered.count), (b"first".as_slice(), 2));
+    assert_eq!(code(ack(&zkq, "q", &held.receipt).await).await, (409, "lease_lost".to_owned()));
+    assert!(zkq.metrics().await.contains("zkq_messages_expired_total{queue=\"q\"} 1"));
+
+    // Extending keeps it.
+    for _ in 0..3 {
+        let url = zkq.url(&format!("/v1/queues/q/leases/{}/extend?visibility=1s", redelivered.receipt));
+        let response = zkq.http.post(url).send().await.expect("extend");
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.expect("json");
+        assert!(body["expires_at"].as_i64().expect("ms") > zkq::queue::now_epoch_ms());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    assert_eq!(lease(&zkq, "q", "").await.status, 204, "still held after 1.8 s of 1 s leases");
+    assert_eq!(ack(&zkq, "q", &redelivered.receipt).await.status(), 204);
+    assert_eq!(ack(&zkq, "q", &again.receipt).await.status(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_are_refused_after_the_session_is_lost_and_the_message_comes_back() {
+    let zk = ZkServer::start();
+    let config = test_config(&zk, &unique_root("fenced"));
+    let session_timeout = config.zookeeper.session_timeout;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"fenced").await;
+    let held = lease(&zkq, "q", "visibility=10m").await;
+    assert_eq!(held.status, 200);
+    let before = zkq.running.as_ref().expect("running").session.status();
+    zk.pause();
+    tokio::time::sleep(session_timeout + Duration::from_secs(3)).await;
+    zk.resume();
+    eventually(Duration::from_secs(60), "a new session", || async {
+        zkq.running.as_ref().expect("running").session.status().generation > before.generation
+    })
+    .await;
+    zkq.wait_ready().await;
+    assert_eq!(code(ack(&zkq, "q", &held.receipt).await).await, (409, "lease_lost".to_owned()));
+    let extend = zkq.url(&format!("/v1/queues/q/leases/{}/extend", held.receipt));
+    assert_eq!(code(zkq.http.post(extend).send().await.expect("extend")).await.0, 409);
+    let again = lease(&zkq, "q", "wait=10s").await;
+    assert_eq!((again.body.as_slice(), again.count), (b"fenced".as_slice(), 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_messages_come_back_after_zkq_is_killed() {
+    let zk = ZkServer::shared();
+    let root = unique_root("kill9");
+    let addr = |l: std::net::TcpListener| l.local_addr().expect("addr").to_string();
+    let api = addr(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+    let admin = addr(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zkq"))
+        .args([
+            "--zk-connect",
+            &zk.connect_string(),
+            "--zk-root",
+            &root,
+            "--api-listen",
+            &api,
+            "--admin-listen",
+            &admin,
+        ])
+        .env("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "4s")
+        .env("ZKQ__LOG__LEVEL", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("zkq starts");
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(30), "child ready", || {
+        let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    for i in 0..3 {
+        let response = http.post(format!("http://{api}/v1/queues/q/messages")).body(format!("m{i}")).send().await;
+        assert_eq!(response.expect("put").status(), 201);
+    }
+    for _ in 0..3 {
+        let response = http.post(format!("http://{api}/v1/queues/q/leases?visibility=10m")).send().await;
+        assert_eq!(response.expect("lease").status(), 200);
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let mut got = Vec::new();
+    let started = Instant::now();
+    while got.len() < 3 {
+        let leased = lease(&zkq, "q", "wait=20s").await;
+        assert_eq!(leased.status, 200, "redelivered within the session timeout");
+        assert_eq!(leased.count, 2, "the delivery count survived the crash");
+        got.push(String::from_utf8(leased.body).expect("utf8"));
+        assert_eq!(ack(&zkq, "q", &leased.receipt).await.status(), 204);
+    }
+    got.sort();
+    assert_eq!(got, ["m0", "m1", "m2"]);
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkq_leases_and_curator_lock_safe_consumers_process_each_message_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("mixed");
+    let path = format!("{root}/app/jobs");
+    let locks = format!("{root}/app/locks");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "jobs", QueueKind::Fifo, Some(&path), Some(&locks));
+    let zkq = TestZkq::start_ready(config).await;
+    let total = 2000;
+    let mut puts = tokio::task::JoinSet::new();
+    for chunk in 0..16 {
+        let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/jobs/messages"));
+        puts.spawn(async move {
+            for i in (chunk..total).step_by(16) {
+                assert_eq!(http.post(&url).body(format!("job-{i}")).send().await.expect("put").status(), 201);
+            }
+        });
+    }
+    while let Some(r) = puts.join_next().await {
+        r.expect("putter");
+    }
+    let curator = Curator::spawn(zk, &["consume", "fifo", &path, &total.to_string(), "10000", "--lock", &locks]);
+    // Start zkq's consumers once Curator is consuming (its JVM takes a moment to start).
+    let (first, curator) =
+        tokio::task::spawn_blocking(move || (curator.next_line(Duration::from_secs(30)), curator)).await.expect("join");
+    let first = first.expect("Curator consumed a first message");
+    let mut consumers = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let (http, base) = (zkq.http.clone(), zkq.api.clone());
+        consumers.spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let response = http.post(format!("{base}/v1/queues/jobs/leases?wait=2s")).send().await.expect("lease");
+                if response.status() == 204 {
+                    return done;
+                }
+                assert_eq!(response.status(), 200);
+                let receipt = response.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+                let body = String::from_utf8(response.bytes().await.expect("body").to_vec()).expect("utf8");
+                let acked = http.delete(format!("{base}/v1/queues/jobs/leases/{receipt}")).send().await.expect("ack");
+                assert_eq!(acked.status(), 204);
+                done.push(body);
+            }
+        });
+    }
+    let mut processed: HashMap<String, u32> = HashMap::new();
+    let mut by_zkq = 0;
+    while let Some(done) = consumers.join_next().await {
+        for body in done.expect("consumer") {
+            by_zkq += 1;
+            *processed.entry(body).or_default() += 1;
+        }
+    }
+    let mut lines = vec![first];
+    lines.extend(curator.finish().await);
+    let mut by_curator = 0;
+    for line in lines.iter().filter(|l| !l.starts_with("DONE")) {
+        by_curator += 1;
+        let body = String::from_utf8(unhex(line)).expect("utf8");
+        *processed.entry(body).or_default() += 1;
+    }
+    let twice: Vec<_> = processed.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed more than once: {twice:?}");
+    assert_eq!(processed.len(), total, "every message processed (zkq {by_zkq}, Curator {by_curator})");
+    assert!(by_zkq > 0 && by_curator > 0, "both consumers took part (zkq {by_zkq}, Curator {by_curator})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
+    let zk = ZkServer::shared();
+    let root = unique_root("dlq");
+    let mut config = test_config(zk, &root);
+    config.queues.insert(
+        "poison".into(),
+        QueueConfig {
+            kind: QueueKind::Fifo,
+            path: None,
+            lock_path: None,
+            max_items: None,
+            max_deliveries: Some(3),
+            dead_letter: Some("poison-dlq".into()),
+        },
+    );
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("poison", b"bad apple").await;
+    for delivery in 1..=3 {
+        let leased = lease(&zkq, "poison", "").await;
+        assert_eq!((leased.status, leased.count), (200, delivery));
+        assert_eq!(nack(&zkq, "poison", &leased.receipt, "mode=keep").await.status(), 204);
+    }
+    assert_eq!(lease(&zkq, "poison", "").await.status, 204, "the 4th delivery moves it instead");
+    assert!(zkq.metrics().await.contains("zkq_messages_dead_lettered_total{queue=\"poison\"} 1"));
+    // Undecodable nodes go there too.
+    let direct = zk_client(zk).await;
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&format!("{root}/queues/poison/queue-0000000099"), b"raw", &persistent).await.expect("raw node");
+    assert_eq!(lease(&zkq, "poison", "").await.status, 204);
+    assert!(children(&direct, &format!("{root}/queues/poison")).await.is_empty());
+    // The dead-letter queue holds both, readable by Curator.
+    let dlq = format!("{root}/queues/poison-dlq");
+    let lines = Curator::run(zk, &["consume", "fifo", &dlq, "2", "15000"]).await;
+    assert_eq!(lines, [hex(b"bad apple"), hex(b"raw"), "DONE 2".to_owned()]);
+    assert!(children(&direct, &format!("{root}/deliveries/poison")).await.is_empty(), "no count left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_queues_cannot_lease() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("simple-lease"));
+    declare(&mut config, "s", QueueKind::Simple, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let response = zkq.http.post(zkq.url("/v1/queues/s/leases")).send().await.expect("lease");
+    assert_eq!(code(response).await, (409, "parameter_not_for_kind".to_owned()));
+}
