@@ -115,6 +115,34 @@ async fn main() {
         zk_calls / drained as f64
     );
 
+    // Lease+ack drain by 16 consumers.
+    put_many(&zkq, "leases", n64, 64).await;
+    let started = Instant::now();
+    let mut consumers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (http, base) = (zkq.http.clone(), zkq.api.clone());
+        consumers.spawn(async move {
+            let mut n = 0usize;
+            loop {
+                let response = http.post(format!("{base}/v1/queues/leases/leases")).send().await.expect("lease");
+                if response.status() == 204 {
+                    return n;
+                }
+                assert_eq!(response.status(), 200);
+                let receipt = response.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+                let acked = http.delete(format!("{base}/v1/queues/leases/leases/{receipt}")).send().await.expect("ack");
+                assert_eq!(acked.status(), 204);
+                n += 1;
+            }
+        });
+    }
+    let mut acked = 0;
+    while let Some(n) = consumers.join_next().await {
+        acked += n.expect("consumer");
+    }
+    assert_eq!(acked, n64, "every message leased and acked once");
+    println!("lease+ack, 16 consumers:  {}", rate(acked, started.elapsed()));
+
     // put→take latency with a waiting taker.
     let rounds = scaled(500);
     let mut latencies = Vec::with_capacity(rounds);
@@ -159,5 +187,32 @@ async fn main() {
     filler.stop().await;
     let out = Curator::run(&zk, &["bench", "drain", &format!("{root}/cdrain"), &n64.to_string(), "600000"]).await;
     println!("Curator drain, 1 consumer: {}", out.join(" "));
+    let mut lock_config = test_config(&zk, &root);
+    lock_config.log.level = "warn".into();
+    lock_config.zookeeper.request_timeout = Duration::from_secs(20);
+    harness::declare(
+        &mut lock_config,
+        "clock",
+        zkq::config::QueueKind::Fifo,
+        Some(&format!("{root}/clock")),
+        Some(&format!("{root}/clock-locks")),
+    );
+    let filler = TestZkq::start_ready(lock_config).await;
+    put_many(&filler, "clock", n64, 64).await;
+    filler.stop().await;
+    let out = Curator::run(
+        &zk,
+        &[
+            "bench",
+            "drain",
+            &format!("{root}/clock"),
+            &n64.to_string(),
+            "900000",
+            "--lock",
+            &format!("{root}/clock-locks"),
+        ],
+    )
+    .await;
+    println!("Curator lock-safe drain, 1 consumer: {}", out.join(" "));
     zkq.stop().await;
 }
