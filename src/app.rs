@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::counter::CounterService;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
@@ -84,6 +85,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         session: session.clone(),
         metrics: metrics.clone(),
         queues: queues.clone(),
+        counters: CounterService::new(
+            config.clone(),
+            session.clone(),
+            metrics.clone(),
+            draining.clone(),
+            tasks.clone(),
+        ),
         draining: draining.clone(),
     };
 

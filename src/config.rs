@@ -35,6 +35,21 @@ pub struct Config {
     pub max_dynamic_queues: usize,
     /// Declared queues, by name.
     pub queues: BTreeMap<String, QueueConfig>,
+    /// Whether counters that are not declared under `[counters]` are created on first use.
+    pub counters_dynamic: bool,
+    /// Declared shared counters, by name.
+    pub counters: BTreeMap<String, CounterConfig>,
+}
+
+/// A shared counter (Curator `SharedCount`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterConfig {
+    /// Absolute ZooKeeper path; default `{root}/counters/{name}`.
+    pub path: Option<String>,
+    /// Value written only if the node does not exist yet (as Curator's seed).
+    #[serde(default)]
+    pub seed: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,6 +199,8 @@ impl Default for Config {
             queues_dynamic: true,
             max_dynamic_queues: 1000,
             queues: BTreeMap::new(),
+            counters_dynamic: true,
+            counters: BTreeMap::new(),
         }
     }
 }
@@ -441,6 +458,15 @@ impl Config {
                     queue.max_deliveries,
                     "needs a dead_letter queue to move messages to",
                 ));
+            }
+        }
+        for (name, counter) in &self.counters {
+            let key = format!("counters.{name}");
+            if let Err(why) = check_name(name) {
+                return Err(invalid(key, name, why));
+            }
+            if let Some(path) = &counter.path {
+                check_zk_path(&format!("{key}.path"), path)?;
             }
         }
         Ok(())

@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod config;
+pub mod counter;
 pub mod http;
 pub mod metrics;
 pub mod queue;

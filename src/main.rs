@@ -46,6 +46,8 @@ enum Command {
     CheckConfig,
     /// Print the OpenAPI document the API serves.
     Openapi,
+    /// Exit 0 if this configuration's zkq answers /readyz with 200 (for container health checks).
+    Healthcheck,
 }
 
 fn main() -> ExitCode {
@@ -77,7 +79,40 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         },
         Command::Openapi => ExitCode::SUCCESS,
+        Command::Healthcheck => healthcheck(&config),
         Command::Run => run(config),
+    }
+}
+
+/// GET /readyz on the admin listener (0.0.0.0 is reached through loopback); no shell or curl needed.
+fn healthcheck(config: &Config) -> ExitCode {
+    use std::io::{Read, Write};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+    use std::time::Duration;
+
+    let mut addr = config.admin.listen;
+    if addr.ip().is_unspecified() {
+        let loopback = if addr.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
+        addr = SocketAddr::new(loopback, addr.port());
+    }
+    let answer = (|| -> std::io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+        write!(stream, "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    })();
+    match answer {
+        Ok(response) if response.starts_with("HTTP/1.1 200") => ExitCode::SUCCESS,
+        Ok(response) => {
+            eprintln!("zkq: not ready: {}", response.lines().last().unwrap_or(""));
+            ExitCode::FAILURE
+        },
+        Err(err) => {
+            eprintln!("zkq: cannot reach {addr}/readyz: {err}");
+            ExitCode::FAILURE
+        },
     }
 }
 

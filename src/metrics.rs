@@ -45,6 +45,7 @@ pub struct Metrics {
     pub children_reads: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
+    pub counter_operations: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -187,6 +188,10 @@ impl Metrics {
                 ),
                 &["queue"],
             )?,
+            counter_operations: IntCounterVec::new(
+                Opts::new("zkq_counter_operations_total", "Shared counter operations by operation and outcome."),
+                &["operation", "outcome"],
+            )?,
             shutdown_duration: Histogram::with_opts(
                 HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
@@ -223,6 +228,7 @@ impl Metrics {
         r.register(Box::new(self.leases_in_flight.clone()))?;
         r.register(Box::new(self.put_outcome_unknown.clone()))?;
         r.register(Box::new(self.shutdown_duration.clone()))?;
+        r.register(Box::new(self.counter_operations.clone()))?;
         Ok(())
     }
 

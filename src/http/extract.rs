@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -52,6 +53,26 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
             } else {
                 ApiError::new(ErrorCode::BadRequest, format!("cannot read the body: {}", e.body_text()))
             }
+        })
+    }
+}
+
+/// `Json<T>` with JSON errors: 415 without a JSON content type, 400 for bad JSON.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Json::<T>::from_request(req, state).await.map(|Json(v)| ApiJson(v)).map_err(|e: JsonRejection| match e {
+            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                "send the body as JSON with Content-Type: application/json",
+            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
+            },
+            other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
         })
     }
 }

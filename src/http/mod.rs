@@ -4,6 +4,7 @@
 //! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus).
 
 mod admin;
+pub mod counters;
 pub mod error;
 mod extract;
 pub mod leases;
@@ -24,6 +25,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::config::Config;
+use crate::counter::CounterService;
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
 use crate::zk::ZkSession;
@@ -36,6 +38,7 @@ pub struct AppState {
     pub session: ZkSession,
     pub metrics: Arc<Metrics>,
     pub queues: Arc<QueueService>,
+    pub counters: Arc<CounterService>,
     /// Cancelled when shutdown starts: `/readyz` turns 503 at once.
     pub draining: CancellationToken,
 }
@@ -50,6 +53,7 @@ pub struct AppState {
     tags(
         (name = "queues", description = "Put, take, peek and remove messages"),
         (name = "leases", description = "Lock-path safe consumption: lease, ack, nack, extend"),
+        (name = "counters", description = "Shared counters compatible with Curator's SharedCount"),
     ),
     components(schemas(error::ErrorBody)),
 )]
@@ -66,6 +70,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(leases::ack))
         .routes(routes!(leases::nack))
         .routes(routes!(leases::extend))
+        .routes(routes!(counters::get_counter, counters::set_counter))
+        .routes(routes!(counters::add_to_counter))
 }
 
 /// The OpenAPI document the API listener serves (and `openapi/openapi.json` holds).

@@ -64,3 +64,19 @@ fn missing_config_file_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/zkq.toml"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_follows_readiness() {
+    let zk = crate::harness::ZkServer::shared();
+    let root = crate::harness::unique_root("healthcheck");
+    let daemon = crate::harness::TestZkq::start_ready(crate::harness::test_config(zk, &root)).await;
+    let admin = daemon.admin.trim_start_matches("http://").to_owned();
+    let run = |admin: String| {
+        tokio::task::spawn_blocking(move || {
+            zkq().args(["healthcheck", "--admin-listen", &admin]).status().expect("runs")
+        })
+    };
+    assert!(run(admin.clone()).await.expect("join").success(), "ready → exit 0");
+    daemon.stop().await;
+    assert!(!run(admin).await.expect("join").success(), "gone → exit 1");
+}

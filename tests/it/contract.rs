@@ -158,6 +158,8 @@ async fn schemathesis_finds_nothing_against_a_live_zkq() {
     let url = zkq.api.clone();
     let output = tokio::task::spawn_blocking(move || {
         Command::new(&tool)
+            .arg("--config-file")
+            .arg(repo_file("tests/schemathesis/schemathesis.toml"))
             .arg("run")
             .arg(spec)
             .args(["--url", &url, "--checks", "all", "--max-examples", "60", "--seed", "1", "--no-color"])

@@ -5,6 +5,7 @@
 
 mod cli;
 mod contract;
+mod counters;
 mod curator;
 mod harness;
 mod leases;

@@ -1,0 +1,351 @@
+//! Shared counters, compatible with Curator's `SharedCount`: the node's data is a 4-byte
+//! big-endian two's-complement int, the version is the node's data version, and a
+//! compare-and-set is `setData(path, value, expectedVersion)`.
+//!
+//! Long-polls share one data watch per counter per process, however many clients wait.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, check_name};
+use crate::metrics::Metrics;
+use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
+
+/// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
+pub const ADD_ATTEMPTS: u32 = 64;
+
+/// A counter's value and the data version it was read at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Versioned {
+    pub value: i32,
+    pub version: i32,
+}
+
+/// Why a counter operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CounterError {
+    InvalidName(String),
+    UnknownCounter(String),
+    TooManyCounters(usize),
+    /// The node does not hold 4 bytes: not a SharedCount; never overwritten.
+    NotAnInt {
+        len: usize,
+    },
+    /// Compare-and-set against a version that changed.
+    VersionMismatch(Versioned),
+    /// The expected version is -1, which ZooKeeper reads as "any version" (ZOOKEEPER-4743);
+    /// refused, as Curator does.
+    VersionOverflow,
+    /// `add` lost the compare-and-set race too many times.
+    Contention,
+    Zk(ZkError),
+}
+
+impl From<ZkError> for CounterError {
+    fn from(err: ZkError) -> Self {
+        CounterError::Zk(err)
+    }
+}
+
+/// Curator's `SharedCount.toBytes`.
+pub fn encode(value: i32) -> [u8; 4] {
+    value.to_be_bytes()
+}
+
+/// Curator's `SharedCount.fromBytes`, but strict: anything but 4 bytes is an error.
+pub fn decode(data: &[u8]) -> Result<i32, CounterError> {
+    let bytes: [u8; 4] = data.try_into().map_err(|_| CounterError::NotAnInt { len: data.len() })?;
+    Ok(i32::from_be_bytes(bytes))
+}
+
+/// One counter: its path, seed, and the shared watch that feeds long-polls.
+pub struct Counter {
+    pub name: String,
+    pub path: String,
+    pub seed: i32,
+    session: ZkSession,
+    /// The latest value seen by the watch task (None until read, or if the data is not an int).
+    latest: watch::Sender<Option<Versioned>>,
+    watching: Mutex<bool>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Counter {
+    fn zk_deadline(&self) -> Instant {
+        Instant::now() + self.session.request_timeout()
+    }
+
+    async fn zk(&self) -> Result<Zk, CounterError> {
+        Ok(self.session.connected(self.zk_deadline()).await?)
+    }
+
+    /// Creates the node with the seed if it does not exist, as Curator's `start()` does.
+    async fn ensure(&self, zk: &Zk) -> Result<(), CounterError> {
+        match zk.create(&self.path, &encode(self.seed), NodeMode::Persistent).await {
+            Ok(_) | Err(ZkError::NodeExists) => Ok(()),
+            Err(ZkError::NoNode) => {
+                if let Some((parent, _)) = self.path.rsplit_once('/')
+                    && !parent.is_empty()
+                {
+                    zk.ensure_path(parent).await?;
+                }
+                match zk.create(&self.path, &encode(self.seed), NodeMode::Persistent).await {
+                    Ok(_) | Err(ZkError::NodeExists) => Ok(()),
+                    Err(err) => Err(err.into()),
+                }
+            },
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn read(&self, zk: &Zk) -> Result<Versioned, CounterError> {
+        let (data, stat) = match zk.get_data(&self.path).await {
+            Ok(found) => found,
+            Err(ZkError::NoNode) => {
+                self.ensure(zk).await?;
+                zk.get_data(&self.path).await?
+            },
+            Err(err) => return Err(err.into()),
+        };
+        Ok(Versioned { value: decode(&data)?, version: stat.version })
+    }
+
+    /// The current value, read from ZooKeeper.
+    pub async fn get(&self) -> Result<Versioned, CounterError> {
+        let zk = self.zk().await?;
+        self.read(&zk).await
+    }
+
+    /// Waits until the version differs from `after_version` (or `wait` passes), then answers
+    /// the value. All waiters of a counter share one data watch.
+    pub async fn wait_for_change(
+        self: &Arc<Self>,
+        after_version: i32,
+        wait: Duration,
+    ) -> Result<Versioned, CounterError> {
+        self.start_watching();
+        let deadline = Instant::now() + wait;
+        let mut rx = self.latest.subscribe();
+        loop {
+            let seen = *rx.borrow_and_update();
+            if let Some(current) = seen
+                && current.version != after_version
+            {
+                // Confirm with a fresh read: never answer from a stale copy.
+                return self.get().await;
+            }
+            if Instant::now() >= deadline {
+                return self.get().await;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return self.get().await;
+            }
+        }
+    }
+
+    fn start_watching(self: &Arc<Self>) {
+        {
+            let mut watching = self.watching.lock().unwrap_or_else(|p| p.into_inner());
+            if *watching {
+                return;
+            }
+            *watching = true;
+        }
+        let counter = self.clone();
+        self.tasks.spawn(async move { counter.watch_loop().await });
+    }
+
+    /// Keeps one data watch armed across reconnects and new sessions.
+    async fn watch_loop(self: Arc<Self>) {
+        loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                zk = self.session.connected(far) => zk,
+            };
+            let Ok(zk) = zk else { continue };
+            let zk = zk.with_deadline(self.zk_deadline());
+            let watched = match zk.get_and_watch_data(&self.path).await {
+                Ok(found) => Ok(found),
+                Err(ZkError::NoNode) => match self.ensure(&zk).await {
+                    Ok(()) => continue,
+                    Err(err) => Err(err),
+                },
+                Err(err) => Err(err.into()),
+            };
+            let (data, stat, watch) = match watched {
+                Ok(found) => found,
+                Err(_) => {
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    }
+                },
+            };
+            let value = decode(&data).ok().map(|value| Versioned { value, version: stat.version });
+            self.latest.send_replace(value);
+            let mut status = self.session.subscribe();
+            let epoch = status.borrow_and_update().epoch;
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                event = watch.changed() => {
+                    if event == WatchEvent::SessionEnded {
+                        continue;
+                    }
+                },
+                // A reconnect may have hidden a change: re-read.
+                _ = async { while status.changed().await.is_ok() { if status.borrow_and_update().epoch != epoch { return } } } => {},
+            }
+        }
+    }
+
+    /// Sets the value unconditionally (Curator's `setCount`).
+    pub async fn set(&self, value: i32) -> Result<Versioned, CounterError> {
+        let zk = self.zk().await?;
+        // Never overwrite data that is not a SharedCount.
+        let current = self.read(&zk).await?;
+        match zk.set_data(&self.path, &encode(value), Some(current.version)).await {
+            Ok(stat) => Ok(Versioned { value, version: stat.version }),
+            // Changed since our check: the last writer wins anyway, as with Curator's setCount,
+            // but only over an int.
+            Err(ZkError::BadVersion) => {
+                let again = self.read(&zk).await?;
+                let stat = zk.set_data(&self.path, &encode(value), Some(again.version)).await?;
+                Ok(Versioned { value, version: stat.version })
+            },
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Compare-and-set (Curator's `trySetCount`): succeeds only if the version is `expected`.
+    pub async fn compare_and_set(&self, expected: i32, value: i32) -> Result<Versioned, CounterError> {
+        if expected == -1 {
+            return Err(CounterError::VersionOverflow);
+        }
+        let zk = self.zk().await?;
+        match zk.set_data(&self.path, &encode(value), Some(expected)).await {
+            Ok(stat) => Ok(Versioned { value, version: stat.version }),
+            Err(ZkError::BadVersion) => Err(CounterError::VersionMismatch(self.read(&zk).await?)),
+            Err(ZkError::NoNode) => {
+                self.ensure(&zk).await?;
+                Err(CounterError::VersionMismatch(self.read(&zk).await?))
+            },
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Adds atomically with a bounded compare-and-set loop.
+    pub async fn add(&self, delta: i32) -> Result<Versioned, CounterError> {
+        let zk = self.zk().await?;
+        for attempt in 0..ADD_ATTEMPTS {
+            let current = self.read(&zk).await?;
+            if current.version == -1 {
+                return Err(CounterError::VersionOverflow);
+            }
+            let value = current.value.wrapping_add(delta);
+            match zk.set_data(&self.path, &encode(value), Some(current.version)).await {
+                Ok(stat) => return Ok(Versioned { value, version: stat.version }),
+                Err(ZkError::BadVersion) => {
+                    // Back off a little, more each time, so contenders spread out.
+                    let jitter = rand::random_range(0..=(1u64 << attempt.min(6)));
+                    tokio::time::sleep(Duration::from_millis(jitter)).await;
+                },
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(CounterError::Contention)
+    }
+}
+
+/// All counters of this process; dynamic ones are created on first use.
+pub struct CounterService {
+    config: Arc<Config>,
+    session: ZkSession,
+    metrics: Arc<Metrics>,
+    counters: Mutex<HashMap<String, Arc<Counter>>>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl CounterService {
+    pub fn new(
+        config: Arc<Config>,
+        session: ZkSession,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<CounterService> {
+        Arc::new(CounterService { config, session, metrics, counters: Mutex::new(HashMap::new()), shutdown, tasks })
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
+        check_name(name).map_err(|why| CounterError::InvalidName(format!("counter name {name:?} {why}")))?;
+        let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(counter) = counters.get(name) {
+            return Ok(counter.clone());
+        }
+        let root = &self.config.zookeeper.root;
+        let (path, seed) = match self.config.counters.get(name) {
+            Some(declared) => {
+                (declared.path.clone().unwrap_or_else(|| format!("{root}/counters/{name}")), declared.seed)
+            },
+            None => {
+                if !self.config.counters_dynamic {
+                    return Err(CounterError::UnknownCounter(name.to_owned()));
+                }
+                let dynamic = counters.keys().filter(|n| !self.config.counters.contains_key(*n)).count();
+                if dynamic >= self.config.max_dynamic_queues {
+                    return Err(CounterError::TooManyCounters(self.config.max_dynamic_queues));
+                }
+                (format!("{root}/counters/{name}"), 0)
+            },
+        };
+        let counter = Arc::new(Counter {
+            name: name.to_owned(),
+            path,
+            seed,
+            session: self.session.clone(),
+            latest: watch::channel(None).0,
+            watching: Mutex::new(false),
+            shutdown: self.shutdown.clone(),
+            tasks: self.tasks.clone(),
+        });
+        self.metrics.counter_operations.with_label_values(&["open", "ok"]).inc();
+        counters.insert(name.to_owned(), counter.clone());
+        Ok(counter)
+    }
+
+    /// Records the outcome of one counter operation.
+    pub fn record(&self, operation: &'static str, result: &Result<Versioned, CounterError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(CounterError::VersionMismatch(_)) => "version_mismatch",
+            Err(CounterError::Contention) => "contention",
+            Err(CounterError::Zk(_)) => "zookeeper_error",
+            Err(_) => "refused",
+        };
+        self.metrics.counter_operations.with_label_values(&[operation, outcome]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_matches_curators_shared_count() {
+        // curator-format.md §6: seed 258 -> 00000102, setCount(-2) -> fffffffe.
+        assert_eq!(encode(258), [0, 0, 1, 2]);
+        assert_eq!(encode(-2), [0xff, 0xff, 0xff, 0xfe]);
+        assert_eq!(decode(&[0xff, 0xff, 0xff, 0xfe]), Ok(-2));
+        assert_eq!(decode(b"abc"), Err(CounterError::NotAnInt { len: 3 }));
+        assert_eq!(decode(b"12345"), Err(CounterError::NotAnInt { len: 5 }));
+    }
+}

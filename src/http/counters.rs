@@ -1,0 +1,253 @@
+//! `/v1/counters`: shared counters compatible with Curator's `SharedCount`.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::extract::{ApiJson, ApiPath, ApiQuery, parse_duration};
+use crate::counter::{CounterError, Versioned};
+
+/// Path parameter: a counter name.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct CounterPath {
+    /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub name: String,
+}
+
+/// Query parameters of a read.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadQuery {
+    /// Long-poll: wait up to this long (cut to `take.max_wait`) for the version to differ from
+    /// `after_version`.
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub wait: Option<String>,
+    /// The version the client already has (its ETag); used with `wait`.
+    pub after_version: Option<i32>,
+}
+
+/// A counter's value.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CounterValue {
+    pub name: String,
+    pub value: i32,
+    /// The node's data version (also the ETag).
+    pub version: i32,
+}
+
+/// A compare-and-set that lost: the current value and version.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CounterConflict {
+    /// `version_mismatch`.
+    pub code: String,
+    pub message: String,
+    pub value: i32,
+    pub version: i32,
+}
+
+/// Body of a set.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetRequest {
+    #[serde(deserialize_with = "json_int32")]
+    pub value: i32,
+}
+
+/// Body of an add.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddRequest {
+    #[serde(deserialize_with = "json_int32")]
+    pub delta: i32,
+}
+
+/// An int32 as JSON Schema sees integers: `3` and `3.0` both, nothing fractional or out of range.
+fn json_int32<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i32, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    let whole =
+        number.as_i64().or_else(|| number.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 1e18).map(|f| f as i64));
+    whole
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| serde::de::Error::custom(format!("{number} is not a 32-bit integer")))
+}
+
+fn counter_response(state: &AppState, name: &str, current: Versioned) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", current.version)) {
+        headers.insert(header::ETAG, etag);
+    }
+    let _ = state;
+    (headers, Json(CounterValue { name: name.to_owned(), value: current.value, version: current.version }))
+        .into_response()
+}
+
+fn counter_error(err: CounterError) -> Response {
+    match err {
+        CounterError::VersionMismatch(current) => {
+            let body = CounterConflict {
+                code: "version_mismatch".to_owned(),
+                message: "the counter changed since that version; retry with the current ETag".to_owned(),
+                value: current.value,
+                version: current.version,
+            };
+            let mut response = (StatusCode::PRECONDITION_FAILED, Json(body)).into_response();
+            if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", current.version)) {
+                response.headers_mut().insert(header::ETAG, etag);
+            }
+            response
+        },
+        other => ApiError::from(other).into_response(),
+    }
+}
+
+impl From<CounterError> for ApiError {
+    fn from(err: CounterError) -> Self {
+        match err {
+            CounterError::InvalidName(why) => ApiError::new(ErrorCode::InvalidName, why),
+            CounterError::UnknownCounter(name) => ApiError::new(
+                ErrorCode::CounterNotFound,
+                format!(
+                    "counter {name:?} is not declared and dynamic counters are disabled (counters_dynamic = false)"
+                ),
+            ),
+            CounterError::TooManyCounters(max) => ApiError::new(
+                ErrorCode::CounterNotFound,
+                format!("this zkq already serves {max} dynamic counters; declare the counter"),
+            ),
+            CounterError::NotAnInt { len } => ApiError::new(
+                ErrorCode::CounterNotAnInt,
+                format!("the counter node holds {len} bytes, not a 4-byte SharedCount int; it was left untouched"),
+            ),
+            CounterError::VersionMismatch(current) => ApiError::new(
+                ErrorCode::VersionMismatch,
+                format!("the counter is at version {} (value {})", current.version, current.value),
+            ),
+            CounterError::VersionOverflow => ApiError::new(
+                ErrorCode::VersionOverflow,
+                "the counter's version overflowed to -1, which ZooKeeper treats as \"any version\"; \
+                 compare-and-set is refused (as Curator does); use an unconditional set",
+            ),
+            CounterError::Contention => ApiError::new(
+                ErrorCode::Contention,
+                "too many concurrent writers: the add lost every compare-and-set; retry",
+            ),
+            CounterError::Zk(zk) => zk.into(),
+        }
+    }
+}
+
+/// Parses `If-Match: "7"` (or `7`); `*` means no condition.
+fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let text = value.to_str().map_err(|_| ApiError::invalid("If-Match must be an ETag such as \"7\""))?.trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let bare = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);
+    bare.parse::<i64>()
+        .map(Some)
+        .map_err(|_| ApiError::invalid(format!("If-Match {text:?} is not a counter ETag such as \"7\"")))
+}
+
+/// Read a counter (optionally long-polling for a change).
+#[utoipa::path(
+    get, path = "/v1/counters/{name}", tag = "counters",
+    params(CounterPath, ReadQuery),
+    responses(
+        (status = 200, description = "The value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
+        (status = 400, description = "Bad name or parameter", body = ErrorBody),
+        (status = 404, description = "Unknown counter (dynamic counters disabled)", body = ErrorBody),
+        (status = 409, description = "The node is not a 4-byte int", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+    )
+)]
+pub async fn get_counter(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<CounterPath>,
+    ApiQuery(query): ApiQuery<ReadQuery>,
+) -> Result<Response, ApiError> {
+    let counter = state.counters.get(&path.name)?;
+    let wait = match query.wait.as_deref() {
+        Some(text) => parse_duration("wait", text)?.min(state.config.take.max_wait),
+        None => Duration::ZERO,
+    };
+    let result = match query.after_version {
+        Some(after) if !wait.is_zero() => counter.wait_for_change(after, wait).await,
+        _ => counter.get().await,
+    };
+    state.counters.record("get", &result);
+    Ok(counter_response(&state, &counter.name, result?))
+}
+
+/// Set a counter; with `If-Match` it is a compare-and-set.
+#[utoipa::path(
+    put, path = "/v1/counters/{name}", tag = "counters",
+    params(CounterPath, ("If-Match" = Option<String>, Header, nullable = false, pattern = r#"^(\*|"-?[0-9]{1,10}"|-?[0-9]{1,10})$"#, description = "Expected version (an ETag such as \"7\"): compare-and-set")),
+    request_body = SetRequest,
+    responses(
+        (status = 200, description = "The new value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
+        (status = 400, description = "Bad name, body or If-Match", body = ErrorBody),
+        (status = 404, description = "Unknown counter", body = ErrorBody),
+        (status = 409, description = "Version overflowed to -1, or the node is not a 4-byte int", body = ErrorBody),
+        (status = 412, description = "Someone changed it first: the current value and version", body = CounterConflict),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn set_counter(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<CounterPath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<SetRequest>,
+) -> Result<Response, ApiError> {
+    let counter = state.counters.get(&path.name)?;
+    let expected = if_match(&headers)?;
+    let result = match expected.map(i32::try_from) {
+        Some(Ok(version)) => counter.compare_and_set(version, body.value).await,
+        // A version no znode can have: it cannot match the current one.
+        Some(Err(_)) => counter.get().await.and_then(|current| Err(CounterError::VersionMismatch(current))),
+        None => counter.set(body.value).await,
+    };
+    state.counters.record(if expected.is_some() { "compare_and_set" } else { "set" }, &result);
+    Ok(match result {
+        Ok(current) => counter_response(&state, &counter.name, current),
+        Err(err) => counter_error(err),
+    })
+}
+
+/// Add to a counter atomically.
+#[utoipa::path(
+    post, path = "/v1/counters/{name}/add", tag = "counters",
+    params(CounterPath),
+    request_body = AddRequest,
+    responses(
+        (status = 200, description = "The new value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
+        (status = 400, description = "Bad name or body", body = ErrorBody),
+        (status = 404, description = "Unknown counter", body = ErrorBody),
+        (status = 409, description = "Contention exhausted the retries, version overflow, or not a 4-byte int", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        (status = 504, description = "Outcome unknown", body = ErrorBody),
+    )
+)]
+pub async fn add_to_counter(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<CounterPath>,
+    ApiJson(body): ApiJson<AddRequest>,
+) -> Result<Response, ApiError> {
+    let counter = state.counters.get(&path.name)?;
+    let result = counter.add(body.delta).await;
+    state.counters.record("add", &result);
+    Ok(counter_response(&state, &counter.name, result?))
+}
