@@ -18,12 +18,14 @@ if $external; then
 fi
 
 ensure_debs zookeeper
-dir="$PWD/target/dev-zookeeper"
-mkdir -p "$dir/data"
 port=2181
+dir="$PWD/target/dev-zookeeper"
 if ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $port))" 2>/dev/null; then
+  # 2181 is taken (another dev.sh, or a system ZooKeeper): a private server on another port and dir.
   port=$(free_port)
+  dir="$PWD/target/dev-zookeeper-$port"
 fi
+mkdir -p "$dir/data"
 cat > "$dir/zoo.cfg" <<CFG
 tickTime=2000
 dataDir=$dir/data

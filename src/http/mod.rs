@@ -91,7 +91,7 @@ pub fn api_router(state: AppState) -> Router {
     let (router, openapi) = api_routes().split_for_parts();
     let spec = openapi_json();
     let body_limit = state.config.api.max_message_bytes;
-    router
+    let router = router
         .route(
             "/openapi.json",
             axum::routing::get(move || {
@@ -102,21 +102,33 @@ pub fn api_router(state: AppState) -> Router {
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), track_requests))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit));
+    with_common_layers(router, &state).with_state(state)
+}
+
+/// Request metrics and ids outermost, then a panic guard that still answers in the API's shape.
+fn with_common_layers(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(middleware::from_fn_with_state(state.clone(), track_requests))
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response)),
+    )
+}
+
+fn panic_response(_panic: Box<dyn std::any::Any + Send>) -> Response {
+    tracing::error!("a request handler panicked; this is a bug");
+    ApiError::new(ErrorCode::Internal, "internal error; this is a bug, please report it").into_response()
 }
 
 /// The admin router: health and metrics.
 pub fn admin_router(state: AppState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/livez", axum::routing::get(admin::livez))
         .route("/readyz", axum::routing::get(admin::readyz))
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), track_requests))
-        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+    with_common_layers(router, &state).with_state(state)
 }
 
 async fn not_found() -> ApiError {

@@ -90,10 +90,18 @@ pub struct ChildrenCache {
     snapshots: watch::Sender<u64>,
     /// Signalled when the child count may have dropped (for puts waiting on `max_items`).
     room: Notify,
+    /// Ends the lock watches (they hold the session open) when zkq shuts down.
+    shutdown: CancellationToken,
 }
 
 impl ChildrenCache {
-    pub fn new(kind: QueueKind, path: String, label: String, metrics: Arc<Metrics>) -> Arc<ChildrenCache> {
+    pub fn new(
+        kind: QueueKind,
+        path: String,
+        label: String,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Arc<ChildrenCache> {
         let state = State { dirty: true, ..State::default() };
         Arc::new(ChildrenCache {
             kind,
@@ -104,6 +112,7 @@ impl ChildrenCache {
             refresh: Notify::new(),
             snapshots: watch::channel(0).0,
             room: Notify::new(),
+            shutdown,
         })
     }
 
@@ -175,16 +184,22 @@ impl ChildrenCache {
         let lock = format!("{lock_dir}/{}", item.name);
         let (cache, zk) = (self.clone(), zk.clone());
         tokio::spawn(async move {
-            loop {
-                let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
-                match zk.watch_exists(&lock).await {
-                    Ok((Some(_), watch)) => {
-                        if watch.changed().await == WatchEvent::SessionEnded {
-                            break;
-                        }
-                    },
-                    Ok((None, _)) | Err(_) => break,
+            let released = async {
+                loop {
+                    let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                    match zk.watch_exists(&lock).await {
+                        Ok((Some(_), watch)) => {
+                            if watch.changed().await == WatchEvent::SessionEnded {
+                                return;
+                            }
+                        },
+                        Ok((None, _)) | Err(_) => return,
+                    }
                 }
+            };
+            tokio::select! {
+                _ = cache.shutdown.cancelled() => return,
+                _ = released => {},
             }
             cache.lock().watched_locks.remove(&item.name);
             cache.reoffer(item);

@@ -660,28 +660,32 @@ impl Queue {
         }
     }
 
-    /// Every minute, removes delivery counts whose message is gone.
+    /// Removes delivery counts whose message is gone: once when the queue opens, then every minute.
     pub(super) async fn run_delivery_count_sweeper(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                zk = self.session.connected(far) => zk,
+            };
+            if let Ok(zk) = zk {
+                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+                match self.sweep_delivery_counts(&zk).await {
+                    Ok(0) => {},
+                    Ok(n) => tracing::debug!(queue = %self.name, removed = n, "removed stale delivery counts"),
+                    Err(err) => tracing::debug!(queue = %self.name, error = %err, "delivery count sweep failed"),
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {},
-            }
-            let Some(zk) = self.session.current() else { continue };
-            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-            match self.sweep_delivery_counts(&zk).await {
-                Ok(0) => {},
-                Ok(n) => tracing::debug!(queue = %self.name, removed = n, "removed stale delivery counts"),
-                Err(err) => tracing::debug!(queue = %self.name, error = %err, "delivery count sweep failed"),
+                _ = tokio::time::sleep(Duration::from_secs(60)) => {},
             }
         }
     }
 
     /// Delivery counts whose message is gone (consumed by Curator, removed by hand) are removed,
     /// so nothing accumulates.
-    pub async fn sweep_delivery_counts(&self, zk: &Zk) -> Result<usize, ZkError> {
+    async fn sweep_delivery_counts(&self, zk: &Zk) -> Result<usize, ZkError> {
         let counted = match zk.get_children(&self.deliveries_path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(0),

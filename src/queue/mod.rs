@@ -155,7 +155,8 @@ impl QueueService {
                 path: target_layout.path,
             }
         });
-        let cache = ChildrenCache::new(kind, path.clone(), name.to_owned(), self.metrics.clone());
+        let cache =
+            ChildrenCache::new(kind, path.clone(), name.to_owned(), self.metrics.clone(), self.shutdown.clone());
         let queue = Arc::new(Queue {
             name: name.to_owned(),
             kind,

@@ -80,3 +80,48 @@ async fn healthcheck_follows_readiness() {
     daemon.stop().await;
     assert!(!run(admin).await.expect("join").success(), "gone → exit 1");
 }
+
+/// The README's first command: `./scripts/dev.sh` starts a private ZooKeeper and zkq; Ctrl-C
+/// (SIGINT to the foreground process group) stops both and leaves no process behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let (api, admin) = (format!("127.0.0.1:{}", port()), format!("127.0.0.1:{}", port()));
+    let mut dev = Command::new(crate::harness::repo_file("scripts/dev.sh"));
+    dev.args(["--api-listen", &api, "--admin-listen", &admin])
+        .env_remove("ZKQ__ZOOKEEPER__CONNECT")
+        .stdout(std::process::Stdio::null())
+        .process_group(0);
+    let mut child = dev.spawn().expect("dev.sh starts");
+    let group = child.id();
+    let _cleanup = GroupGuard(group);
+    let http = reqwest::Client::new();
+    // dev.sh builds the release binary first: allow for that.
+    crate::harness::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
+        let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    let put = http.post(format!("http://{api}/v1/queues/dev/messages")).body("hi").send().await.expect("put");
+    assert_eq!(put.status(), 201, "the dev setup serves the API");
+
+    let signalled = Command::new("kill").args(["-s", "INT", "--", &format!("-{group}")]).status().expect("kill");
+    assert!(signalled.success());
+    let status = tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join");
+    assert!(matches!(status.code(), Some(0 | 130)), "dev.sh exited with {status:?}");
+    let leftovers = Command::new("pgrep").args(["-g", &group.to_string()]).output().expect("pgrep");
+    assert!(leftovers.stdout.is_empty(), "ZooKeeper left running: {}", String::from_utf8_lossy(&leftovers.stdout));
+    assert!(http.get(format!("http://{admin}/livez")).send().await.is_err(), "zkq left running");
+}
+
+/// Kills a process group when dropped, so a failing test leaves nothing running.
+struct GroupGuard(u32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.0)]).status();
+    }
+}

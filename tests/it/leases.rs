@@ -364,3 +364,26 @@ async fn simple_queues_cannot_lease() {
     let response = zkq.http.post(zkq.url("/v1/queues/s/leases")).send().await.expect("lease");
     assert_eq!(code(response).await, (409, "parameter_not_for_kind".to_owned()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_counts_of_messages_consumed_elsewhere_are_swept() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sweep");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"counted").await;
+    let leased = lease(&zkq, "q", "").await;
+    assert_eq!(nack(&zkq, "q", &leased.receipt, "mode=keep").await.status(), 204);
+    zkq.stop().await;
+    let direct = zk_client(zk).await;
+    assert_eq!(children(&direct, &format!("{root}/deliveries/q")).await.len(), 1, "a count was kept");
+    // Consumed by someone who knows nothing of counts (a Curator consumer).
+    let lines = Curator::run(zk, &["consume", "fifo", &format!("{root}/queues/q"), "1", "15000"]).await;
+    assert_eq!(lines, [hex(b"counted"), "DONE 1".to_owned()]);
+    // The next zkq to open the queue sweeps the orphaned count.
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(lease(&zkq, "q", "").await.status, 204);
+    eventually(Duration::from_secs(10), "orphaned count removed", || async {
+        children(&direct, &format!("{root}/deliveries/q")).await.is_empty()
+    })
+    .await;
+}
