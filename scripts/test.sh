@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, schemathesis) and runs the
-# whole suite against real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
+# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, schemathesis, the
+# deploy-check tools) and runs the whole suite: the deployment checks, then `cargo test` against
+# real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -14,5 +15,7 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
+# Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools).
+./scripts/check-deploy.sh
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
 cargo test --locked --all-targets "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"

@@ -125,3 +125,34 @@ impl Drop for GroupGuard {
         let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.0)]).status();
     }
 }
+
+/// Every command of the README's "Using it" block runs against a live zkq, so the README cannot rot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_quickstart_commands_work() {
+    let readme = std::fs::read_to_string(crate::harness::repo_file("README.md")).expect("README");
+    let section = readme.split("## Using it").nth(1).expect("a Using it section");
+    let block = section.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
+    let commands: Vec<&str> = block.lines().filter(|l| l.starts_with("curl ")).collect();
+    assert!(commands.len() >= 4, "{commands:?}");
+
+    let zk = crate::harness::ZkServer::shared();
+    let daemon =
+        crate::harness::TestZkq::start_ready(crate::harness::test_config(zk, &crate::harness::unique_root("readme")))
+            .await;
+    let host = daemon.api.trim_start_matches("http://").to_owned();
+    let mut outputs = Vec::new();
+    for command in commands {
+        let command = command.split(" # ").next().unwrap_or(command).replace("localhost:8080", &host);
+        let command = command.replacen("curl ", "curl -sS --fail-with-body --max-time 30 ", 1);
+        let output = tokio::task::spawn_blocking(move || Command::new("sh").arg("-c").arg(&command).output())
+            .await
+            .expect("join")
+            .expect("sh runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        outputs.push(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    assert!(outputs[0].contains("\"message_id\":\"queue-"), "put: {}", outputs[0]);
+    assert_eq!(outputs[1], "hello", "take returns the put body");
+    assert!(outputs[2].contains("\"kind\":\"fifo\""), "describe: {}", outputs[2]);
+    assert!(outputs[3].contains("\"messages\":[]"), "peek after the take: {}", outputs[3]);
+}

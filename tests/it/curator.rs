@@ -136,3 +136,50 @@ async fn zkq_take_never_removes_a_message_curator_holds_a_lock_on() {
     let direct = zk_client(zk).await;
     assert!(children(&direct, &path).await.is_empty(), "Curator consumed the held one, once");
 }
+
+/// An independent client (kazoo, from Debian) sees exactly Curator's layout: the envelope in the
+/// queue node, and during a lease an EPHEMERAL lock owned by zkq's session; after the ack, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_sees_curators_layout_and_zkqs_lock() {
+    let zk = ZkServer::shared();
+    let root = unique_root("kazoo");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let id = zkq.put_ok("q", b"hi").await;
+    let script = r#"
+import sys
+from kazoo.client import KazooClient
+hosts, root, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+zk = KazooClient(hosts=hosts)
+zk.start()
+for name in sorted(zk.get_children(root + "/queues/q")):
+    data, _ = zk.get(root + "/queues/q/" + name)
+    print("item", name, data.hex())
+for name in sorted(zk.get_children(root + "/locks/q")):
+    _, stat = zk.get(root + "/locks/q/" + name)
+    print("lock", name, hex(stat.ephemeralOwner))
+zk.stop()
+"#;
+    let run = |mode: &'static str| {
+        let (hosts, root, script) = (zk.connect_string(), root.clone(), script.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let output = std::process::Command::new("/usr/bin/python3")
+                .args(["-c", &script, &hosts, &root, mode])
+                .output()
+                .expect("Debian's python3 with python3-kazoo");
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+            String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(run("put").await.expect("join"), [format!("item {id} 000100010100000002686902")]);
+
+    let leased = zkq.http.post(zkq.url("/v1/queues/q/leases")).send().await.expect("lease");
+    let receipt = leased.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+    let session = zkq.running.as_ref().expect("running").session.status().session_id;
+    assert_eq!(
+        run("lease").await.expect("join"),
+        [format!("item {id} 000100010100000002686902"), format!("lock {id} {session:#x}")]
+    );
+    let acked = zkq.http.delete(zkq.url(&format!("/v1/queues/q/leases/{receipt}"))).send().await.expect("ack");
+    assert_eq!(acked.status(), 204);
+    assert!(run("acked").await.expect("join").is_empty());
+}

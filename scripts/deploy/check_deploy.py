@@ -1,0 +1,734 @@
+"""Deployment checks for zkq: Dockerfile, the zkq-sidecar library chart and the zkq-demo chart.
+
+Run through scripts/check-deploy.sh, which provides the virtualenv (helm-python-sdk,
+kubernetes-validate, hadolint, yamllint) and the zkq binary. Every check prints one line; the run
+ends with "deploy checks: N passed, M failed" and exits non-zero when M > 0.
+
+    python scripts/deploy/check_deploy.py --zkq-bin target/release/zkq [--sync]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import filecmp
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+import helm_python as helm
+import jsonschema
+import yaml
+from helm_python import _native
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "helm" / "zkq-sidecar"
+DEMO = ROOT / "helm" / "zkq-demo"
+VENDORED = DEMO / "charts" / "zkq-sidecar"
+CI_VALUES = DEMO / "ci"
+DEPLOY = ROOT / "scripts" / "deploy"
+KUBE_VERSION = "1.30.0"
+RELEASE = "demo"
+NAMESPACE = "zkq-demo"
+SIX_LABELS = ["name", "instance", "version", "component", "part-of", "managed-by"]
+
+
+class Checks:
+    """Counts and prints checks; a failing check never stops the run."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed: list[str] = []
+
+    def ok(self, what: str, cond: bool, detail: str = "") -> bool:
+        if cond:
+            self.passed += 1
+            print(f"  ok    {what}")
+        else:
+            self.failed.append(what)
+            print(f"  FAIL  {what}" + (f"\n        {detail}" if detail else ""))
+        return cond
+
+    def section(self, title: str) -> None:
+        print(f"\n==> {title}")
+
+
+C = Checks()
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open() as f:
+        return yaml.safe_load(f)
+
+
+def render(chart: helm.Chart, values: dict[str, Any], kube_version: str = KUBE_VERSION) -> dict[str, str]:
+    """helm template equivalent. Chart.render() has no kube_version parameter, but the native
+    helm_render call it wraps accepts one (helm-python-sdk 0.2.2), so the templates see the same
+    .Capabilities.KubeVersion as the lint and the schema validation."""
+    opts = {"name": RELEASE, "namespace": NAMESPACE, "kube_version": f"v{kube_version}", "is_install": True}
+    out = _native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts))
+    return json.loads(out)
+
+
+def documents(rendered: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for source, text in sorted(rendered.items()):
+        if source.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                docs.append((source, doc))
+    return docs
+
+
+def manifest_text(rendered: dict[str, str], keep: Callable[[dict[str, Any]], bool]) -> str:
+    """The rendered documents that `keep` accepts, as one multi-document YAML stream, each
+    document verbatim as Helm rendered it (so yamllint sees Helm's own output)."""
+    parts = []
+    for source, text in sorted(rendered.items()):
+        if source.endswith("NOTES.txt"):
+            continue
+        for chunk in re.split(r"(?m)^---\s*$", text):
+            if not chunk.strip():
+                continue
+            doc = yaml.safe_load(chunk)
+            if doc and keep(doc):
+                parts.append(f"---\n# Source: {source}\n{chunk.strip(chr(10))}\n")
+    return "".join(parts)
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def grace_seconds(grace: str) -> int:
+    m = re.fullmatch(r"([0-9]+)(ms|s|m|h)", grace)
+    if not m:
+        raise ValueError(f"unexpected grace {grace!r}")
+    n, unit = int(m.group(1)), m.group(2)
+    return {"ms": (n + 999) // 1000, "s": n, "m": n * 60, "h": n * 3600}[unit]
+
+
+def deep_merge(dst: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dst)
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def tree_diff(a: Path, b: Path) -> list[str]:
+    cmp = filecmp.dircmp(a, b, ignore=[])
+    diffs: list[str] = []
+
+    def walk(d: filecmp.dircmp, prefix: str) -> None:
+        diffs.extend(f"only in {a.name}: {prefix}{n}" for n in d.left_only)
+        diffs.extend(f"only in vendored copy: {prefix}{n}" for n in d.right_only)
+        _, mismatch, errors = filecmp.cmpfiles(d.left, d.right, d.common_files, shallow=False)
+        diffs.extend(f"differs: {prefix}{n}" for n in mismatch + errors)
+        for name, sub in d.subdirs.items():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(cmp, "")
+    return diffs
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def sync() -> None:
+    """Refresh the vendored library copy and the demo schema's `zkq` part from helm/zkq-sidecar."""
+    if VENDORED.exists():
+        shutil.rmtree(VENDORED)
+    shutil.copytree(LIB, VENDORED)
+    print(f"synced {VENDORED.relative_to(ROOT)} from {LIB.relative_to(ROOT)}")
+    demo_schema_path = DEMO / "values.schema.json"
+    demo_schema = json.loads(demo_schema_path.read_text())
+    demo_schema["properties"]["zkq"] = json.loads((LIB / "values.schema.json").read_text())["properties"]["zkq"]
+    demo_schema_path.write_text(json.dumps(demo_schema, indent=2) + "\n")
+    print(f"synced properties.zkq of {demo_schema_path.relative_to(ROOT)}")
+
+
+def check_consistency() -> None:
+    C.section("consistency between the library chart, its vendored copy, the demo and zkq")
+    diffs = tree_diff(LIB, VENDORED) if VENDORED.is_dir() else ["vendored copy missing"]
+    C.ok(
+        "helm/zkq-demo/charts/zkq-sidecar is identical to helm/zkq-sidecar",
+        not diffs,
+        "; ".join(diffs[:10]) + " (run scripts/check-deploy.sh --sync)",
+    )
+    lib_schema = json.loads((LIB / "values.schema.json").read_text())
+    demo_schema = json.loads((DEMO / "values.schema.json").read_text())
+    C.ok(
+        "zkq-demo values.schema.json embeds the library's `zkq` schema unchanged",
+        demo_schema["properties"].get("zkq") == lib_schema["properties"]["zkq"],
+        "run scripts/check-deploy.sh --sync",
+    )
+    lib_chart = load_yaml(LIB / "Chart.yaml")
+    demo_chart = load_yaml(DEMO / "Chart.yaml")
+    cargo_version = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+    lib_values = load_yaml(LIB / "values.yaml")["zkq"]
+    C.ok("zkq-sidecar is a library chart", lib_chart.get("type") == "library")
+    C.ok(
+        f"library appVersion == zkq.image.tag default == Cargo.toml version ({cargo_version})",
+        str(lib_chart.get("appVersion")) == str(lib_values["image"]["tag"]) == cargo_version,
+        f"appVersion={lib_chart.get('appVersion')} tag={lib_values['image']['tag']} cargo={cargo_version}",
+    )
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    m = re.search(r"^ARG VERSION=(\S+)", dockerfile, re.M)
+    C.ok("Dockerfile's default VERSION label == Cargo.toml version", bool(m) and m.group(1) == cargo_version)
+    dep = next((d for d in demo_chart.get("dependencies", []) if d["name"] == "zkq-sidecar"), None)
+    C.ok(
+        "zkq-demo depends on zkq-sidecar at the library's version",
+        dep is not None and str(dep["version"]) == str(lib_chart["version"]),
+    )
+    C.ok(
+        "library Chart.yaml declares kubeVersion >= 1.29 (native sidecars)",
+        str(lib_chart.get("kubeVersion", "")).replace(" ", "") == ">=1.29.0-0",
+    )
+    status = helm.dependency_list(DEMO)
+    # Helm reports a dependency vendored as a directory as "unpacked" ("ok" is for a .tgz); a wrong
+    # version would read "wrong version", a missing one "missing".
+    C.ok(
+        "helm dependency list of zkq-demo: zkq-sidecar present under charts/ at the declared version",
+        [(d["name"], d["status"]) for d in status] in ([("zkq-sidecar", "unpacked")], [("zkq-sidecar", "ok")]),
+        str(status),
+    )
+    # The library's documented values.yaml must equal the defaults its templates apply: render a
+    # probe chart that includes the library and prints zkq-sidecar.values with no user values.
+    probe = ROOT / "target" / "deploy-check" / "probe"
+    if probe.exists():
+        shutil.rmtree(probe)
+    (probe / "templates").mkdir(parents=True)
+    (probe / "charts").mkdir()
+    shutil.copytree(LIB, probe / "charts" / "zkq-sidecar")
+    (probe / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: probe\nversion: 0.0.0\n"
+        f"dependencies:\n  - name: zkq-sidecar\n    version: {lib_chart['version']}\n    repository: file://x\n"
+    )
+    (probe / "templates" / "values.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n"
+        '  values: {{ include "zkq-sidecar.values" . | quote }}\n'
+    )
+    with helm.Chart.load(probe) as chart:
+        out = render(chart, {})
+    defaults = yaml.safe_load(yaml.safe_load(out["probe/templates/values.yaml"])["data"]["values"])
+    C.ok(
+        "library values.yaml `zkq` == defaults applied by the templates (zkq-sidecar.defaults)",
+        defaults == lib_values,
+        f"template defaults: {defaults}\nvalues.yaml: {lib_values}",
+    )
+    # Schema of the library accepts its own defaults (a schema that rejected them would break
+    # every chart that depends on the library).
+    try:
+        jsonschema.validate({"zkq": lib_values}, lib_schema)
+        C.ok("library values.yaml is valid against its values.schema.json", True)
+    except jsonschema.ValidationError as e:
+        C.ok("library values.yaml is valid against its values.schema.json", False, e.message)
+
+
+def check_dockerfile() -> None:
+    C.section("Dockerfile (static checks; hadolint runs in check-deploy.sh)")
+    text = (ROOT / "Dockerfile").read_text()
+    C.ok("BuildKit syntax directive on line 1", text.startswith("# syntax=docker/dockerfile:1"))
+    C.ok("builder FROM rust:1-bookworm", re.search(r"^FROM rust:1-bookworm AS \w+", text, re.M) is not None)
+    C.ok(
+        "dependencies cooked in their own layer before the source is copied (cargo-chef)",
+        re.search(r"cargo chef cook --release --locked[^\n]*\nCOPY \. \.", text) is not None,
+    )
+    C.ok("cargo build --release --locked", "cargo build --release --locked" in text)
+    C.ok(
+        "runtime FROM gcr.io/distroless/cc-debian12:nonroot",
+        re.search(r"^FROM gcr\.io/distroless/cc-debian12:nonroot", text, re.M) is not None,
+    )
+    runtime = text.split("FROM gcr.io/distroless/cc-debian12:nonroot", 1)[-1]
+    C.ok("smoke test in the builder (zkq --version)", "/src/target/release/zkq --version" in text)
+    C.ok("smoke test in the runtime image, exec form", 'RUN ["/usr/local/bin/zkq"' in runtime)
+    C.ok("STOPSIGNAL SIGTERM", re.search(r"^STOPSIGNAL SIGTERM$", runtime, re.M) is not None)
+    C.ok("EXPOSE 8080 9090", re.search(r"^EXPOSE 8080 9090$", runtime, re.M) is not None)
+    C.ok(
+        'HEALTHCHECK CMD ["/usr/local/bin/zkq", "healthcheck"] (exec form)',
+        re.search(r'^\s*CMD \["/usr/local/bin/zkq", "healthcheck"\]$', runtime, re.M) is not None,
+    )
+    C.ok("USER is non-root (65532 = distroless nonroot)", re.search(r"^USER (65532(:65532)?|nonroot)$", runtime, re.M) is not None)
+    C.ok("ENTRYPOINT exec form", re.search(r'^ENTRYPOINT \["/usr/local/bin/zkq"\]$', runtime, re.M) is not None)
+    labels = set(re.findall(r"org\.opencontainers\.image\.([a-z.]+)=", runtime))
+    C.ok(
+        "OCI labels title, description, version, revision, source, licenses",
+        {"title", "description", "version", "revision", "source", "licenses"} <= labels,
+        str(sorted(labels)),
+    )
+    # .dockerignore must keep everything `cargo build` reads: the manifest, the lock file and the
+    # paths of every target Cargo.toml declares.
+    ignore = [
+        line.strip().rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    needed = ["Cargo.toml", "Cargo.lock", "src/main.rs", "src/lib.rs"]
+    for section in ("lib", "bin", "test", "bench", "example"):
+        entries = cargo.get(section, [])
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if "path" in entry:
+                needed.append(entry["path"])
+
+    def ignored(path: str) -> bool:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        return any(
+            fnmatch.fnmatch(p, pat) or fnmatch.fnmatch(p, pat.removeprefix("**/"))
+            for p in prefixes
+            for pat in ignore
+        )
+
+    excluded = [p for p in needed if ignored(p)]
+    C.ok(
+        ".dockerignore keeps Cargo.toml, Cargo.lock and every declared target path",
+        not excluded,
+        f"excluded: {excluded}",
+    )
+    C.ok(".dockerignore excludes target/ and .git", {"target", ".git"} <= set(ignore))
+
+
+def lint_charts() -> None:
+    C.section(f"helm lint --strict --kube-version {KUBE_VERSION} (Helm {helm.helm_sdk_version()})")
+
+    def lint(path: Path, values: dict[str, Any] | None, label: str) -> None:
+        report = helm.lint(path, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+        bad = [m for m in report["messages"] if m["severity"] >= 2] + [{"error": e} for e in report["errors"]]
+        infos = [m["error"] for m in report["messages"] if m["severity"] < 2]
+        C.ok(
+            f"lint {label}" + (f" (info only: {'; '.join(sorted(set(infos)))})" if infos else ""),
+            not bad,
+            "\n        ".join(str(m.get("path", "")) + ": " + str(m["error"]).strip() for m in bad),
+        )
+
+    lint(LIB, None, "helm/zkq-sidecar (library)")
+    for values_file in sorted(CI_VALUES.glob("*-values.yaml")):
+        lint(DEMO, load_yaml(values_file) or {}, f"helm/zkq-demo with ci/{values_file.name}")
+
+
+def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outdir: Path, zkq_bin: Path | None,
+               venv_bin: Path) -> dict[str, str]:
+    """Validates one rendering; returns its pod annotations (to compare cases)."""
+    lib_defaults = load_yaml(LIB / "values.yaml")["zkq"]
+    demo_values = deep_merge(load_yaml(DEMO / "values.yaml"), values)
+    zkq_values = deep_merge(lib_defaults, demo_values.get("zkq", {}))
+    native = zkq_values["nativeSidecar"]
+    docs = documents(rendered)
+    kinds = [d["kind"] for _, d in docs]
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    core = manifest_text(rendered, lambda d: d.get("apiVersion") != "monitoring.coreos.com/v1")
+    monitors = manifest_text(rendered, lambda d: d.get("apiVersion") == "monitoring.coreos.com/v1")
+    (outdir / "manifests.yaml").write_text(core)
+    if monitors:
+        (outdir / "podmonitor.yaml").write_text(monitors)
+    (outdir / "NOTES.txt").write_text(rendered.get("zkq-demo/templates/NOTES.txt", ""))
+
+    # Schema validation of every rendered object.
+    res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(outdir / "manifests.yaml")])
+    n_core = len([k for k in kinds if k != "PodMonitor"])
+    C.ok(
+        f"kubernetes-validate --strict -k {KUBE_VERSION}: {n_core} objects ({', '.join(k for k in kinds if k != 'PodMonitor')})",
+        res.returncode == 0 and res.stdout.count("passed") == n_core,
+        (res.stdout + res.stderr).strip(),
+    )
+    pod_monitors = [d for _, d in docs if d["kind"] == "PodMonitor"]
+    if pod_monitors:
+        print(
+            "  note  PodMonitor (monitoring.coreos.com/v1) is a CRD that kubernetes-validate does not bundle: it is\n"
+            "        validated against scripts/deploy/podmonitor.schema.json, a minimal schema of the fields the chart\n"
+            "        renders, not against the Prometheus operator's full CRD schema."
+        )
+        schema = json.loads((DEPLOY / "podmonitor.schema.json").read_text())
+        errors = [e.message for pm in pod_monitors for e in jsonschema.Draft7Validator(schema).iter_errors(pm)]
+        C.ok(f"PodMonitor valid against the minimal local schema ({len(pod_monitors)} object)", not errors, "; ".join(errors))
+
+    # yamllint on Helm's output.
+    files = [str(outdir / "manifests.yaml")] + ([str(outdir / "podmonitor.yaml")] if monitors else [])
+    res = run([str(venv_bin / "yamllint"), "-s", "-c", str(DEPLOY / "yamllint.yaml"), *files])
+    C.ok("yamllint (strict) on the rendered manifests", res.returncode == 0, (res.stdout + res.stderr).strip())
+
+    # Structure.
+    deployments = [d for _, d in docs if d["kind"] == "Deployment"]
+    configmaps = [d for _, d in docs if d["kind"] == "ConfigMap"]
+    C.ok("renders exactly one Deployment and one ConfigMap", len(deployments) == 1 and len(configmaps) == 1, str(kinds))
+    C.ok("renders no Secret (credentials are referenced, never rendered)", "Secret" not in kinds)
+    if len(deployments) != 1 or len(configmaps) != 1:
+        return {}
+    dep, cm = deployments[0], configmaps[0]
+    pod = dep["spec"]["template"]["spec"]
+    init = pod.get("initContainers") or []
+    containers = pod.get("containers") or []
+    name = zkq_values["containerName"]
+    in_init = [c for c in init if c["name"] == name]
+    in_main = [c for c in containers if c["name"] == name]
+    if native:
+        C.ok(
+            "native sidecar: zkq is in initContainers with restartPolicy: Always, not in containers",
+            len(in_init) == 1 and in_init[0].get("restartPolicy") == "Always" and not in_main,
+        )
+    else:
+        C.ok(
+            "plain container: zkq is in containers without restartPolicy, and there are no initContainers",
+            len(in_main) == 1 and "restartPolicy" not in in_main[0] and not in_init and "initContainers" not in pod,
+        )
+    zkq_c = (in_init or in_main or [{}])[0]
+    app = next((c for c in containers if c["name"] == "app"), {})
+
+    toml_text = cm["data"]["zkq.toml"]
+    (outdir / "zkq.toml").write_text(toml_text)
+    try:
+        toml = tomllib.loads(toml_text)
+        C.ok("ConfigMap zkq.toml is valid TOML", True)
+    except tomllib.TOMLDecodeError as e:
+        C.ok("ConfigMap zkq.toml is valid TOML", False, str(e))
+        return {}
+    # What the template writes: every key, a queue's kind defaults to fifo, a counter's seed to 0,
+    # and an empty queues/counters table is left out.
+    expected_config = copy.deepcopy(zkq_values["config"])
+    for q in expected_config.get("queues", {}).values():
+        q.setdefault("kind", "fifo")
+    for c in expected_config.get("counters", {}).values():
+        c.setdefault("seed", 0)
+    for table in ("queues", "counters"):
+        if not expected_config.get(table):
+            expected_config.pop(table, None)
+    C.ok(
+        "zkq.toml holds exactly the configured values (every key, types intact)",
+        toml == expected_config,
+        f"toml={toml}\nvalues={expected_config}",
+    )
+    grace = grace_seconds(toml["shutdown"]["grace"])
+    tgps = pod.get("terminationGracePeriodSeconds", 30)
+    C.ok(f"terminationGracePeriodSeconds ({tgps}) > shutdown.grace ({grace}s)", tgps > grace)
+
+    api_port = int(toml["api"]["listen"].rsplit(":", 1)[1])
+    admin_port = int(toml["admin"]["listen"].rsplit(":", 1)[1])
+    ports = {p["name"]: p["containerPort"] for p in zkq_c.get("ports", [])}
+    C.ok(f"ports zkq-api={api_port}, zkq-admin={admin_port} (from the listen addresses)",
+         ports == {"zkq-api": api_port, "zkq-admin": admin_port}, str(ports))
+    C.ok("args: --config /etc/zkq/zkq.toml", zkq_c.get("args") == ["--config", "/etc/zkq/zkq.toml"])
+    image = zkq_values["image"]
+    want_image = f"{image['repository']}@{image['digest']}" if image["digest"] else f"{image['repository']}:{image['tag']}"
+    C.ok(f"image {want_image}, pullPolicy {image['pullPolicy']}",
+         zkq_c.get("image") == want_image and zkq_c.get("imagePullPolicy") == image["pullPolicy"])
+
+    def probe(kind: str) -> tuple[Any, Any]:
+        p = zkq_c.get(kind, {}).get("httpGet", {})
+        return p.get("path"), p.get("port")
+
+    C.ok(
+        "startupProbe and readinessProbe GET /readyz, livenessProbe GET /livez, on zkq-admin",
+        probe("startupProbe") == ("/readyz", "zkq-admin")
+        and probe("readinessProbe") == ("/readyz", "zkq-admin")
+        and probe("livenessProbe") == ("/livez", "zkq-admin"),
+    )
+    resources = zkq_c.get("resources", {})
+    C.ok(
+        "resources: cpu+memory requests and a memory limit",
+        {"cpu", "memory"} <= set(resources.get("requests", {})) and "memory" in resources.get("limits", {}),
+        str(resources),
+    )
+    sc = zkq_c.get("securityContext", {})
+    pod_sc = pod.get("securityContext", {})
+    C.ok(
+        "zkq securityContext: runAsNonRoot, readOnlyRootFilesystem, no privilege escalation, drop ALL, seccomp RuntimeDefault",
+        sc.get("runAsNonRoot") is True
+        and sc.get("readOnlyRootFilesystem") is True
+        and sc.get("allowPrivilegeEscalation") is False
+        and "ALL" in sc.get("capabilities", {}).get("drop", [])
+        and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+        str(sc),
+    )
+    C.ok(
+        "pod securityContext: runAsNonRoot with a numeric user, seccomp RuntimeDefault",
+        pod_sc.get("runAsNonRoot") is True
+        and isinstance(pod_sc.get("runAsUser"), int)
+        and pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+        str(pod_sc),
+    )
+    app_sc = app.get("securityContext", {})
+    C.ok(
+        "app securityContext: readOnlyRootFilesystem, no privilege escalation, drop ALL",
+        app_sc.get("readOnlyRootFilesystem") is True
+        and app_sc.get("allowPrivilegeEscalation") is False
+        and "ALL" in app_sc.get("capabilities", {}).get("drop", []),
+    )
+    mounts = {m["mountPath"]: m for m in zkq_c.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    vol = volumes.get(mounts.get("/etc/zkq", {}).get("name", "?"), {})
+    C.ok(
+        "/etc/zkq is mounted read-only from the rendered ConfigMap",
+        mounts.get("/etc/zkq", {}).get("readOnly") is True
+        and vol.get("configMap", {}).get("name") == cm["metadata"]["name"],
+    )
+    want_cm = zkq_values["configMapName"] or f"{RELEASE}-zkq"
+    C.ok(f"ConfigMap name {want_cm}", cm["metadata"]["name"] == want_cm)
+    labels = cm["metadata"].get("labels", {})
+    C.ok(
+        "ConfigMap labels app.kubernetes.io/{" + ",".join(SIX_LABELS) + "}",
+        all(labels.get(f"app.kubernetes.io/{k}") for k in SIX_LABELS)
+        and labels["app.kubernetes.io/name"] == "zkq"
+        and labels["app.kubernetes.io/instance"] == RELEASE,
+        str(labels),
+    )
+    pod_labels = dep["spec"]["template"]["metadata"].get("labels", {})
+    C.ok("pod labels app.kubernetes.io/{" + ",".join(SIX_LABELS) + "}",
+         all(pod_labels.get(f"app.kubernetes.io/{k}") for k in SIX_LABELS), str(pod_labels))
+
+    # Secrets: never in a ConfigMap; the credential reaches zkq only through secretKeyRef.
+    env = {e["name"]: e for e in zkq_c.get("env", [])}
+    auth = zkq_values["authSecret"]
+    all_cm_text = "\n".join(json.dumps(d.get("data", {})) for _, d in docs if d["kind"] == "ConfigMap")
+    C.ok("no ConfigMap mentions auth_digest or holds a user:password value",
+         "auth_digest =" not in all_cm_text and "auth_digest\"" not in all_cm_text)
+    if auth["name"]:
+        ref = env.get("ZKQ__ZOOKEEPER__AUTH_DIGEST", {})
+        C.ok(
+            f"ZKQ__ZOOKEEPER__AUTH_DIGEST from secretKeyRef {auth['name']}/{auth['key']} (no literal value)",
+            "value" not in ref
+            and ref.get("valueFrom", {}).get("secretKeyRef", {}) == {"name": auth["name"], "key": auth["key"]},
+            str(ref),
+        )
+    else:
+        C.ok("no ZKQ__ZOOKEEPER__AUTH_DIGEST without zkq.authSecret.name", "ZKQ__ZOOKEEPER__AUTH_DIGEST" not in env)
+    for extra in zkq_values["extraEnv"]:
+        C.ok(f"extraEnv {extra['name']} passed through", env.get(extra["name"]) == extra)
+
+    app_env = {e["name"]: e.get("value") for e in app.get("env", [])}
+    api_host = toml["api"]["listen"].rsplit(":", 1)[0]
+    url_host = "127.0.0.1" if api_host in ("0.0.0.0", "[::]") else api_host
+    C.ok(f"the app reaches zkq at http://{url_host}:{api_port}", app_env.get("ZKQ_URL") == f"http://{url_host}:{api_port}",
+         str(app_env))
+
+    annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
+    C.ok("pod annotation checksum/zkq-config present", bool(annotations.get("checksum/zkq-config")))
+    if zkq_values["metrics"]["annotations"]:
+        C.ok(
+            f"prometheus.io/scrape=true, port={admin_port}, path=/metrics",
+            annotations.get("prometheus.io/scrape") == "true"
+            and annotations.get("prometheus.io/port") == str(admin_port)
+            and annotations.get("prometheus.io/path") == "/metrics",
+            str(annotations),
+        )
+    else:
+        C.ok("no prometheus.io annotations (zkq.metrics.annotations=false)",
+             not any(k.startswith("prometheus.io/") for k in annotations))
+    if zkq_values["podMonitor"]["enabled"]:
+        pm = pod_monitors[0] if pod_monitors else {}
+        ep = (pm.get("spec", {}).get("podMetricsEndpoints") or [{}])[0]
+        C.ok(
+            "PodMonitor scrapes port zkq-admin /metrics, selects this release's pods, carries the extra labels",
+            len(pod_monitors) == 1
+            and ep.get("port") == "zkq-admin"
+            and ep.get("path") == "/metrics"
+            and ep.get("interval") == zkq_values["podMonitor"]["interval"]
+            and pm["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}
+            and all(pm["metadata"]["labels"].get(k) == v for k, v in zkq_values["podMonitor"]["labels"].items())
+            and all(pod_labels.get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items()),
+            str(pm),
+        )
+    else:
+        C.ok("no PodMonitor (zkq.podMonitor.enabled=false)", not pod_monitors)
+
+    # The real binary accepts the rendered file, with the environment the pod gives it.
+    if zkq_bin is not None:
+        clean_env = {k: v for k, v in os.environ.items() if not k.startswith("ZKQ__")}
+        sentinel = "zkq-check-user:s3cret-sentinel-value"
+        if auth["name"]:
+            clean_env["ZKQ__ZOOKEEPER__AUTH_DIGEST"] = sentinel
+        res = run([str(zkq_bin), "check-config", "--config", str(outdir / "zkq.toml")], env=clean_env)
+        (outdir / "check-config.txt").write_text(res.stdout + res.stderr)
+        C.ok(
+            f"zkq check-config --config {outdir.relative_to(ROOT)}/zkq.toml"
+            + (" (with ZKQ__ZOOKEEPER__AUTH_DIGEST set as the Secret would)" if auth["name"] else ""),
+            res.returncode == 0,
+            f"exit {res.returncode}: {(res.stdout + res.stderr).strip()}",
+        )
+        if res.returncode == 0:
+            effective = tomllib.loads(res.stdout.split("\n", 1)[1])
+            C.ok(
+                "zkq's effective configuration equals the chart's values (connect, root, listens, grace, queues, counters)",
+                effective["zookeeper"]["connect"] == toml["zookeeper"]["connect"]
+                and effective["zookeeper"]["root"] == toml["zookeeper"]["root"]
+                and effective["api"]["listen"] == toml["api"]["listen"]
+                and effective["admin"]["listen"] == toml["admin"]["listen"]
+                and effective["shutdown"]["grace"] == toml["shutdown"]["grace"]
+                and set(effective.get("queues", {})) == set(toml.get("queues", {}))
+                and set(effective.get("counters", {})) == set(toml.get("counters", {})),
+                res.stdout,
+            )
+            if auth["name"]:
+                C.ok(
+                    "the credential from the environment is used and redacted in zkq's output",
+                    sentinel not in res.stdout + res.stderr
+                    and effective["zookeeper"].get("auth_digest") == "<redacted>",
+                )
+    return annotations
+
+
+def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
+    out = ROOT / "target" / "deploy-check"
+    annotations: dict[str, dict[str, str]] = {}
+    with helm.Chart.load(DEMO) as chart:
+        for values_file in sorted(CI_VALUES.glob("*-values.yaml")):
+            case = values_file.name.removesuffix("-values.yaml")
+            values = load_yaml(values_file) or {}
+            C.section(f"zkq-demo rendered with ci/{values_file.name} (release {RELEASE}, Kubernetes {KUBE_VERSION})")
+            try:
+                rendered = render(chart, values)
+            except helm.HelmError as e:
+                C.ok("renders", False, str(e))
+                continue
+            C.ok("renders", True)
+            annotations[case] = check_case(case, values, rendered, out / case, zkq_bin, venv_bin)
+        if "default" in annotations and "custom" in annotations:
+            C.section("across renderings")
+            C.ok(
+                "checksum/zkq-config changes with the configuration (a config change rolls the pods)",
+                annotations["default"].get("checksum/zkq-config") != annotations["custom"].get("checksum/zkq-config"),
+            )
+
+        C.section("misconfigurations the charts refuse")
+        refusals: list[tuple[str, dict[str, Any], str, str]] = [
+            ("a ZooKeeper password in zkq.config (it would land in the ConfigMap)",
+             {"zkq": {"config": {"zookeeper": {"auth_digest": "user:password"}}}}, KUBE_VERSION, "auth_digest"),
+            ("a misspelled key (strict schema)",
+             {"zkq": {"config": {"zookeeper": {"conect": "zk:2181"}}}}, KUBE_VERSION, "conect"),
+            ("an unknown queue kind", {"zkq": {"config": {"queues": {"q": {"kind": "lifo"}}}}}, KUBE_VERSION, "kind"),
+            ("no ZooKeeper connect string", {"zkq": {"config": {"zookeeper": {"connect": ""}}}}, KUBE_VERSION,
+             "zookeeper.connect"),
+            ("terminationGracePeriodSeconds not above shutdown.grace",
+             {"terminationGracePeriodSeconds": 10, "zkq": {"config": {"shutdown": {"grace": "10s"}}}}, KUBE_VERSION,
+             "terminationGracePeriodSeconds"),
+            ("an admin listener on loopback (probes and Prometheus could not reach it)",
+             {"zkq": {"config": {"admin": {"listen": "127.0.0.1:9090"}}}}, KUBE_VERSION, "loopback"),
+            ("the same port for api and admin",
+             {"zkq": {"config": {"api": {"listen": "127.0.0.1:9090"}}}}, KUBE_VERSION, "different ports"),
+            ("a native sidecar on Kubernetes 1.28", {}, "1.28.0", "nativeSidecar"),
+        ]
+        for label, values, kube, needle in refusals:
+            try:
+                render(chart, values, kube_version=kube)
+                C.ok(f"refused: {label}", False, "rendered without error")
+            except helm.HelmError as e:
+                C.ok(f"refused: {label}", needle in str(e), str(e))
+        try:
+            render(chart, {"zkq": {"nativeSidecar": False}}, kube_version="1.28.0")
+            C.ok("accepted: zkq.nativeSidecar=false on Kubernetes 1.28", True)
+        except helm.HelmError as e:
+            C.ok("accepted: zkq.nativeSidecar=false on Kubernetes 1.28", False, str(e))
+
+    if zkq_bin is not None:
+        C.section("the check-config harness itself")
+        bad = out / "unknown-key.toml"
+        bad.write_text('[zookeeper]\nconect = "zk:2181"\n')
+        clean_env = {k: v for k, v in os.environ.items() if not k.startswith("ZKQ__")}
+        res = run([str(zkq_bin), "check-config", "--config", str(bad)], env=clean_env)
+        C.ok("zkq check-config refuses a TOML with an unknown key (exit 64)", res.returncode == 64,
+             f"exit {res.returncode}: {res.stderr.strip()}")
+
+
+def check_readme_example(venv_bin: Path) -> None:
+    """The library README's "three lines", pasted into a minimal chart, render a valid pod."""
+    C.section("the library README's three lines, in a minimal chart of their own")
+    readme = (LIB / "README.md").read_text()
+    snippets = {
+        "dependency": "  - name: zkq-sidecar\n    version: 0.1.0\n",
+        "container": '      initContainers:\n        {{- include "zkq-sidecar.container" . | nindent 8 }}\n',
+        "volumes": '      volumes:\n        {{- include "zkq-sidecar.volumes" . | nindent 8 }}\n',
+        "configmap": '{{ include "zkq-sidecar.configmap" . }}\n',
+        "annotations": '      annotations:\n        {{- include "zkq-sidecar.podAnnotations" . | nindent 8 }}\n',
+    }
+    missing = [k for k, v in snippets.items() if v not in readme]
+    C.ok("the README shows these snippets verbatim: " + ", ".join(snippets), not missing, f"missing: {missing}")
+    chart_dir = ROOT / "target" / "deploy-check" / "readme-example"
+    if chart_dir.exists():
+        shutil.rmtree(chart_dir)
+    (chart_dir / "templates").mkdir(parents=True)
+    shutil.copytree(LIB, chart_dir / "charts" / "zkq-sidecar")
+    (chart_dir / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: my-app\nversion: 1.0.0\ndependencies:\n"
+        + snippets["dependency"]
+        + "    repository: file://../zkq-sidecar\n"
+    )
+    (chart_dir / "values.yaml").write_text("zkq:\n  config:\n    zookeeper:\n      connect: zk-0.zk-hs:2181\n")
+    (chart_dir / "templates" / "deployment.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}-app\nspec:\n"
+        "  selector:\n    matchLabels:\n      app: my-app\n  template:\n    metadata:\n"
+        "      labels:\n        app: my-app\n"
+        + snippets["annotations"]
+        + "    spec:\n      terminationGracePeriodSeconds: 30\n"
+        + snippets["container"]
+        + "      containers:\n        - name: app\n          image: registry.example.com/my-app:1.0.0\n"
+        + snippets["volumes"]
+    )
+    (chart_dir / "templates" / "zkq.yaml").write_text(snippets["configmap"])
+    with helm.Chart.load(chart_dir) as chart:
+        try:
+            rendered = render(chart, {})
+        except helm.HelmError as e:
+            C.ok("renders", False, str(e))
+            return
+    out = chart_dir / "rendered.yaml"
+    out.write_text(manifest_text(rendered, lambda d: True))
+    res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(out)])
+    C.ok(f"renders a Deployment and a ConfigMap valid for Kubernetes {KUBE_VERSION} (strict)",
+         res.returncode == 0 and res.stdout.count("passed") == 2, (res.stdout + res.stderr).strip())
+    docs = dict((d["kind"], d) for _, d in documents(rendered))
+    pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+    init = pod.get("initContainers") or [{}]
+    C.ok("zkq is a native sidecar mounting the ConfigMap",
+         init[0].get("restartPolicy") == "Always"
+         and pod.get("volumes", [{}])[0].get("configMap", {}).get("name") == docs.get("ConfigMap", {}).get("metadata", {}).get("name"))
+
+
+def check_values_files(venv_bin: Path) -> None:
+    C.section("yamllint on the charts' plain YAML files (Chart.yaml, values.yaml, ci/*.yaml)")
+    files = [LIB / "Chart.yaml", DEMO / "Chart.yaml", DEMO / "values.yaml", *sorted(CI_VALUES.glob("*.yaml"))]
+    # values.yaml/Chart.yaml have no leading '---' by Helm convention.
+    res = run([str(venv_bin / "yamllint"), "-s", "-d",
+               "{extends: default, rules: {line-length: {max: 120}, document-start: disable, "
+               "truthy: {allowed-values: ['true', 'false']}}}", *map(str, files), str(LIB / "values.yaml")])
+    C.ok(f"yamllint {len(files) + 1} files", res.returncode == 0, (res.stdout + res.stderr).strip())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zkq-bin", type=Path, help="zkq binary for check-config (skipped when absent)")
+    parser.add_argument("--sync", action="store_true", help="refresh the vendored library copy first")
+    args = parser.parse_args()
+    venv_bin = Path(sys.executable).parent
+    if args.sync:
+        sync()
+    helm.disable_logging()
+    zkq_bin = args.zkq_bin.resolve() if args.zkq_bin else None
+    check_consistency()
+    check_dockerfile()
+    lint_charts()
+    check_values_files(venv_bin)
+    check_renders(zkq_bin, venv_bin)
+    check_readme_example(venv_bin)
+    print(f"\ndeploy checks: {C.passed} passed, {len(C.failed)} failed")
+    for what in C.failed:
+        print(f"  failed: {what}")
+    return 1 if C.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
