@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, parse_duration};
 use crate::counter::{CounterError, Versioned};
 
@@ -167,8 +167,7 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
         (status = 400, description = "Bad name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown counter (dynamic counters disabled)", body = ErrorBody),
         (status = 409, description = "The node is not a 4-byte int", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn get_counter(
@@ -201,8 +200,7 @@ pub async fn get_counter(
         (status = 409, description = "Version overflowed to -1, or the node is not a 4-byte int", body = ErrorBody),
         (status = 412, description = "Someone changed it first: the current value and version", body = CounterConflict),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn set_counter(
@@ -237,8 +235,7 @@ pub async fn set_counter(
         (status = 404, description = "Unknown counter", body = ErrorBody),
         (status = 409, description = "Contention exhausted the retries, version overflow, or not a 4-byte int", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn add_to_counter(

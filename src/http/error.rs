@@ -21,6 +21,17 @@ pub struct ErrorBody {
     pub message: String,
 }
 
+/// The answers of every endpoint that talks to ZooKeeper, besides its own.
+#[derive(utoipa::IntoResponses)]
+pub enum ZookeeperErrors {
+    /// ZooKeeper unavailable (no connected session before the request's deadline) or zkq shutting down
+    #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait before retrying")))]
+    Unavailable(ErrorBody),
+    /// ZooKeeper did not answer in time: for a write, the outcome is unknown (`outcome_unknown`)
+    #[response(status = 504)]
+    OutcomeUnknown(ErrorBody),
+}
+
 /// Every kind of error the HTTP API reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {

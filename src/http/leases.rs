@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiPath, ApiQuery, parse_duration};
 use super::queues::{QueuePath, message_response};
 use crate::queue::NackMode;
@@ -112,8 +112,7 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
         (status = 409, description = "The queue has no lock path (simple queues)", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn lease_message(
@@ -155,8 +154,7 @@ pub async fn lease_message(
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath>) -> Result<StatusCode, ApiError> {
@@ -174,8 +172,7 @@ pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn nack(
@@ -206,8 +203,7 @@ pub async fn nack(
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost)", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn extend(

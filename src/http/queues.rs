@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, parse_duration};
 use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError};
 
@@ -175,8 +175,7 @@ fn bounded_wait(text: Option<&str>, max: Duration) -> Result<Duration, ApiError>
         (status = 409, description = "A parameter that does not fit the queue's kind, or an id queue without `id`", body = ErrorBody),
         (status = 413, description = "Message larger than api.max_message_bytes", body = ErrorBody),
         (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown: the connection dropped mid-put", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn put_message(
@@ -220,8 +219,7 @@ pub async fn put_message(
         (status = 204, description = "No message arrived within `wait`"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable or shutting down", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn take_message(
@@ -264,8 +262,7 @@ pub fn message_response(message: Message) -> Response {
         (status = 200, description = "The first messages, not removed", body = PeekResponse),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn peek_messages(
@@ -312,8 +309,7 @@ pub async fn peek_messages(
         (status = 204, description = "Removed"),
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 404, description = "No such message (or it is locked by a consumer)", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn remove_message(
@@ -334,8 +330,7 @@ pub async fn remove_message(
         (status = 400, description = "Bad queue name or missing id", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
         (status = 409, description = "Not an id queue", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "Outcome unknown", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn remove_by_id(
@@ -375,8 +370,7 @@ async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
         (status = 200, description = "The queue", body = QueueSummary),
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn get_queue(
@@ -392,8 +386,7 @@ pub async fn get_queue(
     get, path = "/v1/queues", tag = "queues",
     responses(
         (status = 200, description = "The queues", body = QueueList),
-        (status = 503, description = "ZooKeeper unavailable", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
-        (status = 504, description = "ZooKeeper did not answer in time", body = ErrorBody),
+        ZookeeperErrors,
     )
 )]
 pub async fn list_queues(State(state): State<AppState>) -> Result<Json<QueueList>, ApiError> {

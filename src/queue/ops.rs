@@ -356,16 +356,7 @@ impl Queue {
         if let Some(lock) = &lock {
             ops.push(TxnOp::Delete { path: lock.clone(), version: None });
         }
-        let mut applied = self.apply(zk, &ops).await;
-        if applied == Err(ZkError::NoNode)
-            && let Some(dir) = &self.lock_path
-            && zk.exists(dir).await?.is_none()
-        {
-            // The lock directory is missing (first use, or removed): create it like Curator, once.
-            zk.ensure_path(dir).await?;
-            applied = self.apply(zk, &ops).await;
-        }
-        match applied {
+        match self.apply_with_lock_dir(zk, &ops).await? {
             Ok(()) => {},
             // Consumed or changed by someone else: try the next one.
             Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
@@ -379,6 +370,21 @@ impl Queue {
             self.cache.push_front(candidate.clone());
         }
         Ok(Claim::Taken(Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() }))
+    }
+
+    /// Applies `ops` that create a lock node; if the lock directory is missing (first use, or
+    /// removed), creates it like Curator and tries once more. The outer error is a failure to
+    /// check or create the directory; the inner result is the operations'.
+    async fn apply_with_lock_dir(&self, zk: &Zk, ops: &[TxnOp]) -> Result<Result<(), ZkError>, ZkError> {
+        let applied = self.apply(zk, ops).await;
+        if applied == Err(ZkError::NoNode)
+            && let Some(dir) = &self.lock_path
+            && zk.exists(dir).await?.is_none()
+        {
+            zk.ensure_path(dir).await?;
+            return Ok(self.apply(zk, ops).await);
+        }
+        Ok(applied)
     }
 
     /// Applies `ops`: a single operation as itself, several as one transaction.
@@ -553,15 +559,7 @@ impl Queue {
             },
             None => vec![TxnOp::Delete { path: item_path, version: None }],
         };
-        let mut applied = self.apply(zk, &ops).await;
-        if applied == Err(ZkError::NoNode)
-            && let Some(dir) = &self.lock_path
-            && zk.exists(dir).await?.is_none()
-        {
-            zk.ensure_path(dir).await?;
-            applied = self.apply(zk, &ops).await;
-        }
-        match applied {
+        match self.apply_with_lock_dir(zk, &ops).await? {
             Ok(()) => {
                 self.cache.removed_local();
                 Ok(true)
