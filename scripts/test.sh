@@ -18,4 +18,4 @@ fi
 # Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools).
 ./scripts/check-deploy.sh
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
-cargo test --locked --all-targets "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"
+cargo test --locked --lib --bins --tests "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"
