@@ -537,6 +537,17 @@ impl Queue {
         }
     }
 
+    /// Releases a lease whose client left before it was handed over (not counted as a nack).
+    pub(super) async fn abandon_lease(&self, receipt_text: &str) {
+        let Some((_, token)) = parse_receipt(receipt_text) else { return };
+        let Some(lease) = self.take_lease(token, "the client left before the lease was handed over") else {
+            return;
+        };
+        if let Err(err) = self.release(&lease).await {
+            tracing::debug!(queue = %self.name, error = %err, "could not release an abandoned lease");
+        }
+    }
+
     /// Releases the lock only: the message keeps its place and is offered again.
     async fn release(&self, lease: &Lease) -> Result<(), ZkError> {
         let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());

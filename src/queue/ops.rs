@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{LeaseClaim, LeaseGrant, NackMode};
+use super::lease::{LeaseClaim, LeaseGrant};
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
@@ -294,13 +294,6 @@ impl Queue {
                 },
                 Err(err) => return Err(err.into()),
             }
-        }
-    }
-
-    /// Releases a lease whose client left before it was handed over.
-    async fn abandon_lease(&self, receipt: &str) {
-        if let Err(err) = self.nack(receipt, NackMode::Keep, Duration::ZERO).await {
-            tracing::debug!(queue = %self.name, error = ?err, "could not release an abandoned lease");
         }
     }
 

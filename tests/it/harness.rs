@@ -483,3 +483,49 @@ pub async fn raw_request(base: &str, method: &str, path: &str) -> (u16, serde_js
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
     (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
 }
+
+/// A free `127.0.0.1:PORT` (bound and released: fine for tests on loopback).
+pub fn free_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// The real `zkq` binary as a child process, for signal and crash tests.
+pub struct ChildZkq {
+    pub api: String,
+    pub admin: String,
+    pub child: Child,
+}
+
+impl ChildZkq {
+    /// Starts `zkq` against `zk` with its own root and `env` (ZKQ__ variables), and waits until ready.
+    pub async fn start(zk: &ZkServer, root: &str, env: &[(&str, &str)]) -> ChildZkq {
+        let (api, admin) = (free_addr(), free_addr());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
+        command
+            .args(["--zk-connect", &zk.connect_string(), "--zk-root", root])
+            .args(["--api-listen", &api, "--admin-listen", &admin])
+            .env("ZKQ__LOG__LEVEL", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null());
+        let child = spawn_supervised(command).expect("zkq starts");
+        let started = ChildZkq { api: format!("http://{api}"), admin: format!("http://{admin}"), child };
+        let http = reqwest::Client::new();
+        eventually(Duration::from_secs(30), "child zkq ready", || {
+            let (http, url) = (http.clone(), format!("{}/readyz", started.admin));
+            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        started
+    }
+
+    /// Sends a signal (`TERM`, `KILL`, ...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args(["-s", signal, &self.child.id().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill -s {signal}");
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(mut self) -> std::process::ExitStatus {
+        tokio::task::spawn_blocking(move || self.child.wait().expect("wait")).await.expect("join")
+    }
+}

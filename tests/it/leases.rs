@@ -2,7 +2,6 @@
 //! crash redelivery, mixed consumers, dead letters.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zkq::config::{QueueConfig, QueueKind};
@@ -198,41 +197,18 @@ async fn receipts_are_refused_after_the_session_is_lost_and_the_message_comes_ba
 async fn leased_messages_come_back_after_zkq_is_killed() {
     let zk = ZkServer::shared();
     let root = unique_root("kill9");
-    let addr = |l: std::net::TcpListener| l.local_addr().expect("addr").to_string();
-    let api = addr(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
-    let admin = addr(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zkq"))
-        .args([
-            "--zk-connect",
-            &zk.connect_string(),
-            "--zk-root",
-            &root,
-            "--api-listen",
-            &api,
-            "--admin-listen",
-            &admin,
-        ])
-        .env("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "4s")
-        .env("ZKQ__LOG__LEVEL", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("zkq starts");
-    let http = reqwest::Client::new();
-    eventually(Duration::from_secs(30), "child ready", || {
-        let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
-        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-    })
-    .await;
+    let child = ChildZkq::start(zk, &root, &[("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "4s")]).await;
+    let (http, api) = (reqwest::Client::new(), child.api.clone());
     for i in 0..3 {
-        let response = http.post(format!("http://{api}/v1/queues/q/messages")).body(format!("m{i}")).send().await;
+        let response = http.post(format!("{api}/v1/queues/q/messages")).body(format!("m{i}")).send().await;
         assert_eq!(response.expect("put").status(), 201);
     }
     for _ in 0..3 {
-        let response = http.post(format!("http://{api}/v1/queues/q/leases?visibility=10m")).send().await;
+        let response = http.post(format!("{api}/v1/queues/q/leases?visibility=10m")).send().await;
         assert_eq!(response.expect("lease").status(), 200);
     }
-    child.kill().expect("kill -9");
-    child.wait().expect("reaped");
+    child.signal("KILL");
+    child.wait().await;
 
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let mut got = Vec::new();

@@ -1,46 +1,18 @@
 //! Graceful shutdown of the real binary: SIGTERM under load loses nothing.
 
 use std::collections::HashSet;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-fn free_addr() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    listener.local_addr().expect("addr").to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
     let zk = ZkServer::shared();
     let root = unique_root("sigterm");
-    let (api, admin) = (free_addr(), free_addr());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zkq"))
-        .args([
-            "--zk-connect",
-            &zk.connect_string(),
-            "--zk-root",
-            &root,
-            "--api-listen",
-            &api,
-            "--admin-listen",
-            &admin,
-        ])
-        .env("ZKQ__SHUTDOWN__GRACE", "10s")
-        .env("ZKQ__LOG__LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("zkq starts");
+    let zkq = ChildZkq::start(zk, &root, &[("ZKQ__SHUTDOWN__GRACE", "10s")]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
-    let (api_url, admin_url) = (format!("http://{api}"), format!("http://{admin}"));
-    eventually(Duration::from_secs(30), "zkq ready", || {
-        let (http, url) = (http.clone(), format!("{admin_url}/readyz"));
-        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-    })
-    .await;
+    let (api_url, admin_url) = (zkq.api.clone(), zkq.admin.clone());
 
     // Load: 16 putters in a loop, 4 takers long-polling an empty queue.
     let confirmed = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -77,8 +49,7 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
     }
 
     let signalled = Instant::now();
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
-    assert!(status.success());
+    zkq.signal("TERM");
     // Not ready at once (503 while it still answers).
     eventually(Duration::from_secs(2), "readyz 503 after SIGTERM", || {
         let (http, url) = (http.clone(), format!("{admin_url}/readyz"));
@@ -90,7 +61,7 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
         assert!(status == 204 || status == 503 || status == 0, "a waiting take answered {status}");
     }
     assert!(signalled.elapsed() < Duration::from_secs(5), "waiters were answered promptly");
-    let exit = tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join");
+    let exit = zkq.wait().await;
     assert_eq!(exit.code(), Some(0), "clean exit");
     assert!(signalled.elapsed() < Duration::from_secs(12), "exited within the grace period");
     while putters.join_next().await.is_some() {}
