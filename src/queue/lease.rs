@@ -74,6 +74,7 @@ enum OnExpiry {
     Requeue,
 }
 
+#[derive(Clone)]
 struct Lease {
     item: ItemName,
     lock: String,
@@ -151,6 +152,16 @@ fn read_counter(data: &[u8]) -> u32 {
 
 fn epoch_ms_after(duration: Duration) -> i64 {
     now_epoch_ms().saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How a step on a held lease ended.
+enum Settled {
+    /// Done (now, or by an earlier attempt whose answer was lost).
+    Done,
+    /// The lease is no longer held; why.
+    Lost(&'static str),
+    /// ZooKeeper could not be asked or did not answer: the lease stays, the step can be retried.
+    Retry(ZkError),
 }
 
 /// The result of trying to lease one candidate.
@@ -367,7 +378,7 @@ impl Queue {
         let state = self.leases.lock();
         if let Some(lease) = state.live.get(&token) {
             if !lease.open {
-                return Err(QueueError::LeaseLost("the lease was already nacked".to_owned()));
+                return Err(QueueError::LeaseLost("the lease was nacked or expired and is being released".to_owned()));
             }
             if lease.expires_at <= Instant::now() {
                 return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
@@ -397,13 +408,45 @@ impl Queue {
         lease
     }
 
-    /// Finishes a failed step: a session that is gone means the lease is lost (409).
-    fn lease_error(&self, err: ZkError) -> QueueError {
-        match err {
-            ZkError::SessionLost | ZkError::NoNode => {
-                QueueError::LeaseLost("the lock is gone (its ZooKeeper session ended)".to_owned())
+    /// A copy of a live lease, to work on while it stays in the table (so a step that fails for
+    /// want of ZooKeeper can be retried with the same receipt).
+    fn lease_snapshot(&self, token: u128) -> Result<Lease, QueueError> {
+        self.leases.lock().live.get(&token).cloned().ok_or_else(|| QueueError::LeaseLost("the lease ended".to_owned()))
+    }
+
+    /// Classifies the result of a step that removes our lock (ack, nack, release).
+    async fn settle(&self, lease: &Lease, result: Result<(), ZkError>) -> Settled {
+        match result {
+            Ok(()) => Settled::Done,
+            Err(ZkError::SessionLost) => Settled::Lost("its ZooKeeper session ended, and its lock with it"),
+            Err(ZkError::BadVersion) => Settled::Lost("the message was changed by a consumer that ignores locks"),
+            Err(ZkError::NoNode) => {
+                // While our session lives, nobody else removes our lock: if it is gone, an earlier
+                // attempt of this step whose answer was lost did the work.
+                let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+                match zk.exists(&lease.lock).await {
+                    Ok(None) => Settled::Done,
+                    Ok(Some(_)) => Settled::Lost("the message was removed by a consumer that ignores locks"),
+                    Err(ZkError::SessionLost) => Settled::Lost("its ZooKeeper session ended, and its lock with it"),
+                    Err(err) => Settled::Retry(err),
+                }
             },
-            other => QueueError::Zk(other),
+            Err(err) => Settled::Retry(err),
+        }
+    }
+
+    /// Ends a lease after a settled step; `Retry` keeps it for another attempt.
+    fn conclude(&self, token: u128, settled: Settled, done: &'static str) -> Result<(), QueueError> {
+        match settled {
+            Settled::Done => {
+                self.take_lease(token, done);
+                Ok(())
+            },
+            Settled::Lost(why) => {
+                self.take_lease(token, why);
+                Err(QueueError::LeaseLost(why.to_owned()))
+            },
+            Settled::Retry(err) => Err(QueueError::Zk(err)),
         }
     }
 
@@ -439,32 +482,25 @@ impl Queue {
         }
     }
 
-    /// Ack: the message is done and removed.
+    /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
+    /// can be retried with the same receipt.
     pub async fn ack(&self, receipt_text: &str) -> Result<(), QueueError> {
         let token = self.open_lease(receipt_text)?;
-        let Some(lease) = self.take_lease(token, "the lease was already acked") else {
-            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
-        };
+        let lease = self.lease_snapshot(token)?;
         let item_path = format!("{}/{}", self.path, lease.item.name);
-        let ops = Self::completion_ops(&lease, &item_path);
-        match self.run_fenced(&lease, ops).await {
-            Ok(()) => {
-                if lease.items.len() > 1 {
-                    self.cache.reoffer(lease.item.clone());
-                } else {
-                    self.cache.removed_local();
-                }
-                self.metrics.messages_acked.with_label_values(&[&self.name]).inc();
-                Ok(())
-            },
-            Err(err) => {
-                if err.is_transient() && err != ZkError::SessionLost {
-                    // Unknown outcome: keep it answerable as lost rather than pretend it is held.
-                    return Err(QueueError::Zk(err));
-                }
-                Err(self.lease_error(err))
-            },
+        let result = self.run_fenced(&lease, Self::completion_ops(&lease, &item_path)).await;
+        let settled = self.settle(&lease, result).await;
+        let done = matches!(settled, Settled::Done);
+        self.conclude(token, settled, "the lease was already acked")?;
+        if done {
+            if lease.items.len() > 1 {
+                self.cache.reoffer(lease.item.clone());
+            } else {
+                self.cache.removed_local();
+            }
+            self.metrics.messages_acked.with_label_values(&[&self.name]).inc();
         }
+        Ok(())
     }
 
     /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms).
@@ -480,11 +516,13 @@ impl Queue {
         // One transaction on the lease's session that checks its lock still exists.
         let check = [TxnOp::Check { path: lock, version: 0 }];
         if let Err(err) = zk.multi(&check).await {
-            if matches!(err.error, ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost) {
-                self.take_lease(token, "the lock is gone (its ZooKeeper session ended)");
-                return Err(self.lease_error(ZkError::NoNode));
-            }
-            return Err(QueueError::Zk(err.error));
+            let settled = match err.error {
+                ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost => {
+                    Settled::Lost("its lock is gone (its ZooKeeper session ended)")
+                },
+                other => Settled::Retry(other),
+            };
+            self.conclude(token, settled, "extended")?;
         }
         let mut state = self.leases.lock();
         let Some(lease) = state.live.get_mut(&token) else {
@@ -516,35 +554,45 @@ impl Queue {
             self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
             return Ok(());
         }
-        let Some(lease) = self.take_lease(token, "the lease was already nacked") else {
-            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
-        };
+        let lease = self.lease_snapshot(token)?;
         let result = match mode {
             NackMode::Keep => self.release(&lease).await,
             NackMode::Delete => {
                 let item_path = format!("{}/{}", self.path, lease.item.name);
-                let ops = Self::completion_ops(&lease, &item_path);
-                self.run_fenced(&lease, ops).await.map(|()| self.cache.removed_local())
+                let result = self.run_fenced(&lease, Self::completion_ops(&lease, &item_path)).await;
+                if result.is_ok() {
+                    self.cache.removed_local();
+                }
+                result
             },
             NackMode::Requeue => self.requeue(&lease, delay).await,
         };
-        match result {
-            Ok(()) => {
-                self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
-                Ok(())
-            },
-            Err(err) => Err(self.lease_error(err)),
+        let settled = self.settle(&lease, result).await;
+        let done = matches!(settled, Settled::Done);
+        self.conclude(token, settled, "the lease was already nacked")?;
+        if done {
+            self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
         }
+        Ok(())
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
     pub(super) async fn abandon_lease(&self, receipt_text: &str) {
         let Some((_, token)) = parse_receipt(receipt_text) else { return };
-        let Some(lease) = self.take_lease(token, "the client left before the lease was handed over") else {
-            return;
-        };
-        if let Err(err) = self.release(&lease).await {
-            tracing::debug!(queue = %self.name, error = %err, "could not release an abandoned lease");
+        let Ok(lease) = self.lease_snapshot(token) else { return };
+        let result = self.release(&lease).await;
+        match self.settle(&lease, result).await {
+            Settled::Retry(_) => {
+                // No ZooKeeper now: let the reaper release it as soon as it can.
+                if let Some(held) = self.leases.lock().live.get_mut(&token) {
+                    held.open = false;
+                    held.expires_at = Instant::now();
+                }
+                self.leases.changed.notify_one();
+            },
+            settled => {
+                let _ = self.conclude(token, settled, "the client left before the lease was handed over");
+            },
         }
     }
 
@@ -623,18 +671,26 @@ impl Queue {
             let due: Vec<u128> =
                 self.leases.lock().live.iter().filter(|(_, l)| l.expires_at <= now).map(|(t, _)| *t).collect();
             for token in due {
-                let Some(lease) = self.take_lease(token, "the lease's visibility timeout passed") else { continue };
+                let Ok(lease) = self.lease_snapshot(token) else { continue };
                 let result = match lease.on_expiry {
                     OnExpiry::Release => self.release(&lease).await,
                     OnExpiry::Requeue => self.requeue(&lease, Duration::ZERO).await,
                 };
-                if lease.on_expiry == OnExpiry::Release && lease.open {
-                    self.metrics.messages_expired.with_label_values(&[&self.name]).inc();
-                }
-                if let Err(err) = result {
-                    // The session is gone (its locks with it) or ZooKeeper is down: the lock
-                    // disappears with the session, so the message comes back either way.
-                    tracing::debug!(queue = %self.name, error = %err, "could not release an expired lease");
+                match self.settle(&lease, result).await {
+                    Settled::Retry(err) => {
+                        // No ZooKeeper now: keep the lease (its receipt is spent) and try again soon.
+                        tracing::debug!(queue = %self.name, error = %err, "could not release an expired lease; retrying");
+                        if let Some(held) = self.leases.lock().live.get_mut(&token) {
+                            held.open = false;
+                            held.expires_at = Instant::now() + Duration::from_secs(1);
+                        }
+                    },
+                    settled => {
+                        if lease.on_expiry == OnExpiry::Release && lease.open {
+                            self.metrics.messages_expired.with_label_values(&[&self.name]).inc();
+                        }
+                        let _ = self.conclude(token, settled, "the lease's visibility timeout passed");
+                    },
                 }
             }
         }

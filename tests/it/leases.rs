@@ -363,3 +363,64 @@ async fn delivery_counts_of_messages_consumed_elsewhere_are_swept() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_hand_out_curators_put_multi_items_one_by_one() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-multi");
+    let path = format!("{root}/app/q");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "q", QueueKind::Fifo, Some(&path), Some(&format!("{root}/app/locks")));
+    Curator::run(zk, &["putmulti", "fifo", &path, "61", "62", "63"]).await;
+    let zkq = TestZkq::start_ready(config).await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let leased = lease(&zkq, "q", "").await;
+        assert_eq!(leased.status, 200);
+        got.push(hex(&leased.body));
+        assert_eq!(ack(&zkq, "q", &leased.receipt).await.status(), 204);
+    }
+    assert_eq!(got, ["61", "62", "63"], "in order, each once");
+    assert_eq!(lease(&zkq, "q", "").await.status, 204);
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &path).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_with_delay_on_a_delay_queue_moves_the_delivery_time() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("requeue-delay"));
+    declare(&mut config, "d", QueueKind::Delay, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let url = zkq.url("/v1/queues/d/messages?deliver_at=1000");
+    assert_eq!(zkq.http.post(url).body("retry me").send().await.expect("put").status(), 201);
+    let first = lease(&zkq, "d", "").await;
+    assert_eq!(first.headers["zkq-deliver-at"], "1000");
+    let nacked_at = zkq::queue::now_epoch_ms();
+    assert_eq!(nack(&zkq, "d", &first.receipt, "mode=requeue&delay=1s").await.status(), 204);
+    assert_eq!(lease(&zkq, "d", "").await.status, 204, "not due yet");
+    let again = lease(&zkq, "d", "wait=10s").await;
+    assert_eq!((again.status, again.body.as_slice(), again.count), (200, b"retry me".as_slice(), 2));
+    let deliver_at: i64 = again.headers["zkq-deliver-at"].to_str().expect("ascii").parse().expect("ms");
+    assert!(deliver_at >= nacked_at + 1000, "the new name carries the later time");
+    assert!(zkq::queue::now_epoch_ms() >= deliver_at);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_survive_a_zookeeper_restart_that_keeps_the_session() {
+    let zk = ZkServer::start();
+    let mut config = test_config(&zk, &unique_root("lease-restart"));
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"kept").await;
+    let held = lease(&zkq, "q", "visibility=5m").await;
+    assert_eq!(held.status, 200);
+    zk.stop();
+    let (status, body) = code(ack(&zkq, "q", &held.receipt).await).await;
+    assert!(status == 503 || status == 504, "no ZooKeeper: {status} {body}");
+    zk.restart();
+    zkq.wait_ready().await;
+    // SUSPENDED then RECONNECTED: the same session, so the lock and the lease are still ours.
+    assert_eq!(ack(&zkq, "q", &held.receipt).await.status(), 204);
+    assert_eq!(lease(&zkq, "q", "").await.status, 204, "acked once, gone");
+}
