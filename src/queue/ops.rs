@@ -349,7 +349,12 @@ impl Queue {
         if let Some(lock) = &lock {
             ops.push(TxnOp::Delete { path: lock.clone(), version: None });
         }
-        match self.apply_with_lock_dir(zk, &ops).await? {
+        let applied = match self.apply_with_lock_dir(zk, &ops).await? {
+            // The answer was lost: find out, so that a message removed by us is not lost.
+            Err(ZkError::OutcomeUnknown) => self.claim_outcome(&item_path, stat.version, &items).await,
+            other => other,
+        };
+        match applied {
             Ok(()) => {},
             // Consumed or changed by someone else: try the next one.
             Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
@@ -363,6 +368,28 @@ impl Queue {
             self.cache.push_front(candidate.clone());
         }
         Ok(Claim::Taken(Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() }))
+    }
+
+    /// After a claim whose answer was lost: waits for a session and looks at the node. Gone (or
+    /// holding exactly the remaining items at the next version) means our claim applied, and the
+    /// message is handed out rather than lost; unchanged means it did not, and the claim is
+    /// retried. A message someone else took in that very window would be handed out twice: that
+    /// needs two faults at once, where the alternative loses a message on one.
+    async fn claim_outcome(&self, item_path: &str, version: i32, rest: &[Vec<u8>]) -> Result<(), ZkError> {
+        let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
+        match zk.get_data(item_path).await {
+            Err(ZkError::NoNode) if rest.is_empty() => Ok(()),
+            Err(err) => Err(if err == ZkError::NoNode { ZkError::OutcomeUnknown } else { err }),
+            Ok((_, stat)) if stat.version == version => Err(ZkError::OutcomeUnknown),
+            Ok((data, stat)) => {
+                let ours = envelope::encode(rest.iter().map(Vec::as_slice));
+                if !rest.is_empty() && stat.version == version + 1 && data == ours {
+                    Ok(())
+                } else {
+                    Err(ZkError::BadVersion)
+                }
+            },
+        }
     }
 
     /// Applies `ops` that create a lock node; if the lock directory is missing (first use, or
