@@ -2,12 +2,12 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::AppState;
-use super::error::ErrorBody;
+use super::error::{ApiError, ErrorCode};
 use crate::zk::ConnectionState;
 
 #[derive(Serialize)]
@@ -43,11 +43,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     match why {
         None => Json(Health { status: "ready", zookeeper: status.state.as_str(), session }).into_response(),
         Some(message) => {
-            let body = ErrorBody {
-                code: "not_ready".to_owned(),
-                message: format!("{message} (state: {})", status.state.as_str()),
-            };
-            (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], Json(body)).into_response()
+            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {})", status.state.as_str())).into_response()
         },
     }
 }
@@ -56,6 +52,6 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 pub async fn metrics(State(state): State<AppState>) -> Response {
     match state.metrics.render() {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
-        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render metrics: {err}")).into_response(),
+        Err(err) => ApiError::new(ErrorCode::Internal, format!("cannot render metrics: {err}")).into_response(),
     }
 }

@@ -57,6 +57,7 @@ pub enum ErrorCode {
     ZookeeperUnavailable,
     OutcomeUnknown,
     ShuttingDown,
+    NotReady,
     Internal,
 }
 
@@ -87,6 +88,7 @@ impl ErrorCode {
             ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
             OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
             ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -103,7 +105,7 @@ pub struct ApiError {
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         let retry_after = match code {
-            ErrorCode::QueueFull | ErrorCode::ZookeeperUnavailable | ErrorCode::ShuttingDown => {
+            ErrorCode::QueueFull | ErrorCode::ZookeeperUnavailable | ErrorCode::ShuttingDown | ErrorCode::NotReady => {
                 Some(Duration::from_secs(1))
             },
             _ => None,
