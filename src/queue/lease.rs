@@ -10,7 +10,7 @@
 //! Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree Curator
 //! readers never look at; they survive restarts and are removed with the message.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,9 +22,6 @@ use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope, now_epoch_ms};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, Zk, ZkError, ZkSession};
-
-/// How many ended leases are remembered, to answer 409 rather than 404 for them.
-const ENDED_REMEMBERED: usize = 100_000;
 
 /// What a client gets with a leased message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,15 +93,17 @@ struct Lease {
 #[derive(Default)]
 struct TableState {
     live: HashMap<u128, Lease>,
-    ended: HashMap<u128, &'static str>,
-    ended_order: VecDeque<u128>,
+    next_sequence: u64,
 }
 
-/// The leases of one queue.
+/// The leases of one queue. A lease token is a sequence number and a MAC of it under a key of
+/// this process, so a receipt that was issued here and has ended is told apart from one that
+/// never was (409 against 404) without remembering ended leases.
 #[derive(Default)]
 pub struct LeaseTable {
     state: Mutex<TableState>,
     changed: Notify,
+    key: std::hash::RandomState,
 }
 
 impl LeaseTable {
@@ -112,16 +111,27 @@ impl LeaseTable {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn end(state: &mut TableState, token: u128, why: &'static str) -> Option<Lease> {
-        let lease = state.live.remove(&token);
-        state.ended.insert(token, why);
-        state.ended_order.push_back(token);
-        while state.ended_order.len() > ENDED_REMEMBERED {
-            if let Some(old) = state.ended_order.pop_front() {
-                state.ended.remove(&old);
-            }
-        }
-        lease
+    fn end(state: &mut TableState, token: u128) -> Option<Lease> {
+        state.live.remove(&token)
+    }
+
+    fn mac(&self, session_id: i64, sequence: u64) -> u64 {
+        use std::hash::BuildHasher;
+        self.key.hash_one((session_id, sequence))
+    }
+
+    /// A new token for a lease of `session_id`.
+    fn issue(&self, state: &mut TableState, session_id: i64) -> u128 {
+        let sequence = state.next_sequence;
+        state.next_sequence += 1;
+        (u128::from(sequence) << 64) | u128::from(self.mac(session_id, sequence))
+    }
+
+    /// Whether this process issued `token` for `session_id`.
+    fn issued(&self, session_id: i64, token: u128) -> bool {
+        let sequence = u64::try_from(token >> 64).unwrap_or(u64::MAX);
+        let mac = u64::try_from(token & u128::from(u64::MAX)).unwrap_or(0);
+        self.mac(session_id, sequence) == mac
     }
 
     pub fn in_flight(&self) -> usize {
@@ -284,8 +294,11 @@ impl Queue {
             release(zk.clone(), lock).await;
             return Err(err);
         }
-        let token: u128 = rand::random();
         let expires_at_ms = epoch_ms_after(visibility);
+        let token = {
+            let mut state = self.leases.lock();
+            self.leases.issue(&mut state, zk.session_id())
+        };
         let grant = LeaseGrant { receipt: receipt(zk.session_id(), token), expires_at_ms, delivery_count: count };
         let message = super::Message {
             message_id: candidate.name.clone(),
@@ -370,38 +383,38 @@ impl Queue {
     }
 
     /// Looks up a receipt: the lease if it is live, else 409 (ended, or from an older session
-    /// or another zkq process) or 404 (malformed or never issued).
+    /// or another zkq process) or 404 (malformed, or never issued).
     fn open_lease(&self, receipt_text: &str) -> Result<u128, QueueError> {
         let Some((session_id, token)) = parse_receipt(receipt_text) else {
             return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
         };
+        let current = self.session.status().session_id;
         let state = self.leases.lock();
-        if let Some(lease) = state.live.get(&token) {
-            if !lease.open {
-                return Err(QueueError::LeaseLost("the lease was nacked or expired and is being released".to_owned()));
-            }
-            if lease.expires_at <= Instant::now() {
-                return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
-            }
-            if lease.zk.session_id() != session_id {
-                return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
-            }
-            return Ok(token);
-        }
-        if let Some(why) = state.ended.get(&token) {
-            return Err(QueueError::LeaseLost((*why).to_owned()));
-        }
-        if session_id != self.session.status().session_id {
-            return Err(QueueError::LeaseLost(
+        match state.live.get(&token) {
+            Some(lease) if lease.zk.session_id() == session_id => {
+                if !lease.open {
+                    return Err(QueueError::LeaseLost(
+                        "the lease was nacked or expired and is being released".to_owned(),
+                    ));
+                }
+                if lease.expires_at <= Instant::now() {
+                    return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
+                }
+                Ok(token)
+            },
+            _ if self.leases.issued(session_id, token) => Err(QueueError::LeaseLost(
+                "the lease ended: it was acked, nacked or expired, or its session was lost".to_owned(),
+            )),
+            _ if session_id != current => Err(QueueError::LeaseLost(
                 "the lease belongs to an older ZooKeeper session or another zkq; its message is delivered again"
                     .to_owned(),
-            ));
+            )),
+            _ => Err(QueueError::LeaseNotFound(receipt_text.to_owned())),
         }
-        Err(QueueError::LeaseNotFound(receipt_text.to_owned()))
     }
 
-    fn take_lease(&self, token: u128, why: &'static str) -> Option<Lease> {
-        let lease = LeaseTable::end(&mut self.leases.lock(), token, why);
+    fn take_lease(&self, token: u128) -> Option<Lease> {
+        let lease = LeaseTable::end(&mut self.leases.lock(), token);
         if lease.is_some() {
             self.metrics.leases_in_flight.with_label_values(&[&self.name]).dec();
         }
@@ -436,14 +449,14 @@ impl Queue {
     }
 
     /// Ends a lease after a settled step; `Retry` keeps it for another attempt.
-    fn conclude(&self, token: u128, settled: Settled, done: &'static str) -> Result<(), QueueError> {
+    fn conclude(&self, token: u128, settled: Settled) -> Result<(), QueueError> {
         match settled {
             Settled::Done => {
-                self.take_lease(token, done);
+                self.take_lease(token);
                 Ok(())
             },
             Settled::Lost(why) => {
-                self.take_lease(token, why);
+                self.take_lease(token);
                 Err(QueueError::LeaseLost(why.to_owned()))
             },
             Settled::Retry(err) => Err(QueueError::Zk(err)),
@@ -491,7 +504,7 @@ impl Queue {
         let result = self.run_fenced(&lease, Self::completion_ops(&lease, &item_path)).await;
         let settled = self.settle(&lease, result).await;
         let done = matches!(settled, Settled::Done);
-        self.conclude(token, settled, "the lease was already acked")?;
+        self.conclude(token, settled)?;
         if done {
             if lease.items.len() > 1 {
                 self.cache.reoffer(lease.item.clone());
@@ -522,7 +535,7 @@ impl Queue {
                 },
                 other => Settled::Retry(other),
             };
-            self.conclude(token, settled, "extended")?;
+            self.conclude(token, settled)?;
         }
         let mut state = self.leases.lock();
         let Some(lease) = state.live.get_mut(&token) else {
@@ -569,7 +582,7 @@ impl Queue {
         };
         let settled = self.settle(&lease, result).await;
         let done = matches!(settled, Settled::Done);
-        self.conclude(token, settled, "the lease was already nacked")?;
+        self.conclude(token, settled)?;
         if done {
             self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
         }
@@ -591,7 +604,7 @@ impl Queue {
                 self.leases.changed.notify_one();
             },
             settled => {
-                let _ = self.conclude(token, settled, "the client left before the lease was handed over");
+                let _ = self.conclude(token, settled);
             },
         }
     }
@@ -689,7 +702,7 @@ impl Queue {
                         if lease.on_expiry == OnExpiry::Release && lease.open {
                             self.metrics.messages_expired.with_label_values(&[&self.name]).inc();
                         }
-                        let _ = self.conclude(token, settled, "the lease's visibility timeout passed");
+                        let _ = self.conclude(token, settled);
                     },
                 }
             }
@@ -702,7 +715,7 @@ impl Queue {
         let leases: Vec<Lease> = {
             let mut state = self.leases.lock();
             let tokens: Vec<u128> = state.live.keys().copied().collect();
-            tokens.into_iter().filter_map(|t| LeaseTable::end(&mut state, t, "zkq shut down")).collect()
+            tokens.into_iter().filter_map(|t| LeaseTable::end(&mut state, t)).collect()
         };
         let releases = leases.iter().map(|lease| async move {
             let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
@@ -718,7 +731,7 @@ impl Queue {
         let stale: Vec<u128> =
             state.live.iter().filter(|(_, l)| l.zk.generation() < generation).map(|(t, _)| *t).collect();
         for token in &stale {
-            LeaseTable::end(&mut state, *token, "the ZooKeeper session that held the lease was lost");
+            LeaseTable::end(&mut state, *token);
         }
         drop(state);
         if !stale.is_empty() {
@@ -788,6 +801,18 @@ mod tests {
         for bad in ["", "xyz", &"g".repeat(48), &text[..47], &text.to_uppercase()] {
             assert_eq!(parse_receipt(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn tokens_are_recognised_only_by_the_process_and_session_that_issued_them() {
+        let table = LeaseTable::default();
+        let token = table.issue(&mut table.lock(), 7);
+        let second = table.issue(&mut table.lock(), 7);
+        assert_ne!(token, second);
+        assert!(table.issued(7, token) && table.issued(7, second));
+        assert!(!table.issued(8, token), "bound to its session");
+        assert!(!table.issued(7, token ^ 1), "a forged MAC");
+        assert!(!LeaseTable::default().issued(7, token), "another process's key");
     }
 
     #[test]
