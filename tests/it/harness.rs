@@ -493,22 +493,13 @@ pub fn free_addr() -> String {
 pub struct ChildZkq {
     pub api: String,
     pub admin: String,
-    pub child: Child,
+    child: Option<Child>,
 }
 
 impl ChildZkq {
     /// Starts `zkq` against `zk` with its own root and `env` (ZKQ__ variables), and waits until ready.
     pub async fn start(zk: &ZkServer, root: &str, env: &[(&str, &str)]) -> ChildZkq {
-        let (api, admin) = (free_addr(), free_addr());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
-        command
-            .args(["--zk-connect", &zk.connect_string(), "--zk-root", root])
-            .args(["--api-listen", &api, "--admin-listen", &admin])
-            .env("ZKQ__LOG__LEVEL", "warn")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null());
-        let child = spawn_supervised(command).expect("zkq starts");
-        let started = ChildZkq { api: format!("http://{api}"), admin: format!("http://{admin}"), child };
+        let started = ChildZkq::spawn(zk, root, env);
         let http = reqwest::Client::new();
         eventually(Duration::from_secs(30), "child zkq ready", || {
             let (http, url) = (http.clone(), format!("{}/readyz", started.admin));
@@ -518,14 +509,52 @@ impl ChildZkq {
         started
     }
 
+    /// Starts `zkq` without waiting for it to be ready.
+    pub fn spawn(zk: &ZkServer, root: &str, env: &[(&str, &str)]) -> ChildZkq {
+        let (api, admin) = (free_addr(), free_addr());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
+        command
+            .args(["--zk-connect", &zk.connect_string(), "--zk-root", root])
+            .args(["--api-listen", &api, "--admin-listen", &admin])
+            .env("ZKQ__LOG__LEVEL", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null());
+        let child = spawn_supervised(command).expect("zkq starts");
+        ChildZkq { api: format!("http://{api}"), admin: format!("http://{admin}"), child: Some(child) }
+    }
+
+    /// CPU time (user + system) the process has used so far.
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("/proc stat");
+        // Fields after the command name, which is in parentheses: utime and stime are 14 and 15.
+        let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+        let fields: Vec<u64> = after.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+        let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// Sends a signal (`TERM`, `KILL`, ...).
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args(["-s", signal, &self.child.id().to_string()]).status().expect("kill");
+        let status = Command::new("kill").args(["-s", signal, &self.pid().to_string()]).status().expect("kill");
         assert!(status.success(), "kill -s {signal}");
     }
 
     /// Waits for the process to exit.
     pub async fn wait(mut self) -> std::process::ExitStatus {
-        tokio::task::spawn_blocking(move || self.child.wait().expect("wait")).await.expect("join")
+        let mut child = self.child.take().expect("not waited for yet");
+        tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join")
+    }
+}
+
+impl Drop for ChildZkq {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -120,3 +120,28 @@ async fn pause_past_session_timeout_loses_the_session_and_opens_a_new_one() {
     zkq.put_ok("after-expiry", b"x").await;
     assert_eq!(zkq.take_body("after-expiry", "5s").await.as_deref(), Some(b"x".as_slice()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_an_unreachable_zookeeper_burns_no_cpu() {
+    let zk = ZkServer::start();
+    zk.stop();
+    let zkq = ChildZkq::spawn(&zk, &unique_root("idle"), &[("ZKQ__ZOOKEEPER__RECONNECT_BACKOFF_MAX", "1s")]);
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(30), "admin listener up", || {
+        let (http, url) = (http.clone(), format!("{}/livez", zkq.admin));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    let before = zkq.cpu_time();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let used = zkq.cpu_time() - before;
+    // Reconnect attempts with backoff cost milliseconds; a busy loop would use the whole 5 s.
+    assert!(used < Duration::from_millis(500), "used {used:?} of CPU in 5 s while ZooKeeper was down");
+    assert_eq!(http.get(format!("{}/readyz", zkq.admin)).send().await.expect("readyz").status(), 503);
+    zk.restart();
+    eventually(Duration::from_secs(30), "ready once ZooKeeper is up", || {
+        let (http, url) = (http.clone(), format!("{}/readyz", zkq.admin));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+}
