@@ -27,6 +27,9 @@ pub enum ZookeeperErrors {
     /// ZooKeeper unavailable (no connected session before the request's deadline) or zkq shutting down
     #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait before retrying")))]
     Unavailable(ErrorBody),
+    /// ZooKeeper refused the request (`zookeeper_refused`): an ACL that does not allow zkq, a quota
+    #[response(status = 502)]
+    Refused(ErrorBody),
     /// ZooKeeper did not answer in time: for a write, the outcome is unknown (`outcome_unknown`)
     #[response(status = 504)]
     OutcomeUnknown(ErrorBody),
@@ -55,6 +58,7 @@ pub enum ErrorCode {
     PayloadTooLarge,
     QueueFull,
     ZookeeperUnavailable,
+    ZookeeperRefused,
     OutcomeUnknown,
     ShuttingDown,
     NotReady,
@@ -86,6 +90,7 @@ impl ErrorCode {
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
             ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
+            ZookeeperRefused => (StatusCode::BAD_GATEWAY, "zookeeper_refused"),
             OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
             ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
@@ -144,6 +149,14 @@ impl From<ZkError> for ApiError {
                 "the connection to ZooKeeper dropped before the result was known; the operation may or may not \
                  have been applied",
             ),
+            ZkError::NotAuthorized => ApiError::new(
+                ErrorCode::ZookeeperRefused,
+                "ZooKeeper refused access to this path: its ACL does not allow zkq's session; set \
+                 zookeeper.auth_digest (from a Secret) or fix the node's ACL",
+            ),
+            ZkError::Rejected(why) => {
+                ApiError::new(ErrorCode::ZookeeperRefused, format!("ZooKeeper refused the request: {why}"))
+            },
             other => ApiError::new(ErrorCode::Internal, format!("unexpected ZooKeeper answer: {other}")),
         }
     }

@@ -22,7 +22,9 @@ pub enum ZkError {
     OutcomeUnknown,
     /// The session expired or was closed: every ephemeral node of it is gone.
     SessionLost,
-    /// ZooKeeper refused the request for a reason retrying will not fix (ACL, bad argument, quota...).
+    /// The node's ACL does not allow this session (check `zookeeper.auth_digest`).
+    NotAuthorized,
+    /// ZooKeeper refused the request for a reason retrying will not fix (bad argument, quota...).
     Rejected(String),
 }
 
@@ -42,6 +44,7 @@ impl ZkError {
             ZkError::Unavailable => "unavailable",
             ZkError::OutcomeUnknown => "outcome_unknown",
             ZkError::SessionLost => "session_lost",
+            ZkError::NotAuthorized => "not_authorized",
             ZkError::Rejected(_) => "rejected",
         }
     }
@@ -57,6 +60,9 @@ impl fmt::Display for ZkError {
             ZkError::Unavailable => f.write_str("ZooKeeper is not connected"),
             ZkError::OutcomeUnknown => f.write_str("connection to ZooKeeper lost during the request; outcome unknown"),
             ZkError::SessionLost => f.write_str("ZooKeeper session lost"),
+            ZkError::NotAuthorized => {
+                f.write_str("ZooKeeper refused access: the node's ACL does not allow this session")
+            },
             ZkError::Rejected(why) => write!(f, "ZooKeeper refused the request: {why}"),
         }
     }
@@ -76,6 +82,7 @@ impl From<zkc::Error> for ZkError {
             E::RuntimeInconsistent => ZkError::BadVersion,
             E::SessionExpired | E::ClientClosed | E::SessionMoved => ZkError::SessionLost,
             E::NoHosts => ZkError::Unavailable,
+            E::NoAuth | E::AuthFailed => ZkError::NotAuthorized,
             // A broken connection surfaces as ConnectionLoss, Timeout or a Custom I/O error:
             // the request may have been applied.
             E::ConnectionLoss | E::Timeout | E::Custom(_) | E::Throttled => ZkError::OutcomeUnknown,
@@ -101,7 +108,8 @@ mod tests {
         assert_eq!(ZkError::from(zkc::Error::SessionExpired), ZkError::SessionLost);
         assert_eq!(ZkError::from(zkc::Error::ClientClosed), ZkError::SessionLost);
         assert_eq!(ZkError::from(zkc::Error::BadVersion), ZkError::BadVersion);
-        assert!(matches!(ZkError::from(zkc::Error::NoAuth), ZkError::Rejected(_)));
+        assert_eq!(ZkError::from(zkc::Error::NoAuth), ZkError::NotAuthorized);
+        assert!(matches!(ZkError::from(zkc::Error::QuotaExceeded), ZkError::Rejected(_)));
         assert!(ZkError::OutcomeUnknown.is_transient());
         assert!(!ZkError::NoNode.is_transient());
     }

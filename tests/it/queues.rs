@@ -374,3 +374,53 @@ async fn queue_listing_describes_declared_and_dynamic_queues() {
     assert_eq!(queues[1]["lock_path"], format!("{root}/locks/dynamic"));
     assert!(queues[1]["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_credentials_open_acl_protected_queues_and_their_absence_is_a_clear_error() {
+    let zk = ZkServer::shared();
+    let root = unique_root("acl");
+    let script = r#"
+import sys
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
+zk = KazooClient(hosts=sys.argv[1], auth_data=[("digest", "app:s3cret")])
+zk.start()
+acl = [make_digest_acl("app", "s3cret", all=True)]
+zk.create(sys.argv[2], b"")
+zk.create(sys.argv[2] + "/secure", b"", acl=acl)
+zk.create(sys.argv[2] + "/secure/jobs", b"", acl=acl)
+zk.create(sys.argv[2] + "/secure/locks", b"", acl=acl)
+zk.stop()
+"#;
+    let (hosts, path) = (zk.connect_string(), root.clone());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("/usr/bin/python3").args(["-c", script, &hosts, &path]).output()
+    })
+    .await
+    .expect("join")
+    .expect("Debian's python3 with python3-kazoo");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+    let configure = |auth: Option<&str>| {
+        let mut config = test_config(zk, &root);
+        declare(
+            &mut config,
+            "jobs",
+            QueueKind::Fifo,
+            Some(&format!("{root}/secure/jobs")),
+            Some(&format!("{root}/secure/locks")),
+        );
+        config.zookeeper.auth_digest = auth.map(str::to_owned);
+        config
+    };
+    let authorised = TestZkq::start_ready(configure(Some("app:s3cret"))).await;
+    authorised.put_ok("jobs", b"secret work").await;
+    assert_eq!(authorised.take_body("jobs", "2s").await.as_deref(), Some(b"secret work".as_slice()));
+
+    let anonymous = TestZkq::start_ready(configure(None)).await;
+    let response = anonymous.put("jobs", b"x").await;
+    assert_eq!(response.status(), 502);
+    let body: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(body["code"], "zookeeper_refused");
+    assert!(body["message"].as_str().unwrap_or("").contains("auth_digest"), "{body}");
+}
