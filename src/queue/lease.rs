@@ -94,6 +94,8 @@ struct Lease {
 struct TableState {
     live: HashMap<u128, Lease>,
     next_sequence: u64,
+    /// Items this process is leasing right now (lock being created, not yet in `live`).
+    claiming: HashSet<String>,
 }
 
 /// The leases of one queue. A lease token is a sequence number and a MAC of it under a key of
@@ -137,7 +139,33 @@ impl LeaseTable {
     pub fn in_flight(&self) -> usize {
         self.lock().live.len()
     }
+
+    /// Whether a lease of this process holds or is taking `item`.
+    pub(super) fn holds(&self, item: &str) -> bool {
+        let state = self.lock();
+        state.claiming.contains(item) || state.live.values().any(|l| l.item.name == item)
+    }
 }
+
+/// Marks an item as being leased by this process for as long as it lives.
+struct Claiming<'a> {
+    table: &'a LeaseTable,
+    item: String,
+}
+
+impl<'a> Claiming<'a> {
+    fn begin(table: &'a LeaseTable, item: &str) -> Option<Claiming<'a>> {
+        table.lock().claiming.insert(item.to_owned()).then(|| Claiming { table, item: item.to_owned() })
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.table.lock().claiming.remove(&self.item);
+    }
+}
+
+impl LeaseTable {}
 
 fn receipt(session_id: i64, token: u128) -> String {
     format!("{:016x}{token:032x}", u64::from_ne_bytes(session_id.to_ne_bytes()))
@@ -214,6 +242,9 @@ impl Queue {
         let Some(lock_dir) = self.lock_path.as_deref() else {
             return Ok(LeaseClaim::Lost);
         };
+        let Some(_claiming) = Claiming::begin(&self.leases, &candidate.name) else {
+            return Ok(LeaseClaim::Locked);
+        };
         let lock = format!("{lock_dir}/{}", candidate.name);
         let mut created = zk.create(&lock, b"zkq", NodeMode::Ephemeral).await;
         if created == Err(ZkError::NoNode) {
@@ -222,6 +253,8 @@ impl Queue {
         }
         match created {
             Ok(_) => {},
+            // Ours without a lease: an earlier create whose answer was lost. Adopt it.
+            Err(ZkError::NodeExists) if self.is_own_orphan_lock(zk, &lock, &candidate.name).await? => {},
             Err(ZkError::NodeExists) => return Ok(LeaseClaim::Locked),
             Err(err) => return Err(err),
         }
@@ -322,6 +355,19 @@ impl Queue {
         self.leases.changed.notify_one();
         self.metrics.leases_in_flight.with_label_values(&[&self.name]).inc();
         Ok(LeaseClaim::Granted(message, grant))
+    }
+
+    /// Whether `lock` is held by this process's session without a lease of this process: left by
+    /// a step whose answer was lost (the create applied, or the delete did not). Nobody else can
+    /// release it while the session lives, so the owner must.
+    pub(super) async fn is_own_orphan_lock(&self, zk: &Zk, lock: &str, item: &str) -> Result<bool, ZkError> {
+        let owned = zk.exists(lock).await?.is_some_and(|stat| stat.ephemeral_owner == zk.session_id());
+        if !owned {
+            return Ok(false);
+        }
+        // Our own claim of this item holds the `Claiming` mark; any other use would be a lease.
+        let state = self.leases.lock();
+        Ok(!state.live.values().any(|l| l.item.name == item))
     }
 
     /// Moves the node to the dead-letter queue in one transaction (create there, delete here,

@@ -358,8 +358,19 @@ impl Queue {
             Ok(()) => {},
             // Consumed or changed by someone else: try the next one.
             Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
-            // A consumer (Curator lock-safe, or a lease) holds its lock.
-            Err(ZkError::NodeExists) => return Ok(Claim::Locked),
+            // A consumer (Curator lock-safe, or a lease) holds its lock, unless it is an orphan of
+            // ours (a lease step whose answer was lost): then release it and offer the item again.
+            Err(ZkError::NodeExists) => {
+                if let Some(lock) = &lock
+                    && !self.leases.holds(&candidate.name)
+                    && self.is_own_orphan_lock(zk, lock, &candidate.name).await?
+                {
+                    zk.delete(lock, None).await?;
+                    self.cache.reoffer(candidate.clone());
+                    return Ok(Claim::Lost);
+                }
+                return Ok(Claim::Locked);
+            },
             Err(err) => return Err(err),
         }
         if items.is_empty() {

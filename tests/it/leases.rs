@@ -424,3 +424,108 @@ async fn leases_survive_a_zookeeper_restart_that_keeps_the_session() {
     assert_eq!(ack(&zkq, "q", &held.receipt).await.status(), 204);
     assert_eq!(lease(&zkq, "q", "").await.status, 204, "acked once, gone");
 }
+
+/// Puts and lease+ack consumers running while ZooKeeper restarts twice: every put answered 201 is
+/// processed, and (the session surviving the restarts) none is processed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_or_doubled_across_zookeeper_restarts() {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+
+    let zk = ZkServer::start();
+    let chaos_root = unique_root("chaos");
+    let mut config = test_config(&zk, &chaos_root);
+    config.zookeeper.session_timeout = Duration::from_secs(30);
+    config.take.max_wait = Duration::from_secs(5);
+    let zkq = TestZkq::start_ready(config).await;
+    let confirmed = Arc::new(Mutex::new(HashSet::new()));
+    let mut putters = tokio::task::JoinSet::new();
+    for p in 0..4 {
+        let (http, url, confirmed) = (zkq.http.clone(), zkq.url("/v1/queues/q/messages"), confirmed.clone());
+        putters.spawn(async move {
+            for i in 0..150 {
+                let body = format!("p{p}-{i}");
+                loop {
+                    let status = http.post(&url).body(body.clone()).send().await.map(|r| r.status().as_u16());
+                    match status {
+                        Ok(201) => {
+                            confirmed.lock().expect("lock").insert(body);
+                            break;
+                        },
+                        // Outcome unknown: the message may be there; do not count it, do not resend.
+                        Ok(504) => break,
+                        Ok(503) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        Ok(other) => panic!("put answered {other}"),
+                    }
+                }
+            }
+        });
+    }
+    let processed = Arc::new(Mutex::new(Vec::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut consumers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (http, base, processed, stop) = (zkq.http.clone(), zkq.api.clone(), processed.clone(), stop.clone());
+        consumers.spawn(async move {
+            while !stop.is_cancelled() {
+                let Ok(response) = http.post(format!("{base}/v1/queues/q/leases?wait=1s")).send().await else {
+                    continue;
+                };
+                if response.status() != 200 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                let receipt = response.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+                let body = String::from_utf8(response.bytes().await.expect("body").to_vec()).expect("utf8");
+                // Ack until it is done: a 503/504 keeps the lease, so the same receipt is retried.
+                loop {
+                    let acked = http.delete(format!("{base}/v1/queues/q/leases/{receipt}")).send().await;
+                    match acked.map(|r| r.status().as_u16()) {
+                        Ok(204) => {
+                            processed.lock().expect("lock").push(body);
+                            break;
+                        },
+                        Ok(409) => break, // lost: it will be delivered again
+                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+            }
+        });
+    }
+    for _ in 0..2 {
+        eventually(Duration::from_secs(30), "progress", || async { processed.lock().expect("lock").len() > 50 }).await;
+        zk.stop();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        zk.restart();
+        zkq.wait_ready().await;
+    }
+    while let Some(r) = putters.join_next().await {
+        r.expect("putter");
+    }
+    let expected = confirmed.lock().expect("lock").clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let done: HashSet<String> = processed.lock().expect("lock").iter().cloned().collect();
+        if expected.is_subset(&done) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let missing: Vec<&String> = expected.difference(&done).collect();
+            let direct = zk_client(&zk).await;
+            let session = zkq.running.as_ref().expect("running").session.status();
+            panic!(
+                "not processed: {missing:?}; session {session:?}; queue: {:?}; locks: {:?}; metrics: {}",
+                children(&direct, &format!("{chaos_root}/queues/q")).await,
+                children(&direct, &format!("{chaos_root}/locks/q")).await,
+                zkq.metrics().await.lines().filter(|l| l.contains("queue=\"q\"")).collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    while consumers.join_next().await.is_some() {}
+    let processed = processed.lock().expect("lock").clone();
+    let unique: HashSet<&String> = processed.iter().collect();
+    assert_eq!(unique.len(), processed.len(), "a message was processed twice");
+    assert!(expected.len() > 500, "most puts were confirmed: {}", expected.len());
+}
