@@ -58,6 +58,13 @@ pub struct QueueInfo {
     pub oldest_age_ms: Option<i64>,
 }
 
+/// What a claim whose answer was lost turned out to be.
+enum ClaimOutcome {
+    Applied,
+    NotApplied,
+    Undetermined(ZkError),
+}
+
 /// A message handed out, with its lease when it was leased.
 type Delivery = (Message, Option<LeaseGrant>);
 
@@ -206,7 +213,7 @@ impl Queue {
     }
 
     async fn acquire_until(
-        &self,
+        self: &Arc<Self>,
         wait_until: Instant,
         how: Acquire,
         caller: &mut oneshot::Sender<Result<Option<Delivery>, QueueError>>,
@@ -304,7 +311,7 @@ impl Queue {
     /// not, nobody can take the lock between our check and our delete, because both are one
     /// atomic step. Curator's own lock-safe consumer needs three round trips for the same.
     async fn claim(
-        &self,
+        self: &Arc<Self>,
         zk: &Zk,
         candidate: &ItemName,
         caller: &oneshot::Sender<Result<Option<Delivery>, QueueError>>,
@@ -351,7 +358,25 @@ impl Queue {
         }
         let applied = match self.apply_with_lock_dir(zk, &ops).await? {
             // The answer was lost: find out, so that a message removed by us is not lost.
-            Err(ZkError::OutcomeUnknown) => self.claim_outcome(&item_path, stat.version, &items).await,
+            Err(ZkError::OutcomeUnknown) => {
+                let deadline = Instant::now() + self.session.request_timeout();
+                match self.claim_outcome(&item_path, stat.version, &items, deadline).await {
+                    ClaimOutcome::Applied => Ok(()),
+                    // Still there: offer it again.
+                    ClaimOutcome::NotApplied => Err(ZkError::OutcomeUnknown),
+                    ClaimOutcome::Undetermined(_) => {
+                        // ZooKeeper is not back yet: settle it in the background (put the message
+                        // back if our claim removed it, offer it again if not) and move on.
+                        let message = Message {
+                            message_id: candidate.name.clone(),
+                            body: first.clone(),
+                            meta: candidate.meta.clone(),
+                        };
+                        self.settle_claim_later(candidate.clone(), stat.version, items.clone(), message);
+                        return Ok(Claim::Lost);
+                    },
+                }
+            },
             other => other,
         };
         match applied {
@@ -381,24 +406,50 @@ impl Queue {
         Ok(Claim::Taken(Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() }))
     }
 
-    /// After a claim whose answer was lost: waits for a session and looks at the node. Gone (or
-    /// holding exactly the remaining items at the next version) means our claim applied, and the
-    /// message is handed out rather than lost; unchanged means it did not, and the claim is
-    /// retried. A message someone else took in that very window would be handed out twice: that
-    /// needs two faults at once, where the alternative loses a message on one.
-    async fn claim_outcome(&self, item_path: &str, version: i32, rest: &[Vec<u8>]) -> Result<(), ZkError> {
-        let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
-        match zk.get_data(item_path).await {
-            Err(ZkError::NoNode) if rest.is_empty() => Ok(()),
-            Err(err) => Err(if err == ZkError::NoNode { ZkError::OutcomeUnknown } else { err }),
-            Ok((_, stat)) if stat.version == version => Err(ZkError::OutcomeUnknown),
-            Ok((data, stat)) => {
-                let ours = envelope::encode(rest.iter().map(Vec::as_slice));
-                if !rest.is_empty() && stat.version == version + 1 && data == ours {
-                    Ok(())
-                } else {
-                    Err(ZkError::BadVersion)
+    /// Settles a claim whose outcome is still unknown once ZooKeeper is back: if it removed the
+    /// message (or its first item), the message is put back; if not, the item is offered again.
+    fn settle_claim_later(self: &Arc<Self>, item: ItemName, version: i32, rest: Vec<Vec<u8>>, message: Message) {
+        let queue = self.clone();
+        tokio::spawn(async move {
+            let item_path = format!("{}/{}", queue.path, item.name);
+            let deadline = Instant::now() + queue.session.session_timeout() * 2;
+            loop {
+                match queue.claim_outcome(&item_path, version, &rest, deadline).await {
+                    ClaimOutcome::Applied => return queue.put_back(message).await,
+                    ClaimOutcome::NotApplied => return queue.cache.reoffer(item),
+                    ClaimOutcome::Undetermined(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    },
+                    ClaimOutcome::Undetermined(err) => {
+                        // Never lose it: at worst it is delivered twice.
+                        tracing::error!(queue = %queue.name, message = %message.message_id, error = %err,
+                            "could not settle a take whose answer was lost; putting the message back");
+                        return queue.put_back(message).await;
+                    },
                 }
+            }
+        });
+    }
+
+    /// After a claim whose answer was lost, looks at the node (waiting for a session until
+    /// `deadline`). Gone, or holding exactly the remaining items at the next version, means our
+    /// claim applied; unchanged (or changed by someone else) means it did not. A message someone
+    /// else took in that very window counts as ours: that needs two faults at once, where
+    /// guessing the other way loses a message on one.
+    async fn claim_outcome(&self, item_path: &str, version: i32, rest: &[Vec<u8>], deadline: Instant) -> ClaimOutcome {
+        let zk = match self.session.connected(deadline).await {
+            Ok(zk) => zk.with_deadline(Instant::now() + self.session.request_timeout()),
+            Err(err) => return ClaimOutcome::Undetermined(err),
+        };
+        match zk.get_data(item_path).await {
+            Err(ZkError::NoNode) if rest.is_empty() => ClaimOutcome::Applied,
+            Err(ZkError::NoNode) => ClaimOutcome::NotApplied,
+            Err(err) => ClaimOutcome::Undetermined(err),
+            Ok((data, stat)) => {
+                let ours = !rest.is_empty()
+                    && stat.version == version + 1
+                    && data == envelope::encode(rest.iter().map(Vec::as_slice));
+                if ours { ClaimOutcome::Applied } else { ClaimOutcome::NotApplied }
             },
         }
     }
