@@ -1,7 +1,5 @@
 //! `/v1/counters`: shared counters compatible with Curator's `SharedCount`.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -11,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
-use super::extract::{ApiJson, ApiPath, ApiQuery, parse_duration};
+use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
 use crate::counter::{CounterError, Versioned};
 
 /// Path parameter: a counter name.
@@ -176,10 +174,7 @@ pub async fn get_counter(
     ApiQuery(query): ApiQuery<ReadQuery>,
 ) -> Result<Response, ApiError> {
     let counter = state.counters.get(&path.name)?;
-    let wait = match query.wait.as_deref() {
-        Some(text) => parse_duration("wait", text)?.min(state.config.take.max_wait),
-        None => Duration::ZERO,
-    };
+    let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let result = match query.after_version {
         Some(after) if !wait.is_zero() => counter.wait_for_change(after, wait).await,
         _ => counter.get().await,

@@ -77,6 +77,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// An optional duration parameter (absent = zero), cut to `max` (documented in the spec).
+pub fn bounded_duration(name: &str, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
+    let Some(text) = text else { return Ok(Duration::ZERO) };
+    Ok(parse_duration(name, text)?.min(max))
+}
+
 /// Parses a duration parameter exactly as the spec's pattern `^([0-9]+|([0-9]+(ms|s|m|h))+)$`
 /// allows: bare seconds, or number-unit pairs such as `20s`, `500ms`, `1m30s`. Saturates
 /// instead of overflowing, so every value the spec allows is accepted.

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
-use super::extract::{ApiPath, ApiQuery, parse_duration};
+use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
 use super::queues::{QueuePath, message_response};
 use crate::queue::NackMode;
 
@@ -121,10 +121,7 @@ pub async fn lease_message(
     ApiQuery(query): ApiQuery<LeaseQuery>,
 ) -> Result<Response, ApiError> {
     let queue = state.queues.get(&path.queue)?;
-    let wait = match query.wait.as_deref() {
-        Some(text) => parse_duration("wait", text)?.min(state.config.take.max_wait),
-        None => Duration::ZERO,
-    };
+    let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
     match queue.lease(wait, visibility).await? {
         Some((message, grant)) => {
@@ -186,10 +183,7 @@ pub async fn nack(
         NackModeParam::Delete => NackMode::Delete,
         NackModeParam::Keep => NackMode::Keep,
     };
-    let delay = match query.delay.as_deref() {
-        Some(text) => parse_duration("delay", text)?.min(state.config.lease.max_visibility),
-        None => Duration::ZERO,
-    };
+    let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
     queue.nack(&path.lease, mode, delay).await?;
     Ok(StatusCode::NO_CONTENT)
 }

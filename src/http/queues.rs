@@ -1,7 +1,5 @@
 //! `/v1/queues`: put, take, peek, remove, introspection.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -12,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
-use super::extract::{ApiBody, ApiPath, ApiQuery, parse_duration};
+use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration, parse_duration};
 use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError};
 
 /// Headers a take or lease answers with.
@@ -157,12 +155,6 @@ fn open(state: &AppState, name: &str) -> Result<std::sync::Arc<Queue>, ApiError>
     Ok(state.queues.get(name)?)
 }
 
-/// A `wait` parameter, cut to `max` (documented in the spec).
-fn bounded_wait(text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
-    let Some(text) = text else { return Ok(Duration::ZERO) };
-    Ok(parse_duration("wait", text)?.min(max))
-}
-
 /// Put a message.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/messages", tag = "queues",
@@ -185,7 +177,7 @@ pub async fn put_message(
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let queue = open(&state, &path.queue)?;
-    let wait = bounded_wait(query.wait.as_deref(), state.config.take.max_wait)?;
+    let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     // Both are "not before" bounds: given together, the later one applies.
     let after_delay = match &query.delay {
         Some(delay) => {
@@ -228,7 +220,7 @@ pub async fn take_message(
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
     let queue = open(&state, &path.queue)?;
-    let wait = bounded_wait(query.wait.as_deref(), state.config.take.max_wait)?;
+    let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     match queue.take(wait).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
