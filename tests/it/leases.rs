@@ -438,29 +438,7 @@ async fn nothing_is_lost_or_doubled_across_zookeeper_restarts() {
     config.zookeeper.session_timeout = Duration::from_secs(30);
     config.take.max_wait = Duration::from_secs(5);
     let zkq = TestZkq::start_ready(config).await;
-    let confirmed = Arc::new(Mutex::new(HashSet::new()));
-    let mut putters = tokio::task::JoinSet::new();
-    for p in 0..4 {
-        let (http, url, confirmed) = (zkq.http.clone(), zkq.url("/v1/queues/q/messages"), confirmed.clone());
-        putters.spawn(async move {
-            for i in 0..150 {
-                let body = format!("p{p}-{i}");
-                loop {
-                    let status = http.post(&url).body(body.clone()).send().await.map(|r| r.status().as_u16());
-                    match status {
-                        Ok(201) => {
-                            confirmed.lock().expect("lock").insert(body);
-                            break;
-                        },
-                        // Outcome unknown: the message may be there; do not count it, do not resend.
-                        Ok(504) => break,
-                        Ok(503) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        Ok(other) => panic!("put answered {other}"),
-                    }
-                }
-            }
-        });
-    }
+    let (confirmed, mut putters) = confirming_putters(&zkq, "q", 4, 150);
     let processed = Arc::new(Mutex::new(Vec::new()));
     let stop = tokio_util::sync::CancellationToken::new();
     let mut consumers = tokio::task::JoinSet::new();
@@ -492,40 +470,16 @@ async fn nothing_is_lost_or_doubled_across_zookeeper_restarts() {
             }
         });
     }
-    for _ in 0..2 {
-        eventually(Duration::from_secs(30), "progress", || async { processed.lock().expect("lock").len() > 50 }).await;
-        zk.stop();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        zk.restart();
-        zkq.wait_ready().await;
-    }
+    restart_zookeeper_during(&zk, &zkq, 2, || processed.lock().expect("lock").len() > 50).await;
     while let Some(r) = putters.join_next().await {
         r.expect("putter");
     }
-    let expected = confirmed.lock().expect("lock").clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let done: HashSet<String> = processed.lock().expect("lock").iter().cloned().collect();
-        if expected.is_subset(&done) {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let missing: Vec<&String> = expected.difference(&done).collect();
-            let direct = zk_client(&zk).await;
-            let session = zkq.running.as_ref().expect("running").session.status();
-            panic!(
-                "not processed: {missing:?}; session {session:?}; queue: {:?}; locks: {:?}; metrics: {}",
-                children(&direct, &format!("{chaos_root}/queues/q")).await,
-                children(&direct, &format!("{chaos_root}/locks/q")).await,
-                zkq.metrics().await.lines().filter(|l| l.contains("queue=\"q\"")).collect::<Vec<_>>().join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    await_all_processed(&zk, &chaos_root, "q", &confirmed, &processed).await;
     stop.cancel();
     while consumers.join_next().await.is_some() {}
     let processed = processed.lock().expect("lock").clone();
     let unique: HashSet<&String> = processed.iter().collect();
     assert_eq!(unique.len(), processed.len(), "a message was processed twice");
-    assert!(expected.len() > 500, "most puts were confirmed: {}", expected.len());
+    let confirmed = confirmed.lock().expect("lock").len();
+    assert!(confirmed > 500, "most puts were confirmed: {confirmed}");
 }

@@ -435,27 +435,7 @@ async fn takes_lose_nothing_across_zookeeper_restarts() {
     let mut config = test_config(&zk, &chaos_root);
     config.zookeeper.session_timeout = Duration::from_secs(30);
     let zkq = TestZkq::start_ready(config).await;
-    let confirmed = Arc::new(Mutex::new(HashSet::new()));
-    let mut putters = tokio::task::JoinSet::new();
-    for p in 0..4 {
-        let (http, url, confirmed) = (zkq.http.clone(), zkq.url("/v1/queues/q/messages"), confirmed.clone());
-        putters.spawn(async move {
-            for i in 0..150 {
-                let body = format!("p{p}-{i}");
-                loop {
-                    match http.post(&url).body(body.clone()).send().await.map(|r| r.status().as_u16()) {
-                        Ok(201) => {
-                            confirmed.lock().expect("lock").insert(body);
-                            break;
-                        },
-                        Ok(504) => break, // outcome unknown: not counted, not resent
-                        Ok(503) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        Ok(other) => panic!("put answered {other}"),
-                    }
-                }
-            }
-        });
-    }
+    let (confirmed, mut putters) = confirming_putters(&zkq, "q", 4, 150);
     let taken = Arc::new(Mutex::new(Vec::new()));
     let stop = tokio_util::sync::CancellationToken::new();
     let mut takers = tokio::task::JoinSet::new();
@@ -474,35 +454,11 @@ async fn takes_lose_nothing_across_zookeeper_restarts() {
             }
         });
     }
-    for _ in 0..2 {
-        eventually(Duration::from_secs(30), "progress", || async { taken.lock().expect("lock").len() > 50 }).await;
-        zk.stop();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        zk.restart();
-        zkq.wait_ready().await;
-    }
+    restart_zookeeper_during(&zk, &zkq, 2, || taken.lock().expect("lock").len() > 50).await;
     while let Some(r) = putters.join_next().await {
         r.expect("putter");
     }
-    let expected = confirmed.lock().expect("lock").clone();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got: HashSet<String> = taken.lock().expect("lock").iter().cloned().collect();
-        if expected.is_subset(&got) {
-            break;
-        }
-        if Instant::now() > deadline {
-            let missing: Vec<&String> = expected.difference(&got).collect();
-            let direct = zk_client(&zk).await;
-            panic!(
-                "not taken: {missing:?}; queue: {:?}; locks: {:?}; cache reads: {}",
-                children(&direct, &format!("{chaos_root}/queues/q")).await,
-                children(&direct, &format!("{chaos_root}/locks/q")).await,
-                zkq.metrics().await.lines().filter(|l| l.contains("children")).collect::<Vec<_>>().join("; ")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    await_all_processed(&zk, &chaos_root, "q", &confirmed, &taken).await;
     stop.cancel();
     while takers.join_next().await.is_some() {}
     let taken = taken.lock().expect("lock").clone();
