@@ -115,7 +115,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         // 2. Stop accepting; let requests in flight (puts) finish.
         stop_api.cancel();
         let mut in_time = tokio::time::timeout_at(deadline, api).await.is_ok();
-        // 3. Release leases still held, so their messages are redelivered now rather than after
+        // 3. Let claims still running and the settlement of lost answers (put-backs) finish, so
+        //    no message is left only in memory.
+        in_time &= queues.settle(deadline).await;
+        // 4. Release leases still held, so their messages are redelivered now rather than after
         //    the session timeout; then close the session.
         match tokio::time::timeout_at(deadline, queues.release_all_leases()).await {
             Ok(0) => {},

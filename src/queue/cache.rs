@@ -206,6 +206,14 @@ impl ChildrenCache {
         });
     }
 
+    /// The snapshot may be missing a node this process created without learning its name:
+    /// re-read it when it is needed (now, if someone waits).
+    pub fn mark_stale(&self) {
+        if self.mark_dirty() {
+            self.refresh.notify_one();
+        }
+    }
+
     /// Records that this process removed a child.
     pub fn removed_local(&self) {
         self.lock().child_count -= 1;

@@ -2,10 +2,12 @@
 //! waiters, put, take, peek and remove.
 
 mod cache;
+mod claims;
 pub mod envelope;
 mod lease;
 pub mod names;
 mod ops;
+mod take;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
+use claims::ClaimMarkers;
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
 pub use names::ItemMeta;
@@ -70,14 +73,12 @@ pub struct Queue {
     metrics: Arc<Metrics>,
     cache: Arc<ChildrenCache>,
     leases: LeaseTable,
+    /// Evidence for transactions whose answer was lost (shared by every queue of the process).
+    markers: Arc<ClaimMarkers>,
+    /// Claims and their settlement (put-backs, unknown outcomes); shutdown waits for these
+    /// before it closes the session.
+    background: TaskTracker,
     shutdown: CancellationToken,
-}
-
-impl Queue {
-    /// Leases currently held by this zkq on this queue.
-    pub fn leases_in_flight(&self) -> usize {
-        self.leases.in_flight()
-    }
 }
 
 struct QueueLayout {
@@ -95,6 +96,8 @@ pub struct QueueService {
     dynamic_count: Mutex<usize>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    markers: Arc<ClaimMarkers>,
+    background: TaskTracker,
 }
 
 impl QueueService {
@@ -105,6 +108,15 @@ impl QueueService {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Arc<QueueService> {
+        let markers = Arc::new(ClaimMarkers::new(&config.zookeeper.root, session.clone()));
+        tasks.spawn({
+            let markers = markers.clone();
+            async move { markers.run_flusher().await }
+        });
+        tasks.spawn({
+            let (markers, shutdown) = (markers.clone(), shutdown.clone());
+            async move { markers.run_stale_sweeper(shutdown).await }
+        });
         let service = Arc::new(QueueService {
             config,
             session,
@@ -113,6 +125,8 @@ impl QueueService {
             dynamic_count: Mutex::new(0),
             shutdown,
             tasks,
+            markers,
+            background: TaskTracker::new(),
         });
         // Declared queues start their caches at once, so their metrics exist from the start.
         let declared: Vec<String> = service.config.queues.keys().cloned().collect();
@@ -171,6 +185,8 @@ impl QueueService {
             metrics: self.metrics.clone(),
             cache: cache.clone(),
             leases: LeaseTable::default(),
+            markers: self.markers.clone(),
+            background: self.background.clone(),
             shutdown: self.shutdown.clone(),
         });
         // Touch the per-queue series so they are exported (as 0) from the start.
@@ -205,6 +221,19 @@ impl QueueService {
                 lock_path: Some(format!("{root}/locks/{name}")),
             },
         }
+    }
+
+    /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
+    /// lost answers, then deletes the claim markers they left; true if all finished in time.
+    /// Shutdown calls this before it closes the session.
+    pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
+        self.background.close();
+        let settled = tokio::time::timeout_at(deadline, self.background.wait()).await.is_ok();
+        if !settled {
+            tracing::error!("shutdown grace ended with takes still being settled; see the errors above");
+        }
+        let _ = tokio::time::timeout_at(deadline, self.markers.flush_now()).await;
+        settled
     }
 
     /// Releases every lease of every queue (shutdown).

@@ -218,6 +218,12 @@ impl Zk {
         Ok(if mode == NodeMode::PersistentSequential { format!("{path}{sequence}") } else { path.to_owned() })
     }
 
+    /// Makes the server this session is connected to catch up with the leader, so a read that
+    /// follows sees every write committed before it (a lost answer is judged on current data).
+    pub async fn sync(&self, path: &str) -> Result<(), ZkError> {
+        self.call("sync", self.client.sync(path)).await
+    }
+
     pub async fn delete(&self, path: &str, version: Option<i32>) -> Result<(), ZkError> {
         self.call("delete", self.client.delete(path, version)).await
     }

@@ -1,0 +1,243 @@
+//! Claim markers: evidence that a transaction of ours applied when its answer was lost.
+//!
+//! A take removes a message in one transaction; when the connection drops before the answer
+//! arrives, the node being gone proves nothing: another consumer may have removed it while our
+//! transaction failed. So every transaction whose effect leaves no trace of its own (a take's
+//! claim, a put-back, a move to the dead-letter queue) also creates a marker node
+//! `{root}/claims/c-{epoch ms}-{session}-{sequence}` that nothing else ever creates. After a lost
+//! answer, zkq syncs with the leader and looks for the marker: present means applied, absent
+//! means not applied. Nothing is ever concluded from the absence of the message itself.
+//!
+//! Invariants:
+//! - A marker is deleted only once its transaction's outcome is known (answered, or resolved).
+//! - Deletes are batched: one transaction per [`FLUSH_BATCH`] markers, or after a second of
+//!   quiet, so the steady state costs a fraction of a round trip per message.
+//! - A marker left behind by a process that died is removed by any zkq once it is older than
+//!   [`STALE_AFTER`]; resolutions never look at a marker that old.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::now_epoch_ms;
+use crate::zk::{ConnectionState, NodeMode, TxnOp, Zk, ZkError, ZkSession};
+
+/// Markers deleted per transaction.
+pub const FLUSH_BATCH: usize = 64;
+/// How long a marker may wait for its batch.
+const FLUSH_AFTER: Duration = Duration::from_secs(1);
+/// Markers older than this are left over by a process that died; any zkq removes them.
+pub const STALE_AFTER: Duration = Duration::from_secs(3600);
+/// How often the stale sweep runs.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
+/// What the evidence says about a transaction whose answer was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    NotApplied,
+    /// ZooKeeper could not be asked before the deadline.
+    Unknown(ZkError),
+}
+
+/// The claim markers of this process.
+pub struct ClaimMarkers {
+    dir: String,
+    session: ZkSession,
+    sequence: AtomicU64,
+    /// Markers whose transaction is known to have applied, waiting to be deleted.
+    pending: Mutex<Vec<String>>,
+    flush: Notify,
+}
+
+impl ClaimMarkers {
+    pub fn new(root: &str, session: ZkSession) -> ClaimMarkers {
+        ClaimMarkers {
+            dir: format!("{root}/claims"),
+            session,
+            sequence: AtomicU64::new(0),
+            pending: Mutex::new(Vec::new()),
+            flush: Notify::new(),
+        }
+    }
+
+    /// `{root}/claims`.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh marker path for a transaction run on `zk`'s session.
+    pub fn next(&self, zk: &Zk) -> String {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        format!("{}/c-{}-{:016x}-{sequence}", self.dir, now_epoch_ms(), zk.session_id())
+    }
+
+    /// The operation that creates `marker` (put it first in the transaction, so that a missing
+    /// marker directory is told apart by its index).
+    pub fn create_op(marker: &str) -> TxnOp {
+        TxnOp::Create { path: marker.to_owned(), data: Vec::new(), mode: NodeMode::Persistent }
+    }
+
+    /// The transaction of `marker` applied: delete the marker with the next batch.
+    pub fn applied(&self, marker: String) {
+        let full = {
+            let mut pending = self.pending();
+            pending.push(marker);
+            pending.len() >= FLUSH_BATCH
+        };
+        if full {
+            self.flush.notify_one();
+        }
+    }
+
+    /// Finds out whether the transaction that created `marker` applied, waiting for a session
+    /// until `deadline`. Syncs first, so a lagging server cannot answer with the past.
+    pub async fn outcome(&self, marker: &str, deadline: Instant) -> Outcome {
+        let zk = match self.session.connected(deadline).await {
+            Ok(zk) => zk,
+            Err(err) => return Outcome::Unknown(err),
+        };
+        match zk.sync(&self.dir).await {
+            // No marker directory: the read below says so too.
+            Ok(()) | Err(ZkError::NoNode) => {},
+            Err(err) => return Outcome::Unknown(err),
+        }
+        match zk.exists(marker).await {
+            Ok(Some(_)) => {
+                self.applied(marker.to_owned());
+                Outcome::Applied
+            },
+            Ok(None) => Outcome::NotApplied,
+            Err(err) => Outcome::Unknown(err),
+        }
+    }
+
+    /// Deletes applied markers in batches until the session is closed (shutdown flushes the
+    /// last ones through [`ClaimMarkers::flush_now`] before it closes the session).
+    pub async fn run_flusher(&self) {
+        let mut status = self.session.subscribe();
+        loop {
+            tokio::select! {
+                changed = status.changed() => {
+                    if changed.is_err() || status.borrow_and_update().state == ConnectionState::Closed {
+                        return;
+                    }
+                    continue;
+                },
+                _ = self.flush.notified() => {},
+                _ = tokio::time::sleep(FLUSH_AFTER) => {},
+            }
+            self.flush_now().await;
+        }
+    }
+
+    /// Deletes every pending marker now (best effort: what fails stays pending).
+    pub async fn flush_now(&self) {
+        loop {
+            let batch: Vec<String> = {
+                let mut pending = self.pending();
+                let n = pending.len().min(FLUSH_BATCH);
+                pending.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let Some(zk) = self.session.current() else {
+                self.pending().extend(batch);
+                return;
+            };
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            let mut batch = batch;
+            loop {
+                let ops: Vec<TxnOp> = batch.iter().map(|m| TxnOp::Delete { path: m.clone(), version: None }).collect();
+                match zk.multi(&ops).await {
+                    Ok(_) => break,
+                    // Already gone (swept as stale, or a delete whose answer was lost): drop it.
+                    Err(err) if err.error == ZkError::NoNode => match err.index {
+                        Some(index) if index < batch.len() => {
+                            batch.remove(index);
+                            if batch.is_empty() {
+                                break;
+                            }
+                        },
+                        _ => break,
+                    },
+                    Err(err) => {
+                        tracing::debug!(error = %err.error, markers = batch.len(), "claim marker cleanup failed; will retry");
+                        self.pending().extend(batch);
+                        return;
+                    },
+                }
+            }
+        }
+    }
+
+    /// Removes markers older than [`STALE_AFTER`] (left by a process that died mid-claim):
+    /// at start and every [`SWEEP_EVERY`].
+    pub async fn run_stale_sweeper(&self, shutdown: CancellationToken) {
+        loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                zk = self.session.connected(far) => zk,
+            };
+            if let Ok(zk) = zk {
+                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+                match self.sweep_stale(&zk).await {
+                    Ok(0) => {},
+                    Ok(n) => tracing::info!(removed = n, "removed claim markers left by a stopped zkq"),
+                    Err(err) => tracing::debug!(error = %err, "claim marker sweep failed"),
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(SWEEP_EVERY) => {},
+            }
+        }
+    }
+
+    async fn sweep_stale(&self, zk: &Zk) -> Result<usize, ZkError> {
+        let children = match zk.get_children(&self.dir).await {
+            Ok((children, _)) => children,
+            Err(ZkError::NoNode) => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let cutoff = now_epoch_ms().saturating_sub(i64::try_from(STALE_AFTER.as_millis()).unwrap_or(i64::MAX));
+        let mut removed = 0;
+        for name in children {
+            if marker_time(&name).is_some_and(|created| created < cutoff)
+                && zk.delete(&format!("{}/{name}", self.dir), None).await.is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// The creation time (epoch ms) a marker's name carries; `None` for foreign names.
+fn marker_time(name: &str) -> Option<i64> {
+    name.strip_prefix("c-")?.split('-').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_names_carry_their_creation_time_and_foreign_names_are_ignored() {
+        assert_eq!(marker_time("c-1732370000000-00000000000000ab-7"), Some(1_732_370_000_000));
+        assert_eq!(marker_time("c-x-1"), None);
+        assert_eq!(marker_time("lock-1"), None);
+        assert_eq!(marker_time("c-"), None);
+        assert_eq!(marker_time("c-é"), None);
+    }
+}

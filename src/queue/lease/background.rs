@@ -1,0 +1,120 @@
+//! Background work of the leases of one queue: the reaper (visibility timeouts, delayed nacks,
+//! leases of lost sessions) and the delivery-count sweeper. Both are owned by the queue
+//! service's task tracker and end at shutdown.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::super::{Queue, QueueError};
+use super::Step;
+use crate::zk::{Zk, ZkError, ZkSession};
+
+impl Queue {
+    /// Expires leases whose visibility passed, and forgets leases of a lost session.
+    pub(in crate::queue) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
+        let mut status = session.subscribe();
+        loop {
+            let next = self.leases.lock().live.values().map(|l| l.expires_at).min();
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.leases.changed.notified() => continue,
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let generation = status.borrow_and_update().generation;
+                    self.forget_older_sessions(generation);
+                    continue;
+                },
+                _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
+            }
+            let now = Instant::now();
+            let due: Vec<u128> =
+                self.leases.lock().live.iter().filter(|(_, l)| l.expires_at <= now).map(|(t, _)| *t).collect();
+            for token in due {
+                match self.run_step(token, Step::Expire).await {
+                    Ok(()) | Err(QueueError::LeaseLost(_)) => {},
+                    Err(err) => {
+                        // No ZooKeeper now: keep the lease (its receipt is spent) and try again soon.
+                        tracing::debug!(queue = %self.name, error = ?err, "could not release an expired lease; retrying");
+                        self.update_lease(token, |lease| lease.expires_at = Instant::now() + Duration::from_secs(1));
+                    },
+                }
+            }
+        }
+    }
+
+    fn forget_older_sessions(&self, generation: u64) {
+        let mut state = self.leases.lock();
+        let before = state.live.len();
+        state.live.retain(|_, lease| lease.zk.generation() >= generation);
+        let stale = before - state.live.len();
+        drop(state);
+        if stale > 0 {
+            self.metrics.leases_in_flight.with_label_values(&[&self.name]).sub(i64::try_from(stale).unwrap_or(0));
+            tracing::warn!(queue = %self.name, leases = stale, "session lost: its leases are void");
+        }
+    }
+
+    /// Removes delivery counts whose message is gone: once when the queue opens, then every minute.
+    pub(in crate::queue) async fn run_delivery_count_sweeper(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                zk = self.session.connected(far) => zk,
+            };
+            if let Ok(zk) = zk {
+                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+                match self.sweep_delivery_counts(&zk).await {
+                    Ok(0) => {},
+                    Ok(n) => tracing::debug!(queue = %self.name, removed = n, "removed stale delivery counts"),
+                    Err(err) => tracing::debug!(queue = %self.name, error = %err, "delivery count sweep failed"),
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(60)) => {},
+            }
+        }
+    }
+
+    /// Delivery counts whose message is gone (consumed by Curator, removed by hand) are removed,
+    /// so nothing accumulates.
+    async fn sweep_delivery_counts(&self, zk: &Zk) -> Result<usize, ZkError> {
+        let counted = match zk.get_children(&self.deliveries_path).await {
+            Ok((children, _)) => children,
+            Err(ZkError::NoNode) => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let held: HashSet<String> = self.leases.lock().live.values().map(|l| l.item.name.clone()).collect();
+        let mut removed = 0;
+        for name in counted {
+            if held.contains(&name) {
+                continue;
+            }
+            if zk.exists(&format!("{}/{}", self.path, name)).await?.is_none()
+                && zk.delete(&self.counter_path(&name), None).await.is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{counter_bytes, read_counter};
+
+    #[test]
+    fn delivery_counts_are_big_endian() {
+        assert_eq!(counter_bytes(258), vec![0, 0, 1, 2]);
+        assert_eq!(read_counter(&[0, 0, 1, 2]), 258);
+        assert_eq!(read_counter(&[1]), 0);
+    }
+}

@@ -1,0 +1,95 @@
+//! Moving a message to the dead-letter queue: poison (past `max_deliveries`) and undecodable
+//! nodes. One transaction creates it there, removes it here (versioned, and only if nobody holds
+//! its lock: the lock is created and deleted in the same transaction, as a take does), drops its
+//! delivery count and creates a claim marker, the evidence should the answer be lost.
+
+use super::super::claims::{ClaimMarkers, Outcome};
+use super::super::names::{self, ItemMeta, ItemName};
+use super::super::{Queue, envelope, now_epoch_ms};
+use super::{DeadLetter, LeaseClaim};
+use crate::config::QueueKind;
+use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+
+impl Queue {
+    pub(super) async fn dead_letter(
+        &self,
+        zk: &Zk,
+        candidate: &ItemName,
+        data: &[u8],
+        version: i32,
+        counter: Option<&str>,
+        target: &DeadLetter,
+    ) -> Result<LeaseClaim, ZkError> {
+        let Some(lock_dir) = &self.lock_path else { return Ok(LeaseClaim::Lost) };
+        // Re-encode for the target's kind; undecodable bytes become one item, so Curator can read them.
+        let items = envelope::decode(data).unwrap_or_else(|_| vec![data.to_vec()]);
+        let moved = if target.kind == QueueKind::Simple {
+            items.concat()
+        } else {
+            envelope::encode(items.iter().map(Vec::as_slice))
+        };
+        let meta = match (&candidate.meta, target.kind) {
+            (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),
+            (ItemMeta::Id(id), QueueKind::Id) => ItemMeta::Id(id.clone()),
+            (_, QueueKind::Id) => ItemMeta::Id(self.name.clone()),
+            (_, QueueKind::Priority) => ItemMeta::Priority(0),
+            (_, QueueKind::Delay) => ItemMeta::DeliverAt(now_epoch_ms()),
+            _ => ItemMeta::Plain,
+        };
+        let marker = self.markers.next(zk);
+        let lock = format!("{lock_dir}/{}", candidate.name);
+        let mut ops = vec![
+            ClaimMarkers::create_op(&marker),
+            TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral },
+            TxnOp::Create {
+                path: format!("{}/{}", target.path, names::put_prefix(target.kind, &meta)),
+                data: moved,
+                mode: NodeMode::PersistentSequential,
+            },
+            TxnOp::Delete { path: format!("{}/{}", self.path, candidate.name), version: Some(version) },
+            TxnOp::Delete { path: lock, version: None },
+        ];
+        if let Some(counter) = counter {
+            ops.push(TxnOp::Delete { path: counter.to_owned(), version: None });
+        }
+        let parents = [(0, self.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
+        let mut result = self.apply_txn(zk, &ops, &parents).await;
+        if let Err(err) = &result
+            && err.error == ZkError::NoNode
+            && counter.is_some()
+            && err.index == Some(ops.len() - 1)
+        {
+            // The count was removed meanwhile (a sweep): move the message without it.
+            ops.pop();
+            result = self.apply_txn(zk, &ops, &parents).await;
+        }
+        let applied = match result {
+            Ok(_) => true,
+            Err(err) => match (err.error, err.index) {
+                (ZkError::NodeExists, Some(1)) => return Ok(LeaseClaim::Locked),
+                (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(LeaseClaim::Lost),
+                (ZkError::OutcomeUnknown, _) => {
+                    let deadline = tokio::time::Instant::now() + self.session.request_timeout();
+                    match self.markers.outcome(&marker, deadline).await {
+                        Outcome::Applied => true,
+                        Outcome::NotApplied => return Err(ZkError::Unavailable),
+                        // Either way nothing is lost (it is here or there); a later read tells.
+                        Outcome::Unknown(_) => {
+                            self.cache.mark_stale();
+                            return Ok(LeaseClaim::Lost);
+                        },
+                    }
+                },
+                (error, _) => return Err(error),
+            },
+        };
+        if applied {
+            self.markers.applied(marker);
+            self.cache.removed_local();
+            self.metrics.messages_dead_lettered.with_label_values(&[&self.name]).inc();
+            tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+                "moved a message to the dead-letter queue");
+        }
+        Ok(LeaseClaim::Lost)
+    }
+}

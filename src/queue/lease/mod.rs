@@ -1,0 +1,295 @@
+//! Leases: lock-path safe consumption over HTTP (ack, nack, extend, visibility timeout, fenced
+//! receipts, delivery counts, dead letters).
+//!
+//! A lease is Curator's lock node `<lockPath>/<item>` (EPHEMERAL) held by zkq's session, whose
+//! data is a claim id unique to that lease. Files:
+//! - `receipt.rs`: the receipts clients hold (a MAC'd token, bound to the session).
+//! - `claim.rs`: leasing a candidate: read it, then one transaction that locks it only if it is
+//!   unchanged and counts the delivery, so a failed attempt writes nothing.
+//! - `steps.rs`: ack, nack, extend, expiry and release: one completion path, one step at a time
+//!   per lease, a lost answer resolved by the lock's evidence before anything else happens.
+//! - `dead_letter.rs`: moving poison and undecodable messages to the dead-letter queue.
+//! - `background.rs`: the reaper (visibility timeouts, lost sessions) and the delivery-count sweeper.
+//!
+//! Invariants:
+//! - Every step of a lease runs on the session that created its lock, so it is fenced: once that
+//!   session is gone, its lock is gone and every call on it fails, and a newer session refuses
+//!   older receipts (CURATOR-605 is the bug this prevents).
+//! - Nothing but a step of the lease itself removes its lock while its session lives, and steps
+//!   of one lease never overlap; so "our lock is gone" means "our step applied", and "our lock is
+//!   there with our claim id" means "it did not". ZooKeeper cannot check a node's owner inside a
+//!   transaction; this exclusion is what makes a retried step never touch another consumer's lock.
+//! - zkq never deletes a lock it does not hold.
+//! - Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree
+//!   Curator readers never look at; they survive restarts and are removed with the message.
+
+mod background;
+mod claim;
+mod dead_letter;
+mod receipt;
+mod steps;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::names::ItemName;
+use super::{Queue, QueueError, now_epoch_ms};
+use crate::config::QueueKind;
+use crate::zk::{Zk, ZkError};
+
+pub(super) use claim::LeaseClaim;
+
+/// What a client gets with a leased message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    /// The opaque receipt for ack, nack and extend.
+    pub receipt: String,
+    pub expires_at_ms: i64,
+    pub delivery_count: u32,
+}
+
+/// What a nack does with the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackMode {
+    /// Delete it and put it back at the tail (Curator's ErrorMode.REQUEUE), keeping its kind fields.
+    Requeue,
+    /// Delete it (Curator's ErrorMode.DELETE).
+    Delete,
+    /// Release the lock; the message keeps its place.
+    Keep,
+}
+
+impl NackMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NackMode::Requeue => "requeue",
+            NackMode::Delete => "delete",
+            NackMode::Keep => "keep",
+        }
+    }
+}
+
+/// Where dead letters of a queue go.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub max_deliveries: Option<u32>,
+    pub name: String,
+    pub kind: QueueKind,
+    pub path: String,
+}
+
+/// What happens when a lease's time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnExpiry {
+    /// Visibility timeout: release the lock, the message keeps its place.
+    Release,
+    /// A nack with `delay` on a queue whose names cannot carry a time: requeue then.
+    Requeue,
+}
+
+/// A step that ends a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Ack,
+    Nack {
+        mode: NackMode,
+        delay: Duration,
+    },
+    /// The visibility (or a nack's delay) passed: what `on_expiry` says.
+    Expire,
+    /// The client left before the lease was handed over.
+    Abandon,
+    /// zkq is stopping: release so the message is delivered again at once.
+    Shutdown,
+}
+
+#[derive(Clone)]
+struct Lease {
+    item: ItemName,
+    lock: String,
+    /// The lock node's data, unique to this lease: the evidence that the lock is ours.
+    claim_id: Vec<u8>,
+    counter: String,
+    /// The session that created the lock; every later step goes through it.
+    zk: Zk,
+    /// The node's data when leased (all items, for a requeue with the same bytes).
+    data: Vec<u8>,
+    /// Items of the node (a Curator putMulti node has several; the lease hands out the first).
+    items: Vec<Vec<u8>>,
+    data_version: i32,
+    delivery_count: u32,
+    expires_at: Instant,
+    on_expiry: OnExpiry,
+    /// Still usable by the client (false once a delayed nack took it over, or it is being released).
+    open: bool,
+    /// One step at a time per lease.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// A step whose answer was lost; resolved before anything else happens to the lease.
+    unresolved: Option<Step>,
+}
+
+impl Lease {
+    fn item_path(&self, queue_path: &str) -> String {
+        format!("{queue_path}/{}", self.item.name)
+    }
+}
+
+#[derive(Default)]
+struct TableState {
+    live: HashMap<u128, Lease>,
+    next_sequence: u64,
+    /// Items this process is leasing right now (transaction in flight, not yet in `live`).
+    claiming: HashSet<String>,
+}
+
+/// The leases of one queue.
+#[derive(Default)]
+pub struct LeaseTable {
+    state: Mutex<TableState>,
+    changed: Notify,
+    key: receipt::ReceiptKey,
+    /// Numbers the claim ids of this process's lock nodes.
+    claims: AtomicU64,
+}
+
+impl LeaseTable {
+    fn lock(&self) -> MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new token for a lease of `session_id`.
+    fn issue(&self, state: &mut TableState, session_id: i64) -> u128 {
+        let sequence = state.next_sequence;
+        state.next_sequence += 1;
+        self.key.token(session_id, sequence)
+    }
+
+    /// Lock data no other lease (of any process) ever writes.
+    fn claim_id(&self, zk: &Zk) -> Vec<u8> {
+        let n = self.claims.fetch_add(1, Ordering::Relaxed);
+        format!("zkq-{:016x}-{n}", zk.session_id()).into_bytes()
+    }
+}
+
+/// Marks an item as being leased by this process for as long as it lives.
+struct Claiming<'a> {
+    table: &'a LeaseTable,
+    item: String,
+}
+
+impl<'a> Claiming<'a> {
+    fn begin(table: &'a LeaseTable, item: &str) -> Option<Claiming<'a>> {
+        table.lock().claiming.insert(item.to_owned()).then(|| Claiming { table, item: item.to_owned() })
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.table.lock().claiming.remove(&self.item);
+    }
+}
+
+fn counter_bytes(count: u32) -> Vec<u8> {
+    count.to_be_bytes().to_vec()
+}
+
+fn read_counter(data: &[u8]) -> u32 {
+    data.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_be_bytes)
+}
+
+fn epoch_ms_after(duration: Duration) -> i64 {
+    now_epoch_ms().saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Whether `lock` is the lock of claim `claim_id` on `zk`'s session, read after a sync so a
+/// lagging server cannot answer with the past. `SessionLost` when that session has ended.
+async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result<bool, ZkError> {
+    match zk.sync(lock).await {
+        Ok(()) | Err(ZkError::NoNode) => {},
+        Err(err) => return Err(err),
+    }
+    match zk.get_data(lock).await {
+        Ok((data, stat)) => Ok(data == claim_id && stat.ephemeral_owner == zk.session_id()),
+        Err(ZkError::NoNode) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+impl Queue {
+    fn lock_dir(&self) -> Result<&str, QueueError> {
+        self.lock_path.as_deref().ok_or_else(|| {
+            QueueError::NotForKind(format!(
+                "queue {:?} has no lock path, so it cannot lease (simple queues never lock); use take",
+                self.name
+            ))
+        })
+    }
+
+    /// Checks that leases are possible on this queue.
+    pub fn check_leasable(&self) -> Result<(), QueueError> {
+        self.lock_dir().map(|_| ())
+    }
+
+    fn counter_path(&self, item: &str) -> String {
+        format!("{}/{}", self.deliveries_path, item)
+    }
+
+    /// Looks up a receipt: the lease if it can take a step, else 409 (ended, or from an older
+    /// session of this process) or 404 (malformed, or never issued by this process).
+    fn open_lease(&self, receipt_text: &str) -> Result<u128, QueueError> {
+        let Some((session_id, token)) = receipt::parse(receipt_text) else {
+            return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
+        };
+        let state = self.leases.lock();
+        match state.live.get(&token) {
+            Some(lease) if lease.zk.session_id() == session_id => {
+                // A step whose answer was lost may be retried whatever happened since.
+                if lease.unresolved.is_some() {
+                    return Ok(token);
+                }
+                if !lease.open {
+                    return Err(QueueError::LeaseLost(
+                        "the lease was nacked or expired and is being released".to_owned(),
+                    ));
+                }
+                if lease.expires_at <= Instant::now() {
+                    return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
+                }
+                Ok(token)
+            },
+            _ if self.leases.key.issued(session_id, token) => Err(QueueError::LeaseLost(
+                "the lease ended: it was acked, nacked or expired, or its session was lost".to_owned(),
+            )),
+            _ => Err(QueueError::LeaseNotFound(receipt_text.to_owned())),
+        }
+    }
+
+    /// Ends a lease in the table (its lock is gone or about to be).
+    fn end_lease(&self, token: u128) -> Option<Lease> {
+        let lease = self.leases.lock().live.remove(&token);
+        if lease.is_some() {
+            self.metrics.leases_in_flight.with_label_values(&[&self.name]).dec();
+        }
+        lease
+    }
+
+    /// A copy of a live lease, to work on while it stays in the table (so a step that fails for
+    /// want of ZooKeeper can be retried with the same receipt).
+    fn lease_snapshot(&self, token: u128) -> Result<Lease, QueueError> {
+        self.leases.lock().live.get(&token).cloned().ok_or_else(|| QueueError::LeaseLost("the lease ended".to_owned()))
+    }
+
+    /// Changes a live lease in place; false when it has ended.
+    fn update_lease(&self, token: u128, change: impl FnOnce(&mut Lease)) -> bool {
+        let changed = self.leases.lock().live.get_mut(&token).map(change).is_some();
+        if changed {
+            self.leases.changed.notify_one();
+        }
+        changed
+    }
+}

@@ -1,0 +1,308 @@
+//! The steps of a lease: ack, nack, extend, expiry, abandon and shutdown release.
+//!
+//! Every step that ends a lease runs one transaction that deletes the lease's lock, so "our lock
+//! is gone" is the evidence that it applied (see the module invariants). Steps of one lease take
+//! turns (`Lease::turn`); a step whose answer was lost and could not be resolved in time marks the
+//! lease `unresolved`, and the next step of that lease (a client's retry, or the reaper) resolves
+//! it first. So a retried ack whose first attempt applied answers 204, and no retry ever deletes
+//! a lock another consumer took after ours was released.
+//!
+//! Ack and nack(delete) are one completion path: remove the message (or the first item of a
+//! Curator putMulti node, whose remaining items are offered again), the lock and the count.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::names::{self, ItemMeta};
+use super::super::{Queue, QueueError, envelope};
+use super::{Lease, NackMode, OnExpiry, Step, counter_bytes, epoch_ms_after, lock_is_ours};
+use crate::config::QueueKind;
+use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
+
+/// What a step's transaction does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Remove the message (its first item), the lock and the delivery count.
+    Complete,
+    /// Delete and re-create the message at the tail, delivered after `delay` (delay queues).
+    Requeue(Duration),
+    /// Delete the lock only.
+    Release,
+}
+
+impl Step {
+    fn effect(self, on_expiry: OnExpiry) -> Effect {
+        match self {
+            Step::Ack | Step::Nack { mode: NackMode::Delete, .. } => Effect::Complete,
+            Step::Nack { mode: NackMode::Requeue, delay } => Effect::Requeue(delay),
+            Step::Expire if on_expiry == OnExpiry::Requeue => Effect::Requeue(Duration::ZERO),
+            Step::Nack { mode: NackMode::Keep, .. } | Step::Expire | Step::Abandon | Step::Shutdown => Effect::Release,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Step::Ack => "an ack",
+            Step::Nack { .. } => "a nack",
+            Step::Expire => "its expiry",
+            Step::Abandon | Step::Shutdown => "a release",
+        }
+    }
+}
+
+const LOCK_GONE: &str = "its ZooKeeper session ended, and its lock with it";
+
+impl Queue {
+    /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
+    /// can be retried with the same receipt.
+    pub async fn ack(&self, receipt_text: &str) -> Result<(), QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        self.run_step(token, Step::Ack).await
+    }
+
+    /// Nack: the consumer failed. `delay` postpones the next delivery.
+    pub async fn nack(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay);
+        if delay.is_zero() || !held {
+            return self.run_step(token, Step::Nack { mode, delay }).await;
+        }
+        // Keep the lock for `delay`, then release (keep) or requeue: the message stays invisible
+        // meanwhile. The client's receipt is spent.
+        let turn = self.lease_snapshot(token)?.turn;
+        let _turn = turn.lock().await;
+        self.resolve_previous(token, None).await?;
+        let on_expiry = if mode == NackMode::Keep { OnExpiry::Release } else { OnExpiry::Requeue };
+        let updated = self.update_lease(token, |lease| {
+            lease.open = false;
+            lease.expires_at = Instant::now() + delay;
+            lease.on_expiry = on_expiry;
+        });
+        if !updated {
+            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+        }
+        self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
+        Ok(())
+    }
+
+    /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms).
+    pub async fn extend(&self, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
+        let token = self.open_lease(receipt_text)?;
+        let turn = self.lease_snapshot(token)?.turn;
+        let _turn = turn.lock().await;
+        self.resolve_previous(token, None).await?;
+        let lease = self.lease_snapshot(token)?;
+        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        // One transaction on the lease's session that checks its lock still exists.
+        if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: 0 }]).await {
+            return match err.error {
+                ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost => {
+                    self.end_lease(token);
+                    Err(QueueError::LeaseLost("its lock is gone (its ZooKeeper session ended)".to_owned()))
+                },
+                other => Err(QueueError::Zk(other)),
+            };
+        }
+        if !self.update_lease(token, |lease| lease.expires_at = Instant::now() + visibility) {
+            return Err(QueueError::LeaseLost("the lease ended".to_owned()));
+        }
+        self.metrics.leases_extended.with_label_values(&[&self.name]).inc();
+        Ok(epoch_ms_after(visibility))
+    }
+
+    /// Releases a lease whose client left before it was handed over (not counted as a nack).
+    pub(in crate::queue) async fn abandon_lease(&self, receipt_text: &str) {
+        let Some((_, token)) = super::receipt::parse(receipt_text) else { return };
+        if self.run_step(token, Step::Abandon).await.is_err() {
+            // No ZooKeeper now: let the reaper release it as soon as it can.
+            self.update_lease(token, |lease| {
+                lease.open = false;
+                lease.expires_at = Instant::now();
+            });
+        }
+    }
+
+    /// Releases every lease (shutdown): their messages are delivered again at once instead of
+    /// after the session timeout. Returns how many were released.
+    pub async fn release_all_leases(&self) -> usize {
+        let tokens: Vec<u128> = self.leases.lock().live.keys().copied().collect();
+        let releases = tokens.into_iter().map(|token| self.run_step(token, Step::Shutdown));
+        futures::future::join_all(releases).await.into_iter().filter(Result::is_ok).count()
+    }
+
+    /// Runs `step` on a live lease: waits for the lease's turn, resolves an earlier step whose
+    /// answer was lost, then runs the step's transaction. A lost answer is resolved at once by
+    /// the lock's evidence; if ZooKeeper cannot say in time, the lease is marked unresolved and
+    /// the error (503/504) tells the client to retry with the same receipt.
+    pub(super) async fn run_step(&self, token: u128, step: Step) -> Result<(), QueueError> {
+        let turn = self.lease_snapshot(token)?.turn;
+        let _turn = turn.lock().await;
+        if self.resolve_previous(token, Some(step)).await? {
+            return Ok(());
+        }
+        let lease = self.lease_snapshot(token)?;
+        let deadline = Instant::now() + self.session.request_timeout();
+        let effect = step.effect(lease.on_expiry);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.step_txn(&lease, effect, deadline).await {
+                Ok(created) => {
+                    self.step_applied(token, &lease, step, created).await;
+                    return Ok(());
+                },
+                Err(ZkError::OutcomeUnknown) => {
+                    match lock_is_ours(&lease.zk.with_deadline(deadline), &lease.lock, &lease.claim_id).await {
+                        Ok(false) => {
+                            self.step_applied(token, &lease, step, None).await;
+                            return Ok(());
+                        },
+                        Ok(true) if attempts < 2 && Instant::now() < deadline => {},
+                        Ok(true) => return Err(QueueError::Zk(ZkError::Unavailable)),
+                        Err(ZkError::SessionLost) => {
+                            self.end_lease(token);
+                            return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
+                        },
+                        Err(_) => {
+                            self.update_lease(token, |lease| lease.unresolved = Some(step));
+                            return Err(QueueError::Zk(ZkError::OutcomeUnknown));
+                        },
+                    }
+                },
+                Err(ZkError::SessionLost) => {
+                    self.end_lease(token);
+                    return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
+                },
+                // Our lock is gone although our session lives: only a hand on ZooKeeper does
+                // that. For a release that is the goal; for anything else the message may be
+                // anywhere now.
+                Err(ZkError::NoNode) if effect == Effect::Release => {
+                    self.step_applied(token, &lease, step, None).await;
+                    return Ok(());
+                },
+                // The message was changed or removed by a consumer that ignores locks: the lease
+                // is void. Release our lock (a release step never fails this way).
+                Err(ZkError::NoNode | ZkError::BadVersion) => {
+                    if effect != Effect::Release {
+                        let _ = self.step_txn(&lease, Effect::Release, deadline).await;
+                    }
+                    self.end_lease(token);
+                    return Err(QueueError::LeaseLost(
+                        "the message was changed or removed by a consumer that ignores locks".to_owned(),
+                    ));
+                },
+                Err(err) => return Err(QueueError::Zk(err)),
+            }
+        }
+    }
+
+    /// Resolves a step of this lease whose answer was lost, by the lock's evidence. Returns
+    /// true when it applied and was `step` itself (a retry): the lease is then complete.
+    async fn resolve_previous(&self, token: u128, step: Option<Step>) -> Result<bool, QueueError> {
+        let lease = self.lease_snapshot(token)?;
+        let Some(previous) = lease.unresolved else { return Ok(false) };
+        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        match lock_is_ours(&zk, &lease.lock, &lease.claim_id).await {
+            Ok(true) => {
+                self.update_lease(token, |lease| lease.unresolved = None);
+                Ok(false)
+            },
+            Ok(false) => {
+                self.step_applied(token, &lease, previous, None).await;
+                if step == Some(previous) {
+                    Ok(true)
+                } else {
+                    Err(QueueError::LeaseLost(format!("the lease ended: {} of it completed", previous.describe())))
+                }
+            },
+            Err(ZkError::SessionLost) => {
+                self.end_lease(token);
+                Err(QueueError::LeaseLost(LOCK_GONE.to_owned()))
+            },
+            Err(err) => Err(QueueError::Zk(err)),
+        }
+    }
+
+    /// Runs the transaction of `effect`; for a requeue, answers the new node's name.
+    async fn step_txn(&self, lease: &Lease, effect: Effect, deadline: Instant) -> Result<Option<String>, ZkError> {
+        let zk = lease.zk.with_deadline(deadline);
+        let item_path = lease.item_path(&self.path);
+        let lock = TxnOp::Delete { path: lease.lock.clone(), version: None };
+        let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
+        let mut ops = match effect {
+            Effect::Release => return zk.delete(&lease.lock, None).await.map(|()| None),
+            Effect::Complete => {
+                let first = if lease.items.len() > 1 {
+                    let rest = envelope::encode(lease.items.iter().skip(1).map(Vec::as_slice));
+                    TxnOp::SetData { path: item_path, data: rest, version: Some(lease.data_version) }
+                } else {
+                    TxnOp::Delete { path: item_path, version: Some(lease.data_version) }
+                };
+                vec![first, lock, counter]
+            },
+            Effect::Requeue(delay) => {
+                let meta = match &lease.item.meta {
+                    ItemMeta::DeliverAt(at) if !delay.is_zero() => {
+                        ItemMeta::DeliverAt((*at).max(epoch_ms_after(delay)))
+                    },
+                    _ if self.kind == QueueKind::Delay && !delay.is_zero() => {
+                        ItemMeta::DeliverAt(epoch_ms_after(delay))
+                    },
+                    other => other.clone(),
+                };
+                let create = TxnOp::Create {
+                    path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
+                    data: lease.data.clone(),
+                    mode: NodeMode::PersistentSequential,
+                };
+                vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, create, lock, counter]
+            },
+        };
+        // The delivery count goes with the message; it may be missing (counted by an older zkq).
+        let results = match zk.multi(&ops).await {
+            Ok(results) => results,
+            Err(err) if err.error == ZkError::NoNode && err.index == Some(ops.len() - 1) => {
+                ops.pop();
+                zk.multi(&ops).await.map_err(|e| e.error)?
+            },
+            Err(err) => return Err(err.error),
+        };
+        Ok(results.into_iter().find_map(|r| match r {
+            TxnResult::Created(path) => path.rsplit('/').next().map(str::to_owned),
+            _ => None,
+        }))
+    }
+
+    /// Books a step that applied: the lease ends, the cache and the metrics follow.
+    async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
+        self.end_lease(token);
+        match step.effect(lease.on_expiry) {
+            Effect::Complete if lease.items.len() > 1 => self.cache.reoffer(lease.item.clone()),
+            Effect::Complete => self.cache.removed_local(),
+            Effect::Requeue(_) => {
+                self.cache.removed_local();
+                match created.as_deref().and_then(|name| names::parse(self.kind, name)) {
+                    Some(item) => {
+                        // Keep the count with the message (best effort: a crash here resets it).
+                        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+                        let count = counter_bytes(lease.delivery_count);
+                        let _ = zk.create(&self.counter_path(&item.name), &count, NodeMode::Persistent).await;
+                        self.cache.insert_local(item);
+                    },
+                    None => self.cache.mark_stale(),
+                }
+            },
+            Effect::Release => self.cache.reoffer(lease.item.clone()),
+        }
+        let metric = |mode: NackMode| self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]);
+        match step {
+            Step::Ack => self.metrics.messages_acked.with_label_values(&[&self.name]).inc(),
+            Step::Nack { mode, .. } => metric(mode).inc(),
+            Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => {
+                self.metrics.messages_expired.with_label_values(&[&self.name]).inc()
+            },
+            Step::Expire | Step::Abandon | Step::Shutdown => {},
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The take protocol: acquire a candidate, claim it in ZooKeeper, resolve a lost answer by
+//! evidence, and put back a message whose taker vanished.
+//!
+//! Invariants:
+//! - Nothing is handed out from memory: the cache only proposes candidates; each is confirmed by
+//!   one transaction in ZooKeeper, and a lost race moves on to the next candidate.
+//! - A claim's transaction creates a claim marker (see `claims.rs`); when its answer is lost, the
+//!   marker alone decides whether it applied. The absence of the message proves nothing: another
+//!   consumer may have taken it while our transaction failed.
+//! - A take never answers "empty" (204) unless a snapshot read after the request arrived had no
+//!   deliverable message; without ZooKeeper it answers 503 by `max(wait, request timeout)`.
+//! - The claim runs in a task of the queue's background tracker, apart from the HTTP request: a
+//!   taker that leaves removes nothing, and a message removed just as it left is put back.
+//!   Shutdown waits for that tracker before it closes the session.
+//! - A put-back retries until ZooKeeper confirms it (resolving lost answers by its marker), so a
+//!   message is never dropped while the process runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::claims::{ClaimMarkers, Outcome};
+use super::lease::{LeaseClaim, LeaseGrant};
+use super::names::{self, ItemName};
+use super::ops::Message;
+use super::{Queue, QueueError, envelope};
+use crate::config::QueueKind;
+use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
+
+/// A message handed out, with its lease when it was leased.
+type Delivery = (Message, Option<LeaseGrant>);
+
+/// Where the answer of an acquisition goes; closed when the HTTP client went away.
+type Caller = oneshot::Sender<Result<Option<Delivery>, QueueError>>;
+
+/// What kind of consumption is asked for.
+#[derive(Debug, Clone, Copy)]
+enum Acquire {
+    Take,
+    Lease(Duration),
+}
+
+/// How a claimed candidate ended.
+enum Claim {
+    /// The node (or its first item) was removed; this is the message.
+    Taken(Message),
+    /// The node is locked by this zkq for a lease.
+    Leased(Message, LeaseGrant),
+    /// Someone else has it (consumed or changed): try the next candidate.
+    Lost,
+    /// A consumer holds its lock.
+    Locked,
+    /// Not a Curator envelope: skipped and left in place.
+    Undecodable,
+    /// The taker left before anything was removed.
+    Abandoned,
+}
+
+/// Capped exponential pause for background retries.
+pub(super) struct Pause(Duration);
+
+impl Pause {
+    pub(super) fn new() -> Pause {
+        Pause(Duration::from_millis(100))
+    }
+
+    pub(super) async fn sleep(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Queue {
+    /// Removes the head message and returns it, waiting up to `wait` for one.
+    pub async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
+        Ok(self.acquire(wait, Acquire::Take).await?.map(|(message, _)| message))
+    }
+
+    /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
+    /// in ZooKeeper, locked with Curator's lock node, until it is acked, nacked or expires.
+    pub async fn lease(
+        self: &Arc<Self>,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
+        self.check_leasable()?;
+        let acquired = self.acquire(wait, Acquire::Lease(visibility)).await?;
+        Ok(acquired.and_then(|(message, grant)| grant.map(|grant| (message, grant))))
+    }
+
+    async fn acquire(self: &Arc<Self>, wait: Duration, how: Acquire) -> Result<Option<Delivery>, QueueError> {
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        let (tx, rx) = oneshot::channel();
+        let queue = self.clone();
+        self.background.spawn(async move {
+            let mut tx = tx;
+            let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
+            if let Err(Ok(Some((message, grant)))) = tx.send(result) {
+                // The caller left after the message was claimed: give it back.
+                match grant {
+                    Some(grant) => queue.abandon_lease(&grant.receipt).await,
+                    None => queue.put_back(message).await,
+                }
+            }
+        });
+        rx.await.unwrap_or(Err(QueueError::ShuttingDown))
+    }
+
+    async fn acquire_until(
+        self: &Arc<Self>,
+        wait_until: Instant,
+        how: Acquire,
+        caller: &mut Caller,
+    ) -> Result<Option<Delivery>, QueueError> {
+        // Past its wait, a request still gets up to the request timeout to learn the queue's
+        // state; then it answers 503, never a 204 it cannot vouch for.
+        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        let gone = CancellationToken::new();
+        let mut first_wait = true;
+        loop {
+            if caller.is_closed() {
+                return Ok(None);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(QueueError::ShuttingDown);
+            }
+            let Some(candidate) = self.cache.pop() else {
+                if self.cache.is_dirty() {
+                    // The snapshot may be missing items: re-read (one read shared by all takers).
+                    let refreshed = tokio::select! {
+                        r = self.cache.refreshed(answer_by) => r,
+                        _ = caller.closed() => return Ok(None),
+                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    };
+                    if refreshed || !self.cache.is_dirty() {
+                        continue;
+                    }
+                    return Err(ZkError::Unavailable.into());
+                }
+                if Instant::now() >= wait_until {
+                    return Ok(None);
+                }
+                tokio::select! {
+                    _ = self.cache.wait_for_item(wait_until, &gone, first_wait) => {},
+                    _ = caller.closed() => { gone.cancel(); return Ok(None) },
+                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                };
+                first_wait = false;
+                continue;
+            };
+            let Some(zk) = self.session.current() else {
+                // Suspended: nothing is handed out from memory; wait for the session.
+                self.cache.push_front(candidate);
+                let connected = tokio::select! {
+                    c = self.session.connected(answer_by) => c,
+                    _ = caller.closed() => return Ok(None),
+                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                };
+                connected?;
+                continue;
+            };
+            // Each claim gets the full request timeout, whatever is left of the taker's wait.
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            let claimed = match how {
+                Acquire::Take => self.claim(&zk, &candidate, caller).await,
+                Acquire::Lease(visibility) => self.claim_lease(&zk, &candidate, visibility).await.map(|c| match c {
+                    LeaseClaim::Granted(message, grant) => Claim::Leased(message, grant),
+                    LeaseClaim::Lost => Claim::Lost,
+                    LeaseClaim::Locked => Claim::Locked,
+                    LeaseClaim::Undecodable => Claim::Undecodable,
+                }),
+            };
+            match claimed {
+                Ok(Claim::Taken(message)) => {
+                    self.metrics.messages_taken.with_label_values(&[&self.name]).inc();
+                    return Ok(Some((message, None)));
+                },
+                Ok(Claim::Leased(message, grant)) => {
+                    self.metrics.messages_leased.with_label_values(&[&self.name]).inc();
+                    return Ok(Some((message, Some(grant))));
+                },
+                Ok(Claim::Locked) => {
+                    // Held by a consumer: offer it again when that lock goes away.
+                    self.cache.watch_lock(&zk, candidate, self.lock_path.as_deref());
+                },
+                Ok(Claim::Lost | Claim::Undecodable) => {},
+                Ok(Claim::Abandoned) => {
+                    self.cache.push_front(candidate);
+                    return Ok(None);
+                },
+                Err(err) if err.is_transient() => {
+                    self.cache.push_front(candidate);
+                    if Instant::now() >= answer_by {
+                        return Err(err.into());
+                    }
+                },
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    /// Tries to take `candidate` in two round trips: read it, then one transaction that creates
+    /// a claim marker and removes the node only if its version is unchanged. On a queue with a
+    /// lock path the same transaction also creates and deletes Curator's lock node
+    /// `<lockPath>/<item>`: if a Curator lock-safe consumer (or a lease) holds that lock, the
+    /// create fails and nothing changes; if not, nobody can take the lock between our check and
+    /// our delete, because both are one atomic step.
+    async fn claim(self: &Arc<Self>, zk: &Zk, candidate: &ItemName, caller: &Caller) -> Result<Claim, ZkError> {
+        let item_path = format!("{}/{}", self.path, candidate.name);
+        let (data, stat) = match zk.get_data(&item_path).await {
+            Ok(found) => found,
+            Err(ZkError::NoNode) => return Ok(Claim::Lost),
+            Err(err) => return Err(err),
+        };
+        let Some(mut items) = self.items_of(&candidate.name, &data) else {
+            return Ok(Claim::Undecodable);
+        };
+        if caller.is_closed() {
+            return Ok(Claim::Abandoned);
+        }
+        let first = items.remove(0);
+        let marker = self.markers.next(zk);
+        let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
+        let mut ops = vec![ClaimMarkers::create_op(&marker)];
+        if let Some(lock) = &lock {
+            ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
+        }
+        if items.is_empty() {
+            ops.push(TxnOp::Delete { path: item_path.clone(), version: Some(stat.version) });
+        } else {
+            // A multi-item node (Curator putMulti) keeps its place with the remaining items.
+            let rest = envelope::encode(items.iter().map(Vec::as_slice));
+            ops.push(TxnOp::SetData { path: item_path.clone(), data: rest, version: Some(stat.version) });
+        }
+        if let Some(lock) = &lock {
+            ops.push(TxnOp::Delete { path: lock.clone(), version: None });
+        }
+        let message = Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() };
+        let applied = match self.apply_txn(zk, &ops, &self.claim_parents(lock.is_some())).await.map_err(|e| e.error) {
+            // The answer was lost: only our marker can say whether the claim applied.
+            Err(ZkError::OutcomeUnknown) => {
+                let deadline = Instant::now() + self.session.request_timeout();
+                match self.markers.outcome(&marker, deadline).await {
+                    Outcome::Applied => Ok(Vec::new()),
+                    // Not applied: the candidate is offered again (a transient failure).
+                    Outcome::NotApplied => return Err(ZkError::Unavailable),
+                    Outcome::Unknown(_) => {
+                        // ZooKeeper is not back yet: settle it in the background (put the
+                        // message back if our claim removed it, offer it again if not).
+                        self.settle_claim_later(candidate.clone(), marker, message);
+                        return Ok(Claim::Lost);
+                    },
+                }
+            },
+            other => other,
+        };
+        match applied {
+            Ok(_) => self.markers.applied(marker),
+            // Consumed or changed by someone else: try the next one.
+            Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(Claim::Lost),
+            // A consumer (Curator lock-safe, or a lease) holds its lock.
+            Err(ZkError::NodeExists) => return Ok(Claim::Locked),
+            Err(err) => return Err(err),
+        }
+        if items.is_empty() {
+            self.cache.removed_local();
+        } else {
+            self.cache.push_front(candidate.clone());
+        }
+        Ok(Claim::Taken(message))
+    }
+
+    /// The items of a node read for a claim; `None` (logged once, counted) when it is not a
+    /// Curator envelope or holds no item.
+    pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
+        if self.kind == QueueKind::Simple {
+            return Some(vec![data.to_vec()]);
+        }
+        match envelope::decode(data) {
+            Ok(items) if !items.is_empty() => Some(items),
+            decoded => {
+                if self.cache.mark_undecodable(name) {
+                    let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
+                    tracing::warn!(queue = %self.name, node = %name, reason = %why,
+                        "skipping a queue node that is not a Curator envelope (left in place)");
+                }
+                None
+            },
+        }
+    }
+
+    /// Parent directories a claim transaction may find missing, by operation index: the marker
+    /// directory (operation 0) and the lock directory (operation 1, when locking).
+    fn claim_parents(&self, locking: bool) -> Vec<(usize, String)> {
+        let mut parents = vec![(0, self.markers.dir().to_owned())];
+        if let (true, Some(dir)) = (locking, &self.lock_path) {
+            parents.push((1, dir.clone()));
+        }
+        parents
+    }
+
+    /// Runs `ops` as one transaction. When it fails because the parent of the operation at one
+    /// of `parents`' indexes is missing (first use, or removed by hand), creates that directory
+    /// like Curator does and runs it again.
+    pub(super) async fn apply_txn(
+        &self,
+        zk: &Zk,
+        ops: &[TxnOp],
+        parents: &[(usize, String)],
+    ) -> Result<Vec<TxnResult>, TxnError> {
+        let mut created = 0;
+        loop {
+            match zk.multi(ops).await {
+                Ok(results) => return Ok(results),
+                Err(err) if err.error == ZkError::NoNode && created < parents.len() => {
+                    let Some((_, dir)) = parents.iter().find(|(index, _)| Some(*index) == err.index) else {
+                        return Err(err);
+                    };
+                    zk.ensure_path(dir).await.map_err(|error| TxnError { index: None, error })?;
+                    created += 1;
+                },
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Settles a claim whose outcome is still unknown once ZooKeeper is back: if it removed the
+    /// message (or its first item), the message is put back; if not, the item is offered again.
+    fn settle_claim_later(self: &Arc<Self>, item: ItemName, marker: String, message: Message) {
+        let queue = self.clone();
+        self.background.spawn(async move {
+            let mut pause = Pause::new();
+            loop {
+                if queue.session.status().state == ConnectionState::Closed {
+                    tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
+                        "zkq stopped before it could learn whether a take applied; if it did, the message is lost");
+                    return;
+                }
+                let deadline = Instant::now() + queue.session.request_timeout();
+                match queue.markers.outcome(&marker, deadline).await {
+                    Outcome::Applied => return queue.put_back(message).await,
+                    Outcome::NotApplied => return queue.cache.reoffer(item),
+                    Outcome::Unknown(_) => pause.sleep().await,
+                }
+            }
+        });
+    }
+
+    /// Puts back a message whose taker vanished after it was removed: same kind fields, at the
+    /// tail (its original place is gone). Retries until ZooKeeper confirms it; a lost answer is
+    /// resolved by the put-back's own marker, so it is never stored twice.
+    pub(super) async fn put_back(&self, message: Message) {
+        tracing::warn!(queue = %self.name, message = %message.message_id,
+            "taker disconnected after the message was removed; putting it back");
+        let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &message.meta));
+        let data = self.encode(&message.body);
+        let mut pause = Pause::new();
+        let mut unresolved: Option<String> = None;
+        loop {
+            if self.session.status().state == ConnectionState::Closed {
+                tracing::error!(queue = %self.name, message = %message.message_id,
+                    "zkq stopped before it could put back a message whose taker disconnected; the message is lost");
+                return;
+            }
+            if let Some(marker) = unresolved.take() {
+                match self.markers.outcome(&marker, Instant::now() + self.session.request_timeout()).await {
+                    Outcome::Applied => return self.cache.mark_stale(),
+                    Outcome::NotApplied => {},
+                    Outcome::Unknown(_) => {
+                        unresolved = Some(marker);
+                        pause.sleep().await;
+                        continue;
+                    },
+                }
+            }
+            let Ok(zk) = self.session.connected(Instant::now() + self.session.request_timeout()).await else {
+                pause.sleep().await;
+                continue;
+            };
+            let marker = self.markers.next(&zk);
+            let ops = [
+                ClaimMarkers::create_op(&marker),
+                TxnOp::Create { path: prefix.clone(), data: data.clone(), mode: NodeMode::PersistentSequential },
+            ];
+            let parents = [(0, self.markers.dir().to_owned()), (1, self.path.clone())];
+            match self.apply_txn(&zk, &ops, &parents).await.map_err(|e| e.error) {
+                Ok(results) => {
+                    self.markers.applied(marker);
+                    let created = results.iter().find_map(|r| match r {
+                        TxnResult::Created(path) if path.starts_with(&prefix) => path.rsplit('/').next(),
+                        _ => None,
+                    });
+                    match created.and_then(|name| names::parse(self.kind, name)) {
+                        Some(item) => self.cache.insert_local(item),
+                        None => self.cache.mark_stale(),
+                    }
+                    return;
+                },
+                Err(ZkError::OutcomeUnknown) => unresolved = Some(marker),
+                Err(err) => {
+                    tracing::warn!(queue = %self.name, message = %message.message_id, error = %err, "retrying put-back");
+                    pause.sleep().await;
+                },
+            }
+        }
+    }
+}
