@@ -28,6 +28,7 @@ use super::names::{self, ItemName};
 use super::ops::Message;
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
+use crate::metrics::GaugeGuard;
 use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A message handed out, with its lease when it was leased.
@@ -132,6 +133,7 @@ impl Queue {
             let Some(candidate) = self.cache.pop() else {
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
+                    let _waiting = GaugeGuard::new(self.metrics.waiting_takers.with_label_values(&[&self.name]));
                     let refreshed = tokio::select! {
                         r = self.cache.refreshed(answer_by) => r,
                         _ = caller.closed() => return Ok(None),
@@ -156,6 +158,7 @@ impl Queue {
             let Some(zk) = self.session.current() else {
                 // Suspended: nothing is handed out from memory; wait for the session.
                 self.cache.push_front(candidate);
+                let _waiting = GaugeGuard::new(self.metrics.waiting_takers.with_label_values(&[&self.name]));
                 let connected = tokio::select! {
                     c = self.session.connected(answer_by) => c,
                     _ = caller.closed() => return Ok(None),

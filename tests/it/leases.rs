@@ -76,6 +76,12 @@ async fn lease_holds_curators_lock_and_ack_removes_message_lock_and_count() {
     let session = zkq.running.as_ref().expect("running").session.status().session_id;
     let unknown = format!("{:016x}{:032x}", session as u64, 12345u128);
     assert_eq!(code(ack(&zkq, "q", &unknown).await).await, (404, "lease_not_found".to_owned()));
+    // Well-formed receipts this zkq never issued (another session, all zeros) are not found either.
+    for never_issued in ["0".repeat(48), format!("{:016x}{:032x}", (session as u64) ^ 1, 12345u128)] {
+        assert_eq!(code(ack(&zkq, "q", &never_issued).await).await, (404, "lease_not_found".to_owned()));
+        let extend = zkq.http.post(zkq.url(&format!("/v1/queues/q/leases/{never_issued}/extend"))).send();
+        assert_eq!(code(extend.await.expect("extend")).await, (404, "lease_not_found".to_owned()));
+    }
     let metrics = zkq.metrics().await;
     assert!(metrics.contains("zkq_messages_leased_total{queue=\"q\"} 1"), "{metrics}");
     assert!(metrics.contains("zkq_messages_acked_total{queue=\"q\"} 1"));
@@ -384,6 +390,28 @@ async fn leases_hand_out_curators_put_multi_items_one_by_one() {
     assert_eq!(lease(&zkq, "q", "").await.status, 204);
     let direct = zk_client(zk).await;
     assert!(children(&direct, &path).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nack_delete_of_a_put_multi_item_offers_the_remaining_items_at_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-multi-nack");
+    let path = format!("{root}/app/q");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "q", QueueKind::Fifo, Some(&path), Some(&format!("{root}/app/locks")));
+    Curator::run(zk, &["putmulti", "fifo", &path, "61", "62", "63"]).await;
+    let zkq = TestZkq::start_ready(config).await;
+    let leased = lease(&zkq, "q", "").await;
+    assert_eq!((leased.status, hex(&leased.body)), (200, "61".to_owned()));
+    assert_eq!(nack(&zkq, "q", &leased.receipt, "mode=delete").await.status(), 204);
+    // The node still holds the other two items: they are delivered now, in order, without
+    // waiting for anything else to change in the queue.
+    assert_eq!(zkq.take_body("q", "0s").await.map(|b| hex(&b)), Some("62".to_owned()));
+    assert_eq!(zkq.take_body("q", "0s").await.map(|b| hex(&b)), Some("63".to_owned()));
+    assert_eq!(zkq.take_body("q", "0s").await, None);
+    let info: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+    assert_eq!((info["depth"].as_i64(), info["in_flight"].as_i64()), (Some(0), Some(0)), "{info}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

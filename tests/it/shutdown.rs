@@ -94,3 +94,50 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
         assert!(stored.contains(body), "{body} was confirmed with 201 but is not in ZooKeeper");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_zookeeper_outage_answers_waiting_long_polls_at_once() {
+    let zk = ZkServer::start();
+    let root = unique_root("sigterm-outage");
+    let zkq = ChildZkq::start(&zk, &root, &[("ZKQ__SHUTDOWN__GRACE", "5s")]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let put = http.post(format!("{}/v1/queues/q/messages", zkq.api)).body("kept").send().await.expect("put");
+    assert_eq!(put.status(), 201);
+    zk.stop();
+    eventually(Duration::from_secs(20), "readyz 503 while ZooKeeper is down", || {
+        let (http, url) = (http.clone(), format!("{}/readyz", zkq.admin));
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 503) }
+    })
+    .await;
+    // Long-polls that arrive during the outage: a take and a lease on a queue holding a message.
+    let mut waiting = tokio::task::JoinSet::new();
+    for route in ["take?wait=20s", "leases?wait=20s", "take?wait=20s"] {
+        let (http, url) = (http.clone(), format!("{}/v1/queues/q/{route}", zkq.api));
+        waiting.spawn(async move {
+            let response = http.post(url).send().await.expect("an answer, not a dropped connection");
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            (status, body["code"].as_str().unwrap_or("").to_owned())
+        });
+    }
+    eventually(Duration::from_secs(10), "three long-polls waiting", || {
+        let (http, url) = (http.clone(), format!("{}/metrics", zkq.admin));
+        async move {
+            let Ok(response) = http.get(url).send().await else { return false };
+            response.text().await.unwrap_or_default().contains("zkq_waiting_takers{queue=\"q\"} 3")
+        }
+    })
+    .await;
+    let signalled = Instant::now();
+    zkq.signal("TERM");
+    while let Some(answer) = waiting.join_next().await {
+        let (status, code) = answer.expect("waiter");
+        assert_eq!((status, code.as_str()), (503, "shutting_down"), "a long-poll during the outage");
+    }
+    assert!(signalled.elapsed() < Duration::from_secs(4), "answered at once, not at the end of the grace");
+    assert_eq!(zkq.wait().await.code(), Some(0));
+    // The message is still there.
+    zk.restart();
+    let direct = zk_client(&zk).await;
+    assert_eq!(children(&direct, &format!("{root}/queues/q")).await.len(), 1);
+}
