@@ -54,7 +54,27 @@ pub fn fix_id(id: &str) -> String {
 
 fn trailing_sequence(name: &str) -> i64 {
     // The server appends "%010d" of a signed int: 10 characters, a '-' included after overflow.
+    // A node split from a putMulti node carries `-{index}` after it (see `split_name`).
+    let name = split_base(name).unwrap_or(name);
     name.get(name.len().saturating_sub(10)..).and_then(|tail| tail.parse().ok()).unwrap_or(i64::MAX)
+}
+
+/// The name of the node a split node came from, if `name` is one: `{base}-{4 to 9 digits}`
+/// after a parsable sequence.
+fn split_base(name: &str) -> Option<&str> {
+    let (base, index) = name.rsplit_once('-')?;
+    let sequence = base.get(base.len().checked_sub(10)?..)?;
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    ((4..=9).contains(&index.len()) && digits(index) && sequence.parse::<i64>().is_ok()).then_some(base)
+}
+
+/// The name of item `index` (1-based) of the `count` items split off a Curator putMulti node
+/// `name`. Curator orders `{name}-0001` right after `{name}` and before the next sequence, for
+/// every kind (the sequence and delay fields keep their places); the index has one width per
+/// node so the split items keep their order.
+pub fn split_name(name: &str, index: usize, count: usize) -> String {
+    let width = count.to_string().len().max(4);
+    format!("{name}-{index:0width$}")
 }
 
 /// `DistributedDelayQueue.getEpoch`: hex between the last two `|`; 0 on any failure.
@@ -110,8 +130,10 @@ pub fn compare(kind: QueueKind, a: &ItemName, b: &ItemName) -> Ordering {
     match kind {
         // Curator sorts full names as strings: for priority names that is priority, then sequence.
         QueueKind::Fifo | QueueKind::Priority | QueueKind::Simple => a.name.cmp(&b.name),
-        // Numerically by epoch (not by the hex text), then by sequence.
-        QueueKind::Delay => due_time(a).cmp(&due_time(b)).then(a.sequence.cmp(&b.sequence)),
+        // Numerically by epoch (not by the hex text), then by sequence (then split index).
+        QueueKind::Delay => {
+            due_time(a).cmp(&due_time(b)).then(a.sequence.cmp(&b.sequence)).then_with(|| a.name.cmp(&b.name))
+        },
         // By the name without `|id|`, i.e. by sequence.
         QueueKind::Id => a.sequence.cmp(&b.sequence).then_with(|| a.name.cmp(&b.name)),
     }
@@ -198,6 +220,29 @@ mod tests {
             sorted(QueueKind::Id, &["queue-|zz|0000000000", "queue-|aa|0000000001"]),
             ["queue-|zz|0000000000", "queue-|aa|0000000001"]
         );
+    }
+
+    #[test]
+    fn split_put_multi_items_sort_right_after_their_node_in_every_kind() {
+        assert_eq!(split_name("queue-0000000042", 1, 3), "queue-0000000042-0001");
+        assert_eq!(split_name("queue-0000000042", 12345, 20000), "queue-0000000042-12345");
+        assert_eq!(split_name("queue-0000000042", 7, 20000), "queue-0000000042-00007");
+        let cases = [
+            (QueueKind::Fifo, "queue-0000000042", "queue-0000000043"),
+            (QueueKind::Priority, "queue-1000000050000000042", "queue-1000000050000000043"),
+            (QueueKind::Delay, "queue-|18BCFE56800|0000000042", "queue-|18BCFE56800|0000000043"),
+            (QueueKind::Id, "queue-|a|0000000042", "queue-|b|0000000043"),
+        ];
+        for (kind, node, next) in cases {
+            let names = [node.to_owned(), split_name(node, 1, 2), split_name(node, 2, 2), next.to_owned()];
+            let mut items: Vec<ItemName> = names.iter().rev().filter_map(|n| parse(kind, n)).collect();
+            items.sort_by(|a, b| compare(kind, a, b));
+            let sorted: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();
+            assert_eq!(sorted, names.iter().map(String::as_str).collect::<Vec<_>>(), "{kind:?}");
+            assert_eq!(items[1].meta, items[0].meta, "{kind:?}: a split item keeps its kind fields");
+            assert_eq!(items[1].sequence, 42);
+        }
+        assert_eq!(trailing_sequence("queue-0000000042-12"), i64::MAX, "not a split name");
     }
 
     #[test]

@@ -229,23 +229,20 @@ impl Queue {
         let first = items.remove(0);
         let marker = self.markers.next(zk);
         let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
+        let (split_ops, split_items) = self.split_ops(&candidate.name, &items);
         let mut ops = vec![ClaimMarkers::create_op(&marker)];
         if let Some(lock) = &lock {
             ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
         }
-        if items.is_empty() {
-            ops.push(TxnOp::Delete { path: item_path.clone(), version: Some(stat.version) });
-        } else {
-            // A multi-item node (Curator putMulti) keeps its place with the remaining items.
-            let rest = envelope::encode(items.iter().map(Vec::as_slice));
-            ops.push(TxnOp::SetData { path: item_path.clone(), data: rest, version: Some(stat.version) });
-        }
+        ops.extend(split_ops);
+        ops.push(TxnOp::Delete { path: item_path.clone(), version: Some(stat.version) });
         if let Some(lock) = &lock {
             ops.push(TxnOp::Delete { path: lock.clone(), version: None });
         }
         let message = Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() };
         let applied = match self.apply_txn(zk, &ops, &self.claim_parents(lock.is_some())).await.map_err(|e| e.error) {
-            // The answer was lost: only our marker can say whether the claim applied.
+            // The answer was lost: only our marker can say whether the claim applied (the node
+            // being gone proves nothing: another consumer may have taken it).
             Err(ZkError::OutcomeUnknown) => {
                 let deadline = Instant::now() + self.session.request_timeout();
                 match self.markers.outcome(&marker, deadline).await {
@@ -270,12 +267,30 @@ impl Queue {
             Err(ZkError::NodeExists) => return Ok(Claim::Locked),
             Err(err) => return Err(err),
         }
-        if items.is_empty() {
-            self.cache.removed_local();
-        } else {
-            self.cache.push_front(candidate.clone());
+        self.cache.removed_local();
+        for item in split_items {
+            self.cache.insert_local(item);
         }
         Ok(Claim::Taken(message))
+    }
+
+    /// The creates that split the remaining items of a Curator putMulti node into single-item
+    /// nodes (Curator's envelope, names that sort right after the node: `names::split_name`), so
+    /// that each later item costs one small node instead of a rewrite of the whole node. They run
+    /// in the transaction that claims the first item.
+    pub(super) fn split_ops(&self, name: &str, rest: &[Vec<u8>]) -> (Vec<TxnOp>, Vec<ItemName>) {
+        let mut ops = Vec::with_capacity(rest.len());
+        let mut split = Vec::with_capacity(rest.len());
+        for (index, item) in rest.iter().enumerate() {
+            let split_name = names::split_name(name, index + 1, rest.len());
+            ops.push(TxnOp::Create {
+                path: format!("{}/{split_name}", self.path),
+                data: envelope::encode([item.as_slice()]),
+                mode: NodeMode::Persistent,
+            });
+            split.extend(names::parse(self.kind, &split_name));
+        }
+        (ops, split)
     }
 
     /// The items of a node read for a claim; `None` (logged once, counted) when it is not a

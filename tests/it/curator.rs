@@ -183,3 +183,40 @@ zk.stop()
     assert_eq!(acked.status(), 204);
     assert!(run("acked").await.expect("join").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_multi_node_is_split_on_first_touch_into_nodes_curator_consumes_in_order() {
+    let zk = ZkServer::shared();
+    let root = unique_root("split");
+    let (path, lock) = (format!("{root}/app/q"), format!("{root}/app/locks"));
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "q", QueueKind::Fifo, Some(&path), Some(&lock));
+    let items: Vec<String> = (0..40).map(|i| format!("{i:02x}")).collect();
+    let mut args = vec!["putmulti".to_owned(), "fifo".to_owned(), path.clone()];
+    args.extend(items.iter().cloned());
+    Curator::run(zk, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    Curator::run(zk, &["put", "fifo", &path, "ff"]).await; // a later message: it stays last
+    let direct = zk_client(zk).await;
+    let before = children(&direct, &path).await;
+    assert_eq!(before.len(), 2);
+
+    let zkq = TestZkq::start_ready(config).await;
+    assert_eq!(zkq.take_body("q", "5s").await.map(|b| hex(&b)), Some("00".to_owned()));
+    // One transaction replaced the 40-item node by 39 single-item nodes right behind it.
+    let mut after = children(&direct, &path).await;
+    after.sort();
+    assert_eq!(after.len(), 40, "{after:?}");
+    assert_eq!(after[0], format!("{}-0001", before.iter().min().expect("node")));
+    for name in &after[..39] {
+        let (data, stat) = direct.get_data(&format!("{path}/{name}")).await.expect("split node");
+        assert_eq!(zkq::queue::envelope::decode(&data).expect("Curator's envelope").len(), 1, "{name}");
+        assert_eq!(stat.version, 0, "written once");
+    }
+    // Curator (lock-safe) takes the rest in the original order, then the later message.
+    let consumed = Curator::run(zk, &["consume", "fifo", &path, "40", "15000", "--lock", &lock]).await;
+    let mut expected: Vec<String> = items[1..].iter().map(|i| i.to_uppercase()).collect();
+    expected.push("FF".to_owned());
+    expected.push("DONE 40".to_owned());
+    let consumed: Vec<String> = consumed.iter().map(|l| l.to_uppercase()).collect();
+    assert_eq!(consumed, expected);
+}

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::super::names::ItemName;
 use super::super::take::Pause;
-use super::super::{Message, Queue};
+use super::super::{Message, Queue, envelope};
 use super::{
     Claiming, Lease, LeaseGrant, OnExpiry, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, receipt,
 };
@@ -63,7 +63,7 @@ impl Queue {
         };
         let count = previous.saturating_add(1);
         let undecodable = self.kind != crate::config::QueueKind::Simple
-            && !super::super::envelope::decode(&data).is_ok_and(|items| !items.is_empty());
+            && !envelope::decode(&data).is_ok_and(|items| !items.is_empty());
         if let Some(dead_letter) = &self.dead_letter
             && (undecodable || dead_letter.max_deliveries.is_some_and(|max| count > max))
         {
@@ -75,16 +75,28 @@ impl Queue {
         };
         let claim_id = self.leases.claim_id(zk);
         let lock = format!("{lock_dir}/{}", candidate.name);
-        let ops = [
-            TxnOp::Create { path: lock.clone(), data: claim_id.clone(), mode: NodeMode::Ephemeral },
-            TxnOp::Check { path: item_path, version: stat.version },
-            match counter_version {
-                Some(version) => {
-                    TxnOp::SetData { path: counter.clone(), data: counter_bytes(count), version: Some(version) }
-                },
-                None => TxnOp::Create { path: counter.clone(), data: counter_bytes(count), mode: NodeMode::Persistent },
+        // A Curator putMulti node is split on first touch: the leased node keeps the first item,
+        // the others become nodes of their own right behind it.
+        let (split_ops, split_items) = self.split_ops(&candidate.name, items.get(1..).unwrap_or_default());
+        let (data, data_version, check) = if split_ops.is_empty() {
+            (data, stat.version, TxnOp::Check { path: item_path, version: stat.version })
+        } else {
+            let first = envelope::encode(items.first().map(Vec::as_slice));
+            let check = TxnOp::SetData { path: item_path, data: first.clone(), version: Some(stat.version) };
+            (first, stat.version + 1, check)
+        };
+        let count_op = match counter_version {
+            Some(version) => {
+                TxnOp::SetData { path: counter.clone(), data: counter_bytes(count), version: Some(version) }
             },
+            None => TxnOp::Create { path: counter.clone(), data: counter_bytes(count), mode: NodeMode::Persistent },
+        };
+        let mut ops = vec![
+            TxnOp::Create { path: lock.clone(), data: claim_id.clone(), mode: NodeMode::Ephemeral },
+            check,
+            count_op,
         ];
+        ops.extend(split_ops);
         let parents = [(LOCK_OP, lock_dir), (COUNT_OP, self.deliveries_path.clone())];
         match self.apply_txn(zk, &ops, &parents).await {
             Ok(_) => {},
@@ -109,6 +121,9 @@ impl Queue {
                 (error, _) => return Err(error),
             },
         }
+        for item in split_items {
+            self.cache.insert_local(item);
+        }
         let expires_at_ms = epoch_ms_after(visibility);
         let token = {
             let mut state = self.leases.lock();
@@ -118,7 +133,7 @@ impl Queue {
             LeaseGrant { receipt: receipt::format(zk.session_id(), token), expires_at_ms, delivery_count: count };
         let message = Message {
             message_id: candidate.name.clone(),
-            body: items.first().cloned().unwrap_or_default(),
+            body: items.into_iter().next().unwrap_or_default(),
             meta: candidate.meta.clone(),
         };
         let lease = Lease {
@@ -128,8 +143,7 @@ impl Queue {
             counter,
             zk: zk.clone(),
             data,
-            items,
-            data_version: stat.version,
+            data_version,
             delivery_count: count,
             expires_at: Instant::now() + visibility,
             on_expiry: OnExpiry::Release,

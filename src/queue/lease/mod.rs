@@ -117,10 +117,9 @@ struct Lease {
     counter: String,
     /// The session that created the lock; every later step goes through it.
     zk: Zk,
-    /// The node's data when leased (all items, for a requeue with the same bytes).
+    /// The node's data when leased (one item: a putMulti node is split when it is leased), for
+    /// a requeue with the same bytes.
     data: Vec<u8>,
-    /// Items of the node (a Curator putMulti node has several; the lease hands out the first).
-    items: Vec<Vec<u8>>,
     data_version: i32,
     delivery_count: u32,
     expires_at: Instant,

@@ -7,15 +7,15 @@
 //! it first. So a retried ack whose first attempt applied answers 204, and no retry ever deletes
 //! a lock another consumer took after ours was released.
 //!
-//! Ack and nack(delete) are one completion path: remove the message (or the first item of a
-//! Curator putMulti node, whose remaining items are offered again), the lock and the count.
+//! Ack and nack(delete) are one completion path: remove the message, the lock and the count (a
+//! leased node always holds one item: a Curator putMulti node is split when it is leased).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::super::names::{self, ItemMeta};
-use super::super::{Queue, QueueError, envelope};
+use super::super::{Queue, QueueError};
 use super::{Lease, NackMode, OnExpiry, Step, counter_bytes, epoch_ms_after, lock_is_ours};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
@@ -233,13 +233,7 @@ impl Queue {
         let mut ops = match effect {
             Effect::Release => return zk.delete(&lease.lock, None).await.map(|()| None),
             Effect::Complete => {
-                let first = if lease.items.len() > 1 {
-                    let rest = envelope::encode(lease.items.iter().skip(1).map(Vec::as_slice));
-                    TxnOp::SetData { path: item_path, data: rest, version: Some(lease.data_version) }
-                } else {
-                    TxnOp::Delete { path: item_path, version: Some(lease.data_version) }
-                };
-                vec![first, lock, counter]
+                vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, lock, counter]
             },
             Effect::Requeue(delay) => {
                 let meta = match &lease.item.meta {
@@ -278,7 +272,6 @@ impl Queue {
     async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
         self.end_lease(token);
         match step.effect(lease.on_expiry) {
-            Effect::Complete if lease.items.len() > 1 => self.cache.reoffer(lease.item.clone()),
             Effect::Complete => self.cache.removed_local(),
             Effect::Requeue(_) => {
                 self.cache.removed_local();
