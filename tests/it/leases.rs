@@ -150,9 +150,9 @@ async fn expiry_redelivers_in_place_and_extend_keeps_it() {
     let zkq = TestZkq::start_ready(test_config(zk, &unique_root("expiry"))).await;
     zkq.put_ok("q", b"first").await;
     zkq.put_ok("q", b"second").await;
-    let held = lease(&zkq, "q", "visibility=1s").await;
+    let held = lease(&zkq, "q", "visibility=2s").await;
     assert_eq!(held.body, b"first");
-    // Neither acked nor extended: after 1 s it is delivered again, still ahead of "second".
+    // Neither acked nor extended: after 2 s it is delivered again, still ahead of "second".
     let again = lease(&zkq, "q", "wait=10s").await;
     assert_eq!(again.body, b"second", "while leased, the next one is handed out");
     let redelivered = lease(&zkq, "q", "wait=10s&visibility=1s").await;
@@ -160,16 +160,20 @@ async fn expiry_redelivers_in_place_and_extend_keeps_it() {
     assert_eq!(code(ack(&zkq, "q", &held.receipt).await).await, (409, "lease_lost".to_owned()));
     assert!(zkq.metrics().await.contains("zkq_messages_expired_total{queue=\"q\"} 1"));
 
-    // Extending keeps it.
-    for _ in 0..3 {
-        let url = zkq.url(&format!("/v1/queues/q/leases/{}/extend?visibility=1s", redelivered.receipt));
+    // Extending keeps it past the visibility it was leased with.
+    let leased_until: i64 = redelivered.headers["zkq-lease-expires-at"].to_str().expect("ms").parse().expect("ms");
+    for _ in 0..2 {
+        let url = zkq.url(&format!("/v1/queues/q/leases/{}/extend?visibility=20s", redelivered.receipt));
         let response = zkq.http.post(url).send().await.expect("extend");
         assert_eq!(response.status(), 200);
         let body: serde_json::Value = response.json().await.expect("json");
-        assert!(body["expires_at"].as_i64().expect("ms") > zkq::queue::now_epoch_ms());
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(body["expires_at"].as_i64().expect("ms") > leased_until + 10_000);
     }
-    assert_eq!(lease(&zkq, "q", "").await.status, 204, "still held after 1.8 s of 1 s leases");
+    eventually(Duration::from_secs(10), "the lease's first visibility has passed", || {
+        std::future::ready(zkq::queue::now_epoch_ms() > leased_until + 500)
+    })
+    .await;
+    assert_eq!(lease(&zkq, "q", "").await.status, 204, "still held past its first visibility");
     assert_eq!(ack(&zkq, "q", &redelivered.receipt).await.status(), 204);
     assert_eq!(ack(&zkq, "q", &again.receipt).await.status(), 204);
 }
@@ -328,8 +332,12 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
     let direct = zk_client(zk).await;
     let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     direct.create(&format!("{root}/queues/poison/queue-0000000099"), b"raw", &persistent).await.expect("raw node");
-    assert_eq!(lease(&zkq, "poison", "").await.status, 204);
-    assert!(children(&direct, &format!("{root}/queues/poison")).await.is_empty());
+    // Once zkq sees the node (its watch fires), a lease attempt moves it and answers 204.
+    eventually(Duration::from_secs(20), "the undecodable node moved to the dead-letter queue", || async {
+        assert_eq!(lease(&zkq, "poison", "wait=1s").await.status, 204);
+        children(&direct, &format!("{root}/queues/poison")).await.is_empty()
+    })
+    .await;
     // The dead-letter queue holds both, readable by Curator.
     let dlq = format!("{root}/queues/poison-dlq");
     let lines = Curator::run(zk, &["consume", "fifo", &dlq, "2", "15000"]).await;
