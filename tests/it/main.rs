@@ -8,6 +8,7 @@ mod contract;
 mod counters;
 mod curator;
 mod ensemble;
+mod exactly_once;
 mod harness;
 mod leases;
 mod proxy;
