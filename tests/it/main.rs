@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
 
+mod chaos;
 mod cli;
 mod contract;
 mod counters;
