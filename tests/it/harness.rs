@@ -21,14 +21,14 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
 }
 
 /// Spawns children from one thread that lives as long as the process: PR_SET_PDEATHSIG fires
 /// when the *thread* that forked exits, so spawning from short-lived test threads would kill
 /// servers early. With it, every server dies with the test process, even on a panic or abort.
-fn spawn_supervised(mut command: Command) -> std::io::Result<Child> {
+pub fn spawn_supervised(mut command: Command) -> std::io::Result<Child> {
     type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
     let sender = SPAWNER.get_or_init(|| {
@@ -58,7 +58,7 @@ fn spawn_supervised(mut command: Command) -> std::io::Result<Child> {
     reply_rx.recv().expect("spawner answers")
 }
 
-fn zookeeper_classpath() -> String {
+pub fn zookeeper_classpath() -> String {
     let jars = [
         "zookeeper",
         "zookeeper-jute",
@@ -76,6 +76,36 @@ fn zookeeper_classpath() -> String {
     let mut parts: Vec<String> = jars.iter().map(|j| format!("/usr/share/java/{j}.jar")).collect();
     parts.push("/etc/zookeeper/conf".to_owned());
     parts.join(":")
+}
+
+/// Anything zkq, Curator or a direct client can connect to: a server, an ensemble, a proxy, or a
+/// plain connect string.
+pub trait ConnectTarget {
+    fn connect_string(&self) -> String;
+}
+
+impl ConnectTarget for str {
+    fn connect_string(&self) -> String {
+        self.to_owned()
+    }
+}
+
+impl ConnectTarget for String {
+    fn connect_string(&self) -> String {
+        self.clone()
+    }
+}
+
+impl<T: ConnectTarget + ?Sized> ConnectTarget for &T {
+    fn connect_string(&self) -> String {
+        (**self).connect_string()
+    }
+}
+
+impl ConnectTarget for ZkServer {
+    fn connect_string(&self) -> String {
+        ZkServer::connect_string(self)
+    }
 }
 
 /// A private standalone ZooKeeper server (Debian's package) in a temporary directory.
@@ -204,7 +234,7 @@ pub fn unique_root(test: &str) -> String {
 }
 
 /// A configuration for a test zkq: ports 0, short timeouts, its own root.
-pub fn test_config(zk: &ZkServer, root: &str) -> Config {
+pub fn test_config(zk: &(impl ConnectTarget + ?Sized), root: &str) -> Config {
     let mut config = Config::default();
     config.zookeeper.connect = zk.connect_string();
     config.zookeeper.root = root.to_owned();
@@ -340,7 +370,7 @@ where
 }
 
 /// A direct ZooKeeper client for checking what zkq wrote.
-pub async fn zk_client(zk: &ZkServer) -> zookeeper_client::Client {
+pub async fn zk_client(zk: &(impl ConnectTarget + ?Sized)) -> zookeeper_client::Client {
     zookeeper_client::Client::connector()
         .with_session_timeout(Duration::from_secs(10))
         .connect(&zk.connect_string())
@@ -381,7 +411,7 @@ impl Curator {
         })
     }
 
-    fn command(zk: &ZkServer, args: &[&str]) -> Command {
+    fn command(zk: &(impl ConnectTarget + ?Sized), args: &[&str]) -> Command {
         let mut command = Command::new("java");
         command
             .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", Self::classpath(), "CuratorTool"])
@@ -391,7 +421,7 @@ impl Curator {
     }
 
     /// Runs a command to completion and returns its stdout lines (panics on failure).
-    pub async fn run(zk: &ZkServer, args: &[&str]) -> Vec<String> {
+    pub async fn run(zk: &(impl ConnectTarget + ?Sized), args: &[&str]) -> Vec<String> {
         let mut command = Self::command(zk, args);
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         let what = args.join(" ");
@@ -411,7 +441,7 @@ impl Curator {
     }
 
     /// Starts a long-running command (a consumer); read its lines with [`CuratorChild::lines`].
-    pub fn spawn(zk: &ZkServer, args: &[&str]) -> CuratorChild {
+    pub fn spawn(zk: &(impl ConnectTarget + ?Sized), args: &[&str]) -> CuratorChild {
         let mut command = Self::command(zk, args);
         command.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = spawn_supervised(command).expect("java starts");
@@ -498,7 +528,7 @@ pub struct ChildZkq {
 
 impl ChildZkq {
     /// Starts `zkq` against `zk` with its own root and `env` (ZKQ__ variables), and waits until ready.
-    pub async fn start(zk: &ZkServer, root: &str, env: &[(&str, &str)]) -> ChildZkq {
+    pub async fn start(zk: &(impl ConnectTarget + ?Sized), root: &str, env: &[(&str, &str)]) -> ChildZkq {
         let started = ChildZkq::spawn(zk, root, env);
         let http = reqwest::Client::new();
         eventually(Duration::from_secs(30), "child zkq ready", || {
@@ -510,7 +540,7 @@ impl ChildZkq {
     }
 
     /// Starts `zkq` without waiting for it to be ready.
-    pub fn spawn(zk: &ZkServer, root: &str, env: &[(&str, &str)]) -> ChildZkq {
+    pub fn spawn(zk: &(impl ConnectTarget + ?Sized), root: &str, env: &[(&str, &str)]) -> ChildZkq {
         let (api, admin) = (free_addr(), free_addr());
         let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
         command
@@ -533,7 +563,7 @@ impl ChildZkq {
         Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 

@@ -3,12 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
 
+mod chaos;
 mod cli;
 mod contract;
 mod counters;
 mod curator;
+mod ensemble;
+mod exactly_once;
 mod harness;
 mod leases;
+mod proxy;
 mod queues;
 mod session;
 mod shutdown;

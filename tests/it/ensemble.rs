@@ -1,0 +1,207 @@
+//! A three-server ZooKeeper ensemble (Debian's package) on free loopback ports, for tests that
+//! kill, pause and restart single servers.
+
+#![allow(dead_code)] // not every test uses every control
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::harness::{ConnectTarget, four_letter, free_port, spawn_supervised, zookeeper_classpath};
+
+struct Server {
+    id: usize,
+    client_port: u16,
+    child: Mutex<Option<Child>>,
+}
+
+/// Three `QuorumPeerMain` servers with their own data directories.
+pub struct ZkEnsemble {
+    dir: tempfile::TempDir,
+    servers: Vec<Server>,
+}
+
+impl ZkEnsemble {
+    pub const SIZE: usize = 3;
+
+    /// Starts three servers and waits until each answers `srvr` with a mode (leader/follower).
+    pub fn start() -> ZkEnsemble {
+        let dir = tempfile::Builder::new().prefix("zkq-ensemble-").tempdir().expect("temp dir");
+        let ports: Vec<(u16, u16, u16)> = (0..Self::SIZE).map(|_| (free_port(), free_port(), free_port())).collect();
+        let peers: String = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, quorum, election))| format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1))
+            .collect();
+        let mut servers = Vec::new();
+        for (i, (client, _, _)) in ports.iter().enumerate() {
+            let home = dir.path().join(format!("s{}", i + 1));
+            let data = home.join("data");
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let config = format!(
+                "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
+                 maxClientCnxns=0\n{peers}",
+                data.display()
+            );
+            std::fs::write(home.join("zoo.cfg"), config).expect("zoo.cfg");
+            servers.push(Server { id: i + 1, client_port: *client, child: Mutex::new(None) });
+        }
+        let ensemble = ZkEnsemble { dir, servers };
+        for i in 0..Self::SIZE {
+            ensemble.launch(i);
+        }
+        ensemble.wait_quorum();
+        ensemble
+    }
+
+    fn home(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("s{}", i + 1))
+    }
+
+    fn launch(&self, i: usize) {
+        let home = self.home(i);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(home.join("server.log")).expect("log");
+        let mut command = Command::new("java");
+        command
+            .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true"])
+            .arg("-cp")
+            .arg(zookeeper_classpath())
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(home.join("zoo.cfg"))
+            .stdout(Stdio::from(log.try_clone().expect("log handle")))
+            .stderr(Stdio::from(log));
+        let child = spawn_supervised(command).expect("java starts (is Debian's zookeeper package installed?)");
+        *self.servers[i].child.lock().expect("child lock") = Some(child);
+    }
+
+    /// All three client addresses, `127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`.
+    pub fn connect_string(&self) -> String {
+        (0..Self::SIZE).map(|i| self.address(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// `127.0.0.1:PORT` of server `i` (0-based).
+    pub fn address(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.servers[i].client_port)
+    }
+
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.servers[i].client_port
+    }
+
+    /// Whether server `i`'s process runs (it may still be electing).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.servers[i].child.lock().expect("child lock").is_some()
+    }
+
+    /// SIGKILL server `i` (its data stays for `restart`).
+    pub fn kill(&self, i: usize) {
+        if let Some(mut child) = self.servers[i].child.lock().expect("child lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts server `i` again (killing it first if it runs); does not wait for it to serve.
+    pub fn restart(&self, i: usize) {
+        self.kill(i);
+        self.launch(i);
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.servers[i].child.lock().expect("child lock").as_ref().map(Child::id);
+        if let Some(pid) = pid {
+            let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+            assert!(status.success(), "kill {signal} {pid} failed");
+        }
+    }
+
+    /// SIGSTOP server `i`.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// SIGCONT server `i`.
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    /// The mode server `i` reports (`leader`, `follower`, `standalone`), if it serves.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let answer = four_letter(self.client_port(i), "srvr")?;
+        answer.lines().find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_owned()))
+    }
+
+    /// The server that leads now.
+    pub fn leader(&self) -> Option<usize> {
+        (0..Self::SIZE).find(|i| self.is_running(*i) && self.mode(*i).as_deref() == Some("leader"))
+    }
+
+    /// Waits (up to 60 s) until every running server serves with a mode and one of them leads.
+    pub fn wait_quorum(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let running: Vec<usize> = (0..Self::SIZE).filter(|i| self.is_running(*i)).collect();
+            let modes: Vec<Option<String>> = running.iter().map(|i| self.mode(*i)).collect();
+            if modes.iter().all(Option::is_some) && modes.iter().any(|m| m.as_deref() == Some("leader")) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let logs: String = (0..Self::SIZE)
+                    .map(|i| {
+                        let log = std::fs::read_to_string(self.home(i).join("server.log")).unwrap_or_default();
+                        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                        format!("--- server {} ---\n{}\n", i + 1, tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+                    })
+                    .collect();
+                panic!("ensemble has no quorum after 60s (modes {modes:?} of {running:?})\n{logs}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Session ids of the clients connected to server `i` now (from the `cons` four-letter word).
+    pub fn sessions_on(&self, i: usize) -> Vec<i64> {
+        let Some(answer) = four_letter(self.client_port(i), "cons") else { return Vec::new() };
+        answer
+            .split("sid=0x")
+            .skip(1)
+            .filter_map(|rest| {
+                let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+                u64::from_str_radix(&hex, 16).ok().map(|v| i64::from_ne_bytes(v.to_ne_bytes()))
+            })
+            .collect()
+    }
+
+    /// The server a session is connected to now.
+    pub fn server_of_session(&self, session_id: i64) -> Option<usize> {
+        (0..Self::SIZE).find(|i| self.is_running(*i) && self.sessions_on(*i).contains(&session_id))
+    }
+
+    /// The server a local process (a child zkq, by pid) has a connection to, from `ss -tnp`.
+    pub fn server_of_pid(&self, pid: u32) -> Option<usize> {
+        let output = Command::new("ss").args(["-tnpH", "state", "established"]).output().ok()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let marker = format!("pid={pid},");
+        text.lines().filter(|l| l.contains(&marker)).find_map(|line| {
+            let peer = line.split_whitespace().nth(3)?;
+            (0..Self::SIZE).find(|i| peer == self.address(*i))
+        })
+    }
+}
+
+impl ConnectTarget for ZkEnsemble {
+    fn connect_string(&self) -> String {
+        ZkEnsemble::connect_string(self)
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..Self::SIZE {
+            self.resume(i);
+            self.kill(i);
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! Exactly-once through lost ZooKeeper answers: deterministic faults placed with the proxy
+//! (`proxy.rs`) on one zkq's connection, and quorum loss on a three-server ensemble.
+//!
+//! Each test describes what a user must see: no message handed to two consumers, none lost, no
+//! lock left behind that nobody holds, a retried ack that did apply answering 204.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use zkq::config::{Config, QueueKind};
+
+use crate::ensemble::ZkEnsemble;
+use crate::harness::*;
+use crate::proxy::{Fault, ZkProxy, op};
+
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(30);
+
+/// Config of the zkq behind the proxy: a long session, so a held request or a refused
+/// reconnect of a few seconds keeps the same session (and its locks).
+fn config_via(proxy: &ZkProxy, root: &str) -> Config {
+    let mut config = test_config(proxy, root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config
+}
+
+struct Answer {
+    status: u16,
+    id: String,
+    code: String,
+    body: Vec<u8>,
+    receipt: String,
+    retry_after: bool,
+}
+
+async fn answer(response: reqwest::Response) -> Answer {
+    let status = response.status().as_u16();
+    let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let retry_after = response.headers().contains_key("retry-after");
+    let id = response.headers().get("zkq-message-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let body = response.bytes().await.expect("body").to_vec();
+    let code = if status >= 400 {
+        serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v["code"].as_str().map(str::to_owned))
+    } else {
+        None
+    };
+    Answer { status, id, code: code.unwrap_or_default(), body, receipt, retry_after }
+}
+
+async fn take(http: &reqwest::Client, api: &str, queue: &str, wait: &str) -> Answer {
+    let url = format!("{api}/v1/queues/{queue}/take?wait={wait}");
+    answer(http.post(url).send().await.expect("take request")).await
+}
+
+async fn lease(http: &reqwest::Client, api: &str, queue: &str, query: &str) -> Answer {
+    let url = format!("{api}/v1/queues/{queue}/leases?{query}");
+    answer(http.post(url).send().await.expect("lease request")).await
+}
+
+async fn ack(http: &reqwest::Client, api: &str, queue: &str, receipt: &str) -> Answer {
+    let url = format!("{api}/v1/queues/{queue}/leases/{receipt}");
+    answer(http.delete(url).send().await.expect("ack request")).await
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Creates `path` and its parents (persistent, open ACL), ignoring those that exist.
+async fn ensure_path(client: &zookeeper_client::Client, path: &str) {
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.mkdir(path, &options).await.expect("mkdir");
+}
+
+/// Puts, leases and acks one message through `direct` so the queue, lock and delivery
+/// directories exist, then opens the queue in `faulty` (an empty take), so that none of their
+/// creation is the write a fault is armed for, and `faulty` proposes no stale candidate.
+async fn warm_up(faulty: &TestZkq, direct: &TestZkq, queue: &str) {
+    direct.put_ok(queue, b"warm-up").await;
+    let leased = lease(&direct.http, &direct.api, queue, "wait=5s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "warm-up"), "warm-up lease");
+    assert_eq!(ack(&direct.http, &direct.api, queue, &leased.receipt).await.status, 204, "warm-up ack");
+    assert_eq!(take(&faulty.http, &faulty.api, queue, "0").await.status, 204, "the queue is open and empty");
+}
+
+/// The locks under `dir` with their owner sessions.
+async fn locks_with_owners(client: &zookeeper_client::Client, dir: &str) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for name in children(client, dir).await {
+        if let Ok(Some(stat)) = client.check_stat(&format!("{dir}/{name}")).await {
+            out.push((name, stat.ephemeral_owner));
+        }
+    }
+    out
+}
+
+/// Takes from every zkq until all answer 204; returns the bodies.
+async fn drain(zkqs: &[&TestZkq], queue: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        let mut any = false;
+        for zkq in zkqs {
+            let taken = take(&zkq.http, &zkq.api, queue, "1s").await;
+            match taken.status {
+                200 => {
+                    got.push(text(&taken.body));
+                    any = true;
+                },
+                204 => {},
+                other => panic!("take while draining answered {other} {}", taken.code),
+            }
+        }
+        if !any {
+            return got;
+        }
+    }
+}
+
+/// a. A take's claim is held at the proxy while another zkq takes the same message; the held
+/// claim then reaches ZooKeeper (and fails there) but its answer is lost. The first take must
+/// not conclude from the missing node that its claim applied: it answers 204 after its wait (or
+/// 503/504), never 200 with the message the other consumer already has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_whose_lost_claim_failed_does_not_return_a_message_another_take_got() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-take-take");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let (http, api) = (a.http.clone(), a.api.clone());
+    let take_a = tokio::spawn(async move { take(&http, &api, "q", "5s").await });
+    tokio::time::timeout(SOON, held.held()).await.expect("A's claim reached the proxy");
+    let taken_b = take(&b.http, &b.api, "q", "5s").await;
+    assert_eq!((taken_b.status, text(&taken_b.body).as_str()), (200, "M"), "B takes M while A's claim is held");
+    held.release_drop_answer();
+
+    let taken_a = take_a.await.expect("join");
+    assert!(
+        !(taken_a.status == 200 && taken_a.body == b"M"),
+        "duplicate: A's take answered 200 with M although B took M (A's claim failed in ZooKeeper; its answer was lost)"
+    );
+    assert!(matches!(taken_a.status, 204 | 503 | 504), "A's take: {} {}", taken_a.status, taken_a.code);
+}
+
+/// b. As (a), with the other consumer leasing and acking the message instead of taking it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_whose_lost_claim_failed_does_not_return_a_message_another_lease_acked() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-take-lease");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let (http, api) = (a.http.clone(), a.api.clone());
+    let take_a = tokio::spawn(async move { take(&http, &api, "q", "5s").await });
+    tokio::time::timeout(SOON, held.held()).await.expect("A's claim reached the proxy");
+    let leased = lease(&b.http, &b.api, "q", "wait=5s&visibility=30s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "B leases M while A's claim is held");
+    assert_eq!(ack(&b.http, &b.api, "q", &leased.receipt).await.status, 204, "B acks M");
+    held.release_drop_answer();
+
+    let taken_a = take_a.await.expect("join");
+    assert!(
+        !(taken_a.status == 200 && taken_a.body == b"M"),
+        "duplicate: A's take answered 200 with M although B leased and acked M (A's claim failed; its answer was lost)"
+    );
+    assert!(matches!(taken_a.status, 204 | 503 | 504), "A's take: {} {}", taken_a.status, taken_a.code);
+}
+
+/// c. With two of three servers killed there is no quorum: a take and a lease must say so
+/// (503 `zookeeper_unavailable` with `Retry-After`) within max(wait, request timeout) plus a
+/// margin, not pretend the queue is empty. Once the servers are back every message is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quorum_take_and_lease_answer_503_not_an_empty_queue() {
+    let ensemble = tokio::task::block_in_place(ZkEnsemble::start);
+    let root = unique_root("eo-quorum");
+    let config = test_config(&ensemble, &root);
+    let request_timeout = config.zookeeper.request_timeout;
+    let zkq = TestZkq::start_ready(config).await;
+    let bodies: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    for body in &bodies {
+        zkq.put_ok("q", body.as_bytes()).await;
+    }
+    tokio::task::block_in_place(|| {
+        ensemble.kill(0);
+        ensemble.kill(1);
+    });
+    eventually(SOON, "zkq notices it has no ZooKeeper", || async { zkq.readyz().await.0 == 503 }).await;
+
+    let wait = Duration::from_secs(1);
+    let bound = wait.max(request_timeout) + Duration::from_secs(5);
+    for what in ["take", "lease"] {
+        let started = Instant::now();
+        let got = match what {
+            "take" => take(&zkq.http, &zkq.api, "q", "1s").await,
+            _ => lease(&zkq.http, &zkq.api, "q", "wait=1s").await,
+        };
+        let took = started.elapsed();
+        assert_eq!(
+            (got.status, got.code.as_str()),
+            (503, "zookeeper_unavailable"),
+            "{what} without quorum answered {} {:?} after {took:?}, as if the queue were empty",
+            got.status,
+            got.code
+        );
+        assert!(got.retry_after, "{what}: 503 without Retry-After");
+        assert!(took <= bound, "{what} answered after {took:?} (bound {bound:?})");
+    }
+
+    tokio::task::block_in_place(|| {
+        ensemble.restart(0);
+        ensemble.restart(1);
+        ensemble.wait_quorum();
+    });
+    zkq.wait_ready().await;
+    let mut got = drain(&[&zkq], "q").await;
+    got.sort();
+    assert_eq!(got, bodies, "every message is still there, once");
+}
+
+/// d1. A lease whose lock-taking write is applied but whose answer is lost: whatever the lease
+/// answers, no lock is left that the client does not hold a lease for (after the visibility of
+/// any lease it got), and the message is delivered again exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_lock_answer_is_lost_leaves_no_untracked_lock() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-lease-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+
+    let lost = proxy.arm(&[op::CREATE, op::CREATE2, op::MULTI], Fault::DropAnswer);
+    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    assert!(lost.has_fired(), "the fault hit A's lock write (answered {} {})", leased.status, leased.code);
+    assert!(leased.status != 200 || leased.body == b"M", "A's lease answered 200 with {:?}", text(&leased.body));
+    let direct = zk_client(zk).await;
+    let locks = format!("{root}/locks/q");
+    await_no_locks(&direct, &locks, &a, "after A's lease (visibility 1s) ended").await;
+    let again = take(&b.http, &b.api, "q", "5s").await;
+    assert_eq!((again.status, text(&again.body).as_str()), (200, "M"), "M is delivered again");
+    assert_eq!(drain(&[&a, &b], "q").await, Vec::<String>::new(), "M is delivered again exactly once");
+}
+
+/// d2. A lease's lock lands after another consumer took the message; the lease sees the message
+/// gone and releases its lock, but that release is lost on the way. The lock (held by A's live
+/// session, of a message that no longer exists) must not stay: today it stays forever and
+/// counts as in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_a_message_taken_meanwhile_leaves_no_lock_when_its_release_is_lost() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-lease-gone");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+
+    let held = proxy.arm(&[op::CREATE, op::CREATE2, op::MULTI], Fault::Hold);
+    let (http, api) = (a.http.clone(), a.api.clone());
+    let lease_a = tokio::spawn(async move { lease(&http, &api, "q", "wait=3s&visibility=1s").await });
+    tokio::time::timeout(SOON, held.held()).await.expect("A's lock write reached the proxy");
+    let taken = take(&b.http, &b.api, "q", "5s").await;
+    assert_eq!((taken.status, text(&taken.body).as_str()), (200, "M"), "B takes M while A's lock write is held");
+    // The next write A sends (today: the delete of the lock it finds useless) never arrives.
+    let _lost = proxy.arm(&[op::DELETE, op::MULTI], Fault::DropBeforeSend);
+    held.release_deliver();
+    let leased = lease_a.await.expect("join");
+    assert_ne!(leased.status, 200, "A leased M although B took it: {:?}", text(&leased.body));
+    proxy.disarm_all();
+
+    let direct = zk_client(zk).await;
+    await_no_locks(&direct, &format!("{root}/locks/q"), &a, "after B took M and A's lease ended").await;
+}
+
+/// Waits until `dir` holds no lock; on timeout panics with the locks, their owners and what
+/// `GET /v1/queues/q` reports as in flight.
+async fn await_no_locks(direct: &zookeeper_client::Client, dir: &str, zkq: &TestZkq, when: &str) {
+    let deadline = Instant::now() + SOON;
+    loop {
+        let locks = locks_with_owners(direct, dir).await;
+        if locks.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let info: serde_json::Value =
+                zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.unwrap_or_default();
+            let session = zkq.running.as_ref().map(|r| r.session.status().session_id).unwrap_or_default();
+            panic!(
+                "a lock nobody holds a lease for stayed {SOON:?} {when}: {locks:?} (A's session {session:#x}); \
+                 in_flight reported: {}",
+                info["in_flight"]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// e. A's lease expires; the reaper's release (delete of A's lock) applies but its answer is
+/// lost and A cannot reconnect for a while; meanwhile B leases the message (a new lock, B's).
+/// When A is back, its release must be settled by evidence, not retried blindly: B's lock stays,
+/// and A cannot lease the message B holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_release_never_deletes_another_consumers_fresh_lock() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-fence");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+    let direct = zk_client(zk).await;
+
+    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "A leases M");
+    let lock = format!("{root}/locks/q/{}", leased.id);
+    assert!(direct.check_stat(&lock).await.expect("stat").is_some(), "A's lock is {lock}");
+    let lost = proxy.arm_then_refuse(&[op::DELETE, op::MULTI], Fault::DropAnswer);
+    tokio::time::timeout(SOON, lost.fired()).await.expect("A's release of the expired lease was sent");
+    eventually(SOON, "A's lock is gone", || async { direct.check_stat(&lock).await.expect("stat").is_none() }).await;
+
+    let leased_b = lease(&b.http, &b.api, "q", "wait=5s&visibility=60s").await;
+    assert_eq!((leased_b.status, text(&leased_b.body).as_str()), (200, "M"), "B leases M");
+    let owner_b = direct.check_stat(&lock).await.expect("stat").expect("B's lock").ephemeral_owner;
+    proxy.refuse(false);
+    a.wait_ready().await;
+    eventually(SOON, "A has no lease left", || async {
+        a.metrics().await.contains("zkq_leases_in_flight{queue=\"q\"} 0")
+    })
+    .await;
+    let owner = direct.check_stat(&lock).await.expect("stat").map(|s| s.ephemeral_owner);
+    assert_eq!(
+        owner,
+        Some(owner_b),
+        "B's lock on M must still be there, owned by B's session {owner_b:#x}: A's retried release deleted it"
+    );
+    let again = lease(&a.http, &a.api, "q", "wait=1s").await;
+    assert_eq!(again.status, 204, "A leased M while B holds it: {:?}", text(&again.body));
+}
+
+/// A zkq (A, behind `proxy`) and a direct one (B) on a Curator queue with a lock path, with the
+/// lock directory in place.
+async fn curator_queue_pair(zk: &ZkServer, proxy: &ZkProxy, root: &str) -> (TestZkq, TestZkq, String) {
+    let path = format!("{root}/app/q");
+    let locks = format!("{root}/app/locks");
+    let direct = zk_client(zk).await;
+    ensure_path(&direct, &locks).await;
+    let mut config_a = config_via(proxy, root);
+    let mut config_b = test_config(zk, root);
+    declare(&mut config_a, "q", QueueKind::Fifo, Some(&path), Some(&locks));
+    declare(&mut config_b, "q", QueueKind::Fifo, Some(&path), Some(&locks));
+    let a = TestZkq::start_ready(config_a).await;
+    let b = TestZkq::start_ready(config_b).await;
+    (a, b, path)
+}
+
+/// f. A takes the first item of a Curator putMulti node; the claim applies (the node keeps "b"
+/// and "c") but its answer is lost and A cannot reconnect; B takes "b" and "c", which deletes
+/// the node. Every item must be delivered exactly once: "a" by A's take, or afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_on_a_put_multi_node_loses_no_item() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-multi-take");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let path = format!("{root}/app/q");
+    Curator::run(zk, &["putmulti", "fifo", &path, "61", "62", "63"]).await;
+    let (a, b, _) = curator_queue_pair(zk, &proxy, &root).await;
+
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let (http, api) = (a.http.clone(), a.api.clone());
+    let take_a = tokio::spawn(async move { take(&http, &api, "q", "2s").await });
+    tokio::time::timeout(SOON, lost.fired()).await.expect("A's claim was sent");
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    for expected in ["b", "c"] {
+        let taken = take(&b.http, &b.api, "q", "5s").await;
+        assert_eq!((taken.status, text(&taken.body).as_str()), (200, expected), "B takes {expected}");
+        *seen.entry(expected.to_owned()).or_default() += 1;
+    }
+    proxy.refuse(false);
+    let taken_a = take_a.await.expect("join");
+    if taken_a.status == 200 {
+        assert_eq!(text(&taken_a.body), "a", "A's take");
+        *seen.entry("a".to_owned()).or_default() += 1;
+    }
+    a.wait_ready().await;
+    // A message whose claim outcome was unknown may come back a moment later.
+    let deadline = Instant::now() + SOON;
+    while !seen.contains_key("a") && Instant::now() < deadline {
+        for zkq in [&a, &b] {
+            let taken = take(&zkq.http, &zkq.api, "q", "1s").await;
+            if taken.status == 200 {
+                *seen.entry(text(&taken.body)).or_default() += 1;
+            }
+        }
+    }
+    for body in drain(&[&a, &b], "q").await {
+        *seen.entry(body).or_default() += 1;
+    }
+    let expected: HashMap<String, u32> = ["a", "b", "c"].iter().map(|s| ((*s).to_owned(), 1)).collect();
+    assert_eq!(seen, expected, "each item of the putMulti node delivered exactly once (A's take: {})", taken_a.status);
+}
+
+/// g. A leases "a" of a putMulti node ["a","b"]; the ack applies but its answer is lost and A
+/// cannot reconnect until the ack has answered 503/504. Retrying the ack with the same receipt
+/// must answer 204 (it did apply), and then "b" is delivered once and "a" never again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_ack_of_a_put_multi_item_that_applied_answers_204() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-multi-ack");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let path = format!("{root}/app/q");
+    Curator::run(zk, &["putmulti", "fifo", &path, "61", "62"]).await;
+    let (a, b, _) = curator_queue_pair(zk, &proxy, &root).await;
+
+    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=60s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "a"), "A leases a");
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let first = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    assert!(lost.has_fired(), "the ack's transaction was sent (ack answered {} {})", first.status, first.code);
+    proxy.refuse(false);
+    if first.status != 204 {
+        assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
+        let deadline = Instant::now() + SOON;
+        let retried = loop {
+            let retried = ack(&a.http, &a.api, "q", &leased.receipt).await;
+            if !matches!(retried.status, 503 | 504) || Instant::now() > deadline {
+                break retried;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(
+            (retried.status, retried.code.as_str()),
+            (204, ""),
+            "the retried ack of an ack that applied must answer 204"
+        );
+    }
+    let mut rest = drain(&[&a, &b], "q").await;
+    rest.sort();
+    assert_eq!(rest, ["b"], "b delivered once, a never again");
+}
