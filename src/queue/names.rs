@@ -75,8 +75,9 @@ fn parse_id(name: &str) -> Option<String> {
 }
 
 fn parse_priority(name: &str) -> Option<i32> {
+    // `get` (never indexing or `split_at`): a foreign name may hold any character here.
     let encoded = name.strip_prefix(QUEUE_PREFIX)?.get(..9)?;
-    let (sign, hex) = encoded.split_at(1);
+    let (sign, hex) = (encoded.get(..1)?, encoded.get(1..)?);
     if !hex.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)) {
         return None;
     }
@@ -123,6 +124,23 @@ pub fn due_time(item: &ItemName) -> i64 {
         ItemMeta::DeliverAt(epoch) => epoch,
         _ => 0,
     }
+}
+
+/// Whether ZooKeeper refuses `c` in a path (`PathUtils.validatePath`, which checks UTF-16 units):
+/// U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF, and every character above U+FFFF
+/// (Java stores those as surrogates, U+D800–U+DFFF).
+pub fn zookeeper_refuses(c: char) -> bool {
+    matches!(u32::from(c), 0x00..=0x1F | 0x7F..=0x9F | 0xD800..=0xF8FF | 0xFFF0..)
+}
+
+/// The first character of `text` that ZooKeeper refuses in a node name, if any.
+pub fn refused_char(text: &str) -> Option<char> {
+    text.chars().find(|&c| zookeeper_refuses(c))
+}
+
+/// Whether `id` may be a `DistributedIdQueue` id: 1 to 200 bytes, none of them refused by ZooKeeper.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && refused_char(id).is_none()
 }
 
 /// Whether `name` can be a child of a queue of `kind` (used to check ids given in URLs).
@@ -198,6 +216,30 @@ mod tests {
             sorted(QueueKind::Id, &["queue-|zz|0000000000", "queue-|aa|0000000001"]),
             ["queue-|zz|0000000000", "queue-|aa|0000000001"]
         );
+    }
+
+    #[test]
+    fn foreign_names_with_any_characters_parse_without_panicking() {
+        for name in ["queue-é0000000", "queue-1é0000000", "queue-€", "queue-", "queue-|é|", "queue-||", "qn-é"] {
+            for kind in [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple] {
+                let _ = parse(kind, name);
+                let _ = is_item_name(kind, name);
+            }
+        }
+        assert_eq!(parse(QueueKind::Priority, "queue-é0000000").map(|i| i.meta), Some(ItemMeta::Plain));
+    }
+
+    #[test]
+    fn refused_characters_follow_zookeepers_path_rules() {
+        for bad in ['\u{0}', '\u{1f}', '\u{7f}', '\u{9f}', '\u{e000}', '\u{f8ff}', '\u{fff0}', '\u{ffff}', '😀'] {
+            assert!(zookeeper_refuses(bad), "{:?} must be refused", bad);
+        }
+        for good in ['a', ' ', '~', '\u{a0}', 'é', '\u{f900}', '\u{ffef}'] {
+            assert!(!zookeeper_refuses(good), "{:?} is allowed", good);
+        }
+        assert!(is_valid_id("order 17/é"));
+        assert!(!is_valid_id("tab\there"));
+        assert!(!is_valid_id(""));
     }
 
     #[test]
