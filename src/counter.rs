@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, check_name};
 use crate::metrics::Metrics;
+use crate::supervise::{self, Task};
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
@@ -73,6 +74,7 @@ pub struct Counter {
     /// The latest value seen by the watch task (None until read, or if the data is not an int).
     latest: watch::Sender<Option<Versioned>>,
     watching: Mutex<bool>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -159,7 +161,14 @@ impl Counter {
             *watching = true;
         }
         let counter = self.clone();
-        self.tasks.spawn(async move { counter.watch_loop().await });
+        let owner = format!("counter {}", self.name);
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::CounterWatch,
+            owner,
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            move || counter.clone().watch_loop(),
+        ));
     }
 
     /// Keeps one data watch armed across reconnects and new sessions.
@@ -314,6 +323,7 @@ impl CounterService {
             session: self.session.clone(),
             latest: watch::channel(None).0,
             watching: Mutex::new(false),
+            metrics: self.metrics.clone(),
             shutdown: self.shutdown.clone(),
             tasks: self.tasks.clone(),
         });

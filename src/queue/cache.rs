@@ -183,7 +183,7 @@ impl ChildrenCache {
         }
         let lock = format!("{lock_dir}/{}", item.name);
         let (cache, zk) = (self.clone(), zk.clone());
-        tokio::spawn(async move {
+        tokio::spawn(crate::supervise::once(crate::supervise::Task::LockWatcher, self.metrics.clone(), async move {
             let released = async {
                 loop {
                     let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
@@ -203,7 +203,7 @@ impl ChildrenCache {
             }
             cache.lock().watched_locks.remove(&item.name);
             cache.reoffer(item);
-        });
+        }));
     }
 
     /// Records that this process removed a child.

@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod counters;
 mod curator;
+mod hardening;
 mod harness;
 mod leases;
 mod queues;
