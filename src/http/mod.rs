@@ -139,18 +139,36 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
 }
 
+/// The `method` label: the standard methods, and `other` for any other token a client sends
+/// (a method is free text in HTTP: as a label it would grow the series without bound).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 /// Counts and times every request by route template (never the raw path: bounded labels).
 async fn track_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let request_id = uuid::Uuid::new_v4().simple().to_string();
     let span = tracing::debug_span!("request", id = %request_id, %method, %route);
     let response = next.run(request).instrument(span).await;
     let status = response.status();
-    state.metrics.http_requests.with_label_values(&[&route, &method, status.as_str()]).inc();
-    state.metrics.http_request_duration.with_label_values(&[&route, &method]).observe(started.elapsed().as_secs_f64());
+    state.metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
+    state.metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
     } else {

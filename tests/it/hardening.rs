@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use zkq::config::QueueKind;
 
 use crate::harness::*;
@@ -63,4 +64,59 @@ async fn a_foreign_non_ascii_child_does_not_wedge_a_priority_queue() {
     assert_eq!(deleted.status(), 204, "{}", deleted.text().await.unwrap_or_default());
     assert!(children(&direct, &format!("{root}/queues/p")).await.is_empty());
     assert!(zkq.metrics().await.contains("zkq_background_task_restarts_total{task=\"cache_refresher\"} 0"));
+}
+
+/// Series lines (not comments) in a `/metrics` answer.
+fn series_count(text: &str) -> usize {
+    text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count()
+}
+
+/// Methods and paths are free text: as metric labels they must map onto fixed sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_methods_and_paths_do_not_grow_the_metric_series() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("series"))).await;
+    let send = |base: String, method: String, path: String| {
+        let http = zkq.http.clone();
+        async move {
+            let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method token");
+            http.request(method, format!("{base}{path}")).send().await.expect("request").status().as_u16()
+        }
+    };
+    // One of each kind first, so every label value the flood can produce exists already.
+    for base in [zkq.api.clone(), zkq.admin.clone()] {
+        for (method, path) in
+            [("MWARM", "/livez"), ("MWARM", "/nowhere"), ("GET", "/nowhere/else"), ("MWARM", "/v1/queues/warm")]
+        {
+            send(base.clone(), method.to_owned(), path.to_owned()).await;
+        }
+    }
+    zkq.metrics().await; // the scrape's own series
+    let before_text = zkq.metrics().await;
+    let before = series_count(&before_text);
+    let per_kind = 1500;
+    for base in [zkq.api.clone(), zkq.admin.clone()] {
+        let requests = (0..per_kind).flat_map(|i| {
+            [
+                (format!("M{i:06}"), "/livez".to_owned()),
+                (format!("M{i:06}"), format!("/v1/queues/{i}")),
+                ("GET".to_owned(), format!("/no/such/{i}")),
+            ]
+        });
+        let statuses: Vec<u16> =
+            futures::stream::iter(requests.map(|(m, p)| send(base.clone(), m, p))).buffer_unordered(16).collect().await;
+        assert!(statuses.iter().all(|s| *s == 404 || *s == 405), "only 404/405 expected");
+    }
+    let after_text = zkq.metrics().await;
+    let after = series_count(&after_text);
+    let names = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(n, _)| n.to_owned())
+            .collect()
+    };
+    let added: Vec<String> = names(&after_text).difference(&names(&before_text)).take(10).cloned().collect();
+    println!("metric series: {before} before, {after} after {} requests with distinct methods and paths", 6 * per_kind);
+    assert_eq!(before, after, "the flood must not add series; some added: {added:#?}");
 }
