@@ -120,3 +120,56 @@ async fn distinct_methods_and_paths_do_not_grow_the_metric_series() {
     println!("metric series: {before} before, {after} after {} requests with distinct methods and paths", 6 * per_kind);
     assert_eq!(before, after, "the flood must not add series; some added: {added:#?}");
 }
+
+/// Characters ZooKeeper refuses are bad input (400), not a ZooKeeper failure (502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn characters_zookeeper_refuses_and_far_delays_are_bad_input() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("refused-chars"));
+    declare(&mut config, "ids", QueueKind::Id, None, None);
+    declare(&mut config, "later", QueueKind::Delay, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let expect_400 = |response: reqwest::Response, what: &'static str| async move {
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        assert_eq!((status, body["code"].as_str()), (400, Some("invalid_parameter")), "{what}: {body}");
+    };
+    for id in ["%EE%80%80", "%01", "%C2%85", "%EF%BF%B0", "%F0%9F%98%80"] {
+        let put = zkq.http.post(zkq.url(&format!("/v1/queues/ids/messages?id=a{id}b"))).body("x").send().await;
+        expect_400(put.expect("put"), "put with a refused id").await;
+        let remove = zkq.http.delete(zkq.url(&format!("/v1/queues/ids/messages?id=a{id}b"))).send().await;
+        expect_400(remove.expect("remove by id"), "remove by a refused id").await;
+        let remove =
+            zkq.http.delete(zkq.url(&format!("/v1/queues/ids/messages/queue-|a{id}b|0000000000"))).send().await;
+        expect_400(remove.expect("remove"), "remove a message id with a refused character").await;
+    }
+    let put = zkq.http.post(zkq.url("/v1/queues/ids/messages?id=caf%C3%A9%20%E2%82%AC")).body("ok").send().await;
+    assert_eq!(put.expect("put").status(), 201, "ordinary non-ASCII ids are fine");
+
+    let far = zkq::queue::now_epoch_ms() + 31 * 24 * 3600 * 1000;
+    let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=744h")).body("x").send().await;
+    expect_400(put.expect("put"), "delay of 31 days").await;
+    let put = zkq.http.post(zkq.url(&format!("/v1/queues/later/messages?deliver_at={far}"))).body("x").send().await;
+    expect_400(put.expect("put"), "deliver_at in 31 days").await;
+    let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=719h")).body("x").send().await;
+    assert_eq!(put.expect("put").status(), 201, "within 30 days");
+}
+
+/// A declared path with a character ZooKeeper refuses stops zkq at startup, naming the key.
+#[test]
+fn declared_paths_with_refused_characters_exit_64() {
+    for (section, key) in [("queues.q", "path"), ("queues.q", "lock_path"), ("counters.c", "path")] {
+        let file = std::env::temp_dir().join(format!("zkq-refused-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&file, format!("[{section}]\n{key} = \"/app/x\\uE000\"\n")).expect("write config");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkq"))
+            .arg("--config")
+            .arg(&file)
+            .arg("check-config")
+            .output()
+            .expect("runs");
+        let _ = std::fs::remove_file(&file);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{section}.{key}: {stderr}");
+        assert!(stderr.contains(&format!("{section}.{key}")) && stderr.contains("U+E000"), "{stderr}");
+    }
+}
