@@ -57,23 +57,33 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
     }
 }
 
-/// `Json<T>` with JSON errors: 415 without a JSON content type, 400 for bad JSON.
+/// A JSON object body as `T`, with JSON errors: 415 without a JSON content type, 400 for bad
+/// JSON and for anything but an object (serde would read `[1]` as a struct's fields in order).
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Json::<T>::from_request(req, state).await.map(|Json(v)| ApiJson(v)).map_err(|e: JsonRejection| match e {
-            JsonRejection::MissingJsonContentType(_) => ApiError::new(
-                ErrorCode::UnsupportedMediaType,
-                "send the body as JSON with Content-Type: application/json",
-            ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
-            },
-            other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
-        })
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state).await.map_err(json_rejection)?;
+        if !value.is_object() {
+            return Err(ApiError::new(ErrorCode::BadRequest, "bad JSON body: expected a JSON object"));
+        }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {e}")))
+    }
+}
+
+fn json_rejection(e: JsonRejection) -> ApiError {
+    match e {
+        JsonRejection::MissingJsonContentType(_) => {
+            ApiError::new(ErrorCode::UnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
+        },
+        other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
+        },
+        other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
     }
 }
 

@@ -102,7 +102,8 @@ pub fn api_router(state: AppState) -> Router {
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit));
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(body_limit, refuse_declared_oversize));
     with_common_layers(router, &state).with_state(state)
 }
 
@@ -137,6 +138,25 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
+}
+
+/// 413 at once for a body declared (`Content-Length`) larger than the limit, before anything reads
+/// it: hyper sends `100 Continue` only when the body is first read, so a client that sent
+/// `Expect: 100-continue` is told to stop instead of being asked to upload the body.
+async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is larger than {limit} bytes (api.max_message_bytes)"),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// The `method` label: the standard methods, and `other` for any other token a client sends

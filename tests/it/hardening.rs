@@ -173,3 +173,95 @@ fn declared_paths_with_refused_characters_exit_64() {
         assert!(stderr.contains(&format!("{section}.{key}")) && stderr.contains("U+E000"), "{stderr}");
     }
 }
+
+/// Sends raw bytes and returns what the server answered until it closed or `until` appeared.
+async fn raw_exchange(addr: &str, request: &[u8], until: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+        }
+        if String::from_utf8_lossy(&answer).contains(until) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A body declared too large is refused before the client uploads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_with_an_oversized_length_gets_413_at_once() {
+    let zk = ZkServer::shared();
+    let config = test_config(zk, &unique_root("expect"));
+    let max = config.api.max_message_bytes;
+    let zkq = TestZkq::start_ready(config).await;
+    let addr = zkq.api.trim_start_matches("http://").to_owned();
+    let request = format!(
+        "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        max + 1
+    );
+    let answer = raw_exchange(&addr, request.as_bytes(), "}").await;
+    let status_line = answer.lines().next().unwrap_or("");
+    assert!(status_line.starts_with("HTTP/1.1 413"), "expected an immediate 413, got {answer:?}");
+    assert!(answer.contains("\"code\":\"payload_too_large\""), "{answer}");
+}
+
+/// Counter answers: no 500 when unconditional sets race, no silent wrap, only JSON objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_writes_race_overflow_and_odd_bodies_answer_documented_errors() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("counter-edges"))).await;
+    let url = zkq.url("/v1/counters/c");
+    let writers = (0..8).map(|w| {
+        let (http, url) = (zkq.http.clone(), url.clone());
+        async move {
+            let mut statuses = Vec::new();
+            for i in 0..40 {
+                let response = http
+                    .put(&url)
+                    .header("If-Match", "*")
+                    .json(&serde_json::json!({"value": w * 1000 + i}))
+                    .send()
+                    .await
+                    .expect("set");
+                let status = response.status().as_u16();
+                if status != 200 {
+                    statuses.push((status, response.text().await.unwrap_or_default()));
+                }
+            }
+            statuses
+        }
+    });
+    let failures: Vec<(u16, String)> = futures::future::join_all(writers).await.into_iter().flatten().collect();
+    assert!(
+        failures.iter().all(|(status, body)| *status == 409 && body.contains("\"contention\"")),
+        "racing unconditional sets: {failures:?}"
+    );
+
+    let set = zkq.http.put(&url).json(&serde_json::json!({"value": i32::MAX})).send().await.expect("set");
+    assert_eq!(set.status(), 200);
+    let add = zkq.http.post(format!("{url}/add")).json(&serde_json::json!({"delta": 1})).send().await.expect("add");
+    let status = add.status().as_u16();
+    let body: serde_json::Value = add.json().await.expect("json");
+    assert_eq!((status, body["code"].as_str()), (409, Some("counter_overflow")), "{body}");
+    let read: serde_json::Value = zkq.http.get(&url).send().await.expect("get").json().await.expect("json");
+    assert_eq!(read["value"], i32::MAX, "nothing written");
+
+    for body in ["[1]", "1", "\"x\"", "null"] {
+        let add = zkq
+            .http
+            .post(format!("{url}/add"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("add");
+        assert_eq!(add.status(), 400, "body {body}");
+    }
+}
