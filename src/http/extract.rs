@@ -134,6 +134,35 @@ pub fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
 mod tests {
     use super::*;
 
+    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
+    fn proptest_config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest_config())]
+
+        #[test]
+        fn parsing_any_text_never_panics(text in proptest::prelude::any::<String>(), units in "[0-9msh]{0,24}") {
+            let _ = parse_duration("d", &text);
+            let _ = parse_duration("d", &units);
+        }
+
+        #[test]
+        fn durations_round_trip(h in 0u64..1000, m in 0u64..60, s in 0u64..60, ms in 0u64..1000) {
+            let text = format!("{h}h{m}m{s}s{ms}ms");
+            let expected = Duration::from_millis(((h * 60 + m) * 60 + s) * 1000 + ms);
+            proptest::prop_assert_eq!(parse_duration("d", &text).ok(), Some(expected));
+            proptest::prop_assert_eq!(parse_duration("d", &expected.as_secs().to_string()).ok(), Some(Duration::from_secs(expected.as_secs())));
+        }
+    }
+
     #[test]
     fn durations_follow_the_documented_pattern() {
         assert_eq!(parse_duration("w", "20").ok(), Some(Duration::from_secs(20)));

@@ -152,6 +152,95 @@ pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
+    fn proptest_config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    const KINDS: [QueueKind; 5] =
+        [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple];
+
+    /// Names that look like queue items often: a prefix, a few `|`, hex and digits, any characters.
+    fn item_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("queue-".to_owned()),
+            Just("qn-".to_owned()),
+            Just("|".to_owned()),
+            "[0-9A-F]{1,10}",
+            proptest::char::any().prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 0..6).prop_map(|parts| parts.concat())
+    }
+
+    fn meta_for(kind: QueueKind) -> impl proptest::strategy::Strategy<Value = ItemMeta> {
+        use proptest::prelude::*;
+        match kind {
+            QueueKind::Priority => any::<i32>().prop_map(ItemMeta::Priority).boxed(),
+            QueueKind::Delay => (1i64..=0xFFFF_FFFF_FFFF).prop_map(ItemMeta::DeliverAt).boxed(),
+            QueueKind::Id => "[a-zA-Z0-9 ._é-]{1,20}".prop_map(ItemMeta::Id).boxed(),
+            QueueKind::Fifo | QueueKind::Simple => Just(ItemMeta::Plain).boxed(),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest_config())]
+
+        #[test]
+        fn parsing_any_name_never_panics(name in item_like(), other in proptest::prelude::any::<String>()) {
+            for kind in KINDS {
+                let _ = parse(kind, &name);
+                let _ = parse(kind, &other);
+                let _ = is_item_name(kind, &name);
+            }
+        }
+
+        #[test]
+        fn order_is_a_total_order(names in proptest::collection::vec(item_like(), 3)) {
+            for kind in KINDS {
+                let items: Vec<ItemName> = names
+                    .iter()
+                    .map(|n| format!("{}{n}", if kind == QueueKind::Simple { SIMPLE_PREFIX } else { QUEUE_PREFIX }))
+                    .filter_map(|n| parse(kind, &n))
+                    .collect();
+                for a in &items {
+                    proptest::prop_assert_eq!(compare(kind, a, a), Ordering::Equal);
+                    for b in &items {
+                        proptest::prop_assert_eq!(compare(kind, a, b), compare(kind, b, a).reverse());
+                        for c in &items {
+                            if compare(kind, a, b).is_le() && compare(kind, b, c).is_le() {
+                                proptest::prop_assert!(compare(kind, a, c).is_le());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn put_names_parse_back_to_their_meta(
+            (kind, meta) in proptest::strategy::Strategy::prop_flat_map(proptest::sample::select(KINDS.to_vec()), |k| (proptest::strategy::Just(k), meta_for(k))),
+            sequence in 0i64..=2_147_483_647,
+        ) {
+            let name = format!("{}{sequence:010}", put_prefix(kind, &meta));
+            let parsed = parse(kind, &name);
+            proptest::prop_assert!(parsed.is_some(), "{} did not parse", name);
+            let parsed = parsed.unwrap_or_else(|| unreachable!());
+            let expected = match (&meta, kind) {
+                (ItemMeta::Id(id), _) => ItemMeta::Id(fix_id(id)),
+                (other, _) => other.clone(),
+            };
+            proptest::prop_assert_eq!(parsed.meta, expected);
+            proptest::prop_assert_eq!(parsed.sequence, sequence);
+        }
+    }
+
     #[test]
     fn priority_names_match_curator() {
         // curator-format.md §2 worked examples.
