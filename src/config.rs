@@ -82,6 +82,13 @@ pub struct ApiConfig {
     /// Longest `delay` (and furthest `deliver_at`) a put to a delay queue may ask for.
     #[serde(with = "humantime_serde")]
     pub max_delay: Duration,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Requests handled at once; further ones are answered 503 `overloaded` at once.
+    pub max_concurrent_requests: usize,
+    /// Time a client has to send a request's headers (also on an idle keep-alive connection).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,6 +96,11 @@ pub struct ApiConfig {
 pub struct AdminConfig {
     /// Address of `/livez`, `/readyz` and `/metrics`.
     pub listen: SocketAddr,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers (also on an idle keep-alive connection).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,13 +239,20 @@ impl Default for ApiConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_message_bytes: 512 * 1024,
             max_delay: Duration::from_secs(30 * 24 * 3600),
+            max_connections: 1024,
+            max_concurrent_requests: 512,
+            header_read_timeout: Duration::from_secs(10),
         }
     }
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: SocketAddr::from(([0, 0, 0, 0], 9090)) }
+        AdminConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -400,6 +419,21 @@ impl Config {
             Duration::from_secs(1),
             Duration::from_secs(3650 * 24 * 3600),
         )?;
+        for (key, value) in [
+            ("api.max_connections", self.api.max_connections),
+            ("api.max_concurrent_requests", self.api.max_concurrent_requests),
+            ("admin.max_connections", self.admin.max_connections),
+        ] {
+            if !(1..=1_000_000).contains(&value) {
+                return Err(invalid(key, value, "between 1 and 1000000"));
+            }
+        }
+        for (key, value) in [
+            ("api.header_read_timeout", self.api.header_read_timeout),
+            ("admin.header_read_timeout", self.admin.header_read_timeout),
+        ] {
+            check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;
+        }
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
         }

@@ -104,6 +104,8 @@ pub fn api_router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(body_limit, refuse_declared_oversize));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests));
+    let router = router.layer(middleware::from_fn_with_state(in_flight, shed_when_overloaded));
     with_common_layers(router, &state).with_state(state)
 }
 
@@ -138,6 +140,23 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
+}
+
+/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
+/// (long-polls included): shedding keeps memory bounded and answers fast instead of queueing.
+async fn shed_when_overloaded(
+    State(in_flight): State<Arc<tokio::sync::Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match in_flight.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => ApiError::new(
+            ErrorCode::Overloaded,
+            "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
+        )
+        .into_response(),
+    }
 }
 
 /// 413 at once for a body declared (`Content-Length`) larger than the limit, before anything reads

@@ -265,3 +265,75 @@ async fn counter_writes_race_overflow_and_odd_bodies_answer_documented_errors() 
         assert_eq!(add.status(), 400, "body {body}");
     }
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Slow and idle connections on both listeners neither starve `/livez` and the API nor grow memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_do_not_starve_or_bloat_zkq() {
+    use tokio::io::AsyncWriteExt;
+    let zk = ZkServer::shared();
+    let env = [
+        ("ZKQ__API__HEADER_READ_TIMEOUT", "2s"),
+        ("ZKQ__ADMIN__HEADER_READ_TIMEOUT", "2s"),
+        ("ZKQ__API__MAX_CONNECTIONS", "256"),
+        ("ZKQ__ADMIN__MAX_CONNECTIONS", "64"),
+    ];
+    let zkq = ChildZkq::start(zk, &unique_root("slowloris"), &env).await;
+    let pid = zkq.pid();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let before = rss_kib(pid);
+    let per_listener = 1000;
+    let mut held = Vec::new();
+    for base in [&zkq.api, &zkq.admin] {
+        let addr = base.trim_start_matches("http://").to_owned();
+        for i in 0..per_listener {
+            let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else { continue };
+            // Half send one header line and stop (slowloris), half send nothing (idle).
+            if i % 2 == 0 {
+                let _ = stream.write_all(b"GET /livez HTTP/1.1\r\nX-Slow: 1\r\n").await;
+            }
+            held.push(stream);
+        }
+    }
+    let during = rss_kib(pid);
+    let started = Instant::now();
+    let livez = http.get(format!("{}/livez", zkq.admin)).send().await.expect("livez");
+    let livez_took = started.elapsed();
+    let started = Instant::now();
+    let api = http.get(format!("{}/v1/queues", zkq.api)).send().await.expect("api");
+    let api_took = started.elapsed();
+    println!(
+        "{} slow/idle connections ({} per listener): RSS {before} KiB before, {during} KiB during; \
+         /livez answered in {livez_took:?}, GET /v1/queues in {api_took:?}",
+        held.len(),
+        per_listener
+    );
+    assert_eq!(livez.status(), 200);
+    assert_eq!(api.status(), 200);
+    assert!(livez_took < Duration::from_secs(10), "/livez starved for {livez_took:?}");
+    assert!(api_took < Duration::from_secs(10), "the API starved for {api_took:?}");
+    assert!(during < before + 64 * 1024, "RSS grew from {before} KiB to {during} KiB");
+    // The server ends a connection whose headers do not arrive in time (else it holds it forever).
+    use tokio::io::AsyncReadExt;
+    let mut slow = held.swap_remove(0);
+    let mut buf = [0u8; 512];
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {},
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a slowloris connection was still open after 20 s");
+}

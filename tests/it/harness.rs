@@ -533,7 +533,7 @@ impl ChildZkq {
         Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
