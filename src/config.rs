@@ -86,7 +86,7 @@ pub struct ApiConfig {
     pub max_connections: usize,
     /// Requests handled at once; further ones are answered 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
-    /// Time a client has to send a request's headers (also on an idle keep-alive connection).
+    /// Time a client has to send a request's headers once it started them.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
 }
@@ -98,7 +98,7 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers (also on an idle keep-alive connection).
+    /// Time a client has to send a request's headers once it started them.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
 }
