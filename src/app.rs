@@ -97,8 +97,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     let stop_api = CancellationToken::new();
     let stop_admin = CancellationToken::new();
-    let api = serve(api_listener, http::api_router(state.clone()), stop_api.clone());
-    let admin = serve(admin_listener, http::admin_router(state), stop_admin.clone());
+    let api_limits = ListenerLimits {
+        max_connections: config.api.max_connections,
+        header_read_timeout: config.api.header_read_timeout,
+    };
+    let admin_limits = ListenerLimits {
+        max_connections: config.admin.max_connections,
+        header_read_timeout: config.admin.header_read_timeout,
+    };
+    let api = serve(api_listener, http::api_router(state.clone()), api_limits, stop_api.clone());
+    let admin = serve(admin_listener, http::admin_router(state), admin_limits, stop_admin.clone());
     tracing::info!(api = %api_addr, admin = %admin_addr, zookeeper = %config.zookeeper.connect,
         root = %config.zookeeper.root, "zkq started");
 
@@ -147,11 +155,57 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     Ok(Running { api_addr, admin_addr, session, metrics, shutdown, done })
 }
 
-fn serve(listener: TcpListener, router: axum::Router, stop: CancellationToken) -> JoinHandle<()> {
+/// What one listener allows.
+#[derive(Debug, Clone, Copy)]
+struct ListenerLimits {
+    max_connections: usize,
+    header_read_timeout: Duration,
+}
+
+/// Serves HTTP/1.1 on `listener` until `stop`, then lets open connections finish.
+///
+/// Unlike `axum::serve`, hyper gets a timer here, so a client that does not send its headers in
+/// time (slowloris, or an idle keep-alive connection) is disconnected; and at most
+/// `max_connections` are served at once: further connections are not accepted, they wait in
+/// the kernel's listen backlog (and are refused by the kernel once it is full).
+fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: ListenerLimits,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let result = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
-        if let Err(err) = result {
-            tracing::error!(error = %err, "HTTP listener failed");
+        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+        loop {
+            let permit = tokio::select! {
+                _ = stop.cancelled() => break,
+                permit = permits.clone().acquire_owned() => permit,
+            };
+            let Ok(permit) = permit else { break };
+            let stream = tokio::select! {
+                _ = stop.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(err) => {
+                        // Out of file descriptors and the like: pause instead of spinning.
+                        tracing::warn!(error = %err, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    },
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            let connection = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                let _ = connection.await;
+                drop(permit);
+            });
         }
+        drop(listener);
+        graceful.shutdown().await;
     })
 }

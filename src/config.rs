@@ -79,6 +79,16 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     /// Largest message body accepted by a put, in bytes (after Curator's envelope it must fit a znode).
     pub max_message_bytes: usize,
+    /// Longest `delay` (and furthest `deliver_at`) a put to a delay queue may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Requests handled at once; further ones are answered 503 `overloaded` at once.
+    pub max_concurrent_requests: usize,
+    /// Time a client has to send a request's headers once it started them.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,6 +96,11 @@ pub struct ApiConfig {
 pub struct AdminConfig {
     /// Address of `/livez`, `/readyz` and `/metrics`.
     pub listen: SocketAddr,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers once it started them.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,13 +235,24 @@ impl Default for ZookeeperConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        ApiConfig { listen: SocketAddr::from(([127, 0, 0, 1], 8080)), max_message_bytes: 512 * 1024 }
+        ApiConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_message_bytes: 512 * 1024,
+            max_delay: Duration::from_secs(30 * 24 * 3600),
+            max_connections: 1024,
+            max_concurrent_requests: 512,
+            header_read_timeout: Duration::from_secs(10),
+        }
     }
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: SocketAddr::from(([0, 0, 0, 0], 9090)) }
+        AdminConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -387,6 +413,27 @@ impl Config {
                 "between 1 and 1000000 bytes (a znode holds at most jute.maxbuffer = 1 MiB)",
             ));
         }
+        check_duration(
+            "api.max_delay",
+            self.api.max_delay,
+            Duration::from_secs(1),
+            Duration::from_secs(3650 * 24 * 3600),
+        )?;
+        for (key, value) in [
+            ("api.max_connections", self.api.max_connections),
+            ("api.max_concurrent_requests", self.api.max_concurrent_requests),
+            ("admin.max_connections", self.admin.max_connections),
+        ] {
+            if !(1..=1_000_000).contains(&value) {
+                return Err(invalid(key, value, "between 1 and 1000000"));
+            }
+        }
+        for (key, value) in [
+            ("api.header_read_timeout", self.api.header_read_timeout),
+            ("admin.header_read_timeout", self.admin.header_read_timeout),
+        ] {
+            check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;
+        }
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
         }
@@ -502,6 +549,17 @@ fn check_zk_path(key: &str, path: &str) -> Result<(), ConfigError> {
         && !path.contains("//")
         && path.split('/').skip(1).all(|seg| path == "/" || (!seg.is_empty() && seg != "." && seg != ".."))
         && !path.chars().any(|c| c.is_control() || c == '\u{0}');
+    if let Some(c) = crate::queue::names::refused_char(path) {
+        return Err(invalid(
+            key,
+            path,
+            format!(
+                "holds {c:?} (U+{:04X}), a character ZooKeeper refuses in paths (control characters, \
+                 U+D800-U+F8FF, U+FFF0 and above)",
+                u32::from(c)
+            ),
+        ));
+    }
     if ok {
         Ok(())
     } else {
@@ -532,7 +590,12 @@ fn allowed_for(key: &str) -> &'static str {
         "kind" => "one of: fifo, priority, delay, id, simple",
         "listen" => "a socket address like 127.0.0.1:8080 or 0.0.0.0:9090",
         "queues_dynamic" => "true or false",
-        _ if key.ends_with("timeout") || key.ends_with("wait") || key.ends_with("grace") || key.ends_with("max") => {
+        _ if key.ends_with("timeout")
+            || key.ends_with("delay")
+            || key.ends_with("wait")
+            || key.ends_with("grace")
+            || key.ends_with("max") =>
+        {
             "a duration written like \"20s\", \"500ms\" or \"2m\""
         },
         _ => "see the configuration table in the README",
@@ -602,6 +665,7 @@ mod tests {
         assert_eq!(config.admin.listen.to_string(), "0.0.0.0:9090");
         assert_eq!(config.log.format, LogFormat::Text);
         assert_eq!(config.take.max_wait, Duration::from_secs(20));
+        assert_eq!(config.api.max_delay, Duration::from_secs(30 * 24 * 3600));
     }
 
     #[test]
@@ -687,6 +751,20 @@ mod tests {
         let text = config.to_redacted_toml();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("session_timeout = \"30s\""), "{text}");
+    }
+
+    #[test]
+    fn paths_with_characters_zookeeper_refuses_are_refused_naming_the_key() {
+        for (section, key) in [("queues.q", "path"), ("queues.q", "lock_path"), ("counters.c", "path")] {
+            let file = write_toml(&format!("[{section}]\n{key} = \"/app/x\\uE000y\"\n"));
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("refused character");
+            assert_eq!(err.key, format!("{section}.{key}"), "{err}");
+            assert!(err.to_string().contains("U+E000"), "{err}");
+        }
+        let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__ROOT", "/zkq\u{fff0}")]))
+            .expect_err("refused character");
+        assert_eq!(err.key, "zookeeper.root");
     }
 
     #[test]

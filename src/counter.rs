@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, check_name};
 use crate::metrics::Metrics;
+use crate::supervise::{self, Task};
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
@@ -42,8 +43,13 @@ pub enum CounterError {
     /// The expected version is -1, which ZooKeeper reads as "any version" (ZOOKEEPER-4743);
     /// refused, as Curator does.
     VersionOverflow,
-    /// `add` lost the compare-and-set race too many times.
+    /// `add` or `set` lost the compare-and-set race too many times.
     Contention,
+    /// The sum does not fit a 32-bit int (SharedCount's type); nothing was written.
+    Overflow {
+        value: i32,
+        delta: i32,
+    },
     Zk(ZkError),
 }
 
@@ -73,6 +79,7 @@ pub struct Counter {
     /// The latest value seen by the watch task (None until read, or if the data is not an int).
     latest: watch::Sender<Option<Versioned>>,
     watching: Mutex<bool>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -159,7 +166,14 @@ impl Counter {
             *watching = true;
         }
         let counter = self.clone();
-        self.tasks.spawn(async move { counter.watch_loop().await });
+        let owner = format!("counter {}", self.name);
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::CounterWatch,
+            owner,
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            move || counter.clone().watch_loop(),
+        ));
     }
 
     /// Keeps one data watch armed across reconnects and new sessions.
@@ -210,18 +224,17 @@ impl Counter {
     pub async fn set(&self, value: i32) -> Result<Versioned, CounterError> {
         let zk = self.zk().await?;
         // Never overwrite data that is not a SharedCount.
-        let current = self.read(&zk).await?;
-        match zk.set_data(&self.path, &encode(value), Some(current.version)).await {
-            Ok(stat) => Ok(Versioned { value, version: stat.version }),
-            // Changed since our check: the last writer wins anyway, as with Curator's setCount,
-            // but only over an int.
-            Err(ZkError::BadVersion) => {
-                let again = self.read(&zk).await?;
-                let stat = zk.set_data(&self.path, &encode(value), Some(again.version)).await?;
-                Ok(Versioned { value, version: stat.version })
-            },
-            Err(err) => Err(err.into()),
+        // Changed since our check: the last writer wins anyway, as with Curator's setCount, but
+        // only over an int; so re-check and retry, a bounded number of times.
+        for attempt in 0..ADD_ATTEMPTS {
+            let current = self.read(&zk).await?;
+            match zk.set_data(&self.path, &encode(value), Some(current.version)).await {
+                Ok(stat) => return Ok(Versioned { value, version: stat.version }),
+                Err(ZkError::BadVersion) => backoff(attempt).await,
+                Err(err) => return Err(err.into()),
+            }
         }
+        Err(CounterError::Contention)
     }
 
     /// Compare-and-set (Curator's `trySetCount`): succeeds only if the version is `expected`.
@@ -249,19 +262,22 @@ impl Counter {
             if current.version == -1 {
                 return Err(CounterError::VersionOverflow);
             }
-            let value = current.value.wrapping_add(delta);
+            let value =
+                current.value.checked_add(delta).ok_or(CounterError::Overflow { value: current.value, delta })?;
             match zk.set_data(&self.path, &encode(value), Some(current.version)).await {
                 Ok(stat) => return Ok(Versioned { value, version: stat.version }),
-                Err(ZkError::BadVersion) => {
-                    // Back off a little, more each time, so contenders spread out.
-                    let jitter = rand::random_range(0..=(1u64 << attempt.min(6)));
-                    tokio::time::sleep(Duration::from_millis(jitter)).await;
-                },
+                Err(ZkError::BadVersion) => backoff(attempt).await,
                 Err(err) => return Err(err.into()),
             }
         }
         Err(CounterError::Contention)
     }
+}
+
+/// Backs off a little after a lost compare-and-set, more each time, so contenders spread out.
+async fn backoff(attempt: u32) {
+    let jitter = rand::random_range(0..=(1u64 << attempt.min(6)));
+    tokio::time::sleep(Duration::from_millis(jitter)).await;
 }
 
 /// All counters of this process; dynamic ones are created on first use.
@@ -314,6 +330,7 @@ impl CounterService {
             session: self.session.clone(),
             latest: watch::channel(None).0,
             watching: Mutex::new(false),
+            metrics: self.metrics.clone(),
             shutdown: self.shutdown.clone(),
             tasks: self.tasks.clone(),
         });
@@ -328,6 +345,7 @@ impl CounterService {
             Ok(_) => "ok",
             Err(CounterError::VersionMismatch(_)) => "version_mismatch",
             Err(CounterError::Contention) => "contention",
+            Err(CounterError::Overflow { .. }) => "overflow",
             Err(CounterError::Zk(_)) => "zookeeper_error",
             Err(_) => "refused",
         };

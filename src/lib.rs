@@ -11,4 +11,5 @@ pub mod http;
 pub mod metrics;
 pub mod queue;
 pub mod shutdown;
+pub mod supervise;
 pub mod zk;

@@ -46,6 +46,7 @@ pub struct Metrics {
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
     pub counter_operations: IntCounterVec,
+    pub background_task_restarts: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -78,7 +79,19 @@ impl Metrics {
             zk_connection_state.with_label_values(&[state]).set(0);
         }
 
+        let background_task_restarts = IntCounterVec::new(
+            Opts::new(
+                "zkq_background_task_restarts_total",
+                "Background tasks restarted after a panic or an unexpected end (each one is a bug).",
+            ),
+            &["task"],
+        )?;
+        for task in crate::supervise::Task::ALL {
+            background_task_restarts.with_label_values(&[task.as_str()]);
+        }
+
         let metrics = Metrics {
+            background_task_restarts,
             build_info,
             zk_connection_state,
             zk_session_expirations: IntCounter::new(
@@ -229,6 +242,7 @@ impl Metrics {
         r.register(Box::new(self.put_outcome_unknown.clone()))?;
         r.register(Box::new(self.shutdown_duration.clone()))?;
         r.register(Box::new(self.counter_operations.clone()))?;
+        r.register(Box::new(self.background_task_restarts.clone()))?;
         Ok(())
     }
 

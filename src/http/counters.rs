@@ -136,7 +136,11 @@ impl From<CounterError> for ApiError {
             ),
             CounterError::Contention => ApiError::new(
                 ErrorCode::Contention,
-                "too many concurrent writers: the add lost every compare-and-set; retry",
+                "too many concurrent writers: every compare-and-set of this write lost; retry",
+            ),
+            CounterError::Overflow { value, delta } => ApiError::new(
+                ErrorCode::CounterOverflow,
+                format!("{value} + {delta} does not fit the counter's 32-bit int; nothing was written"),
             ),
             CounterError::Zk(zk) => zk.into(),
         }
@@ -192,7 +196,7 @@ pub async fn get_counter(
         (status = 200, description = "The new value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
         (status = 400, description = "Bad name, body or If-Match", body = ErrorBody),
         (status = 404, description = "Unknown counter", body = ErrorBody),
-        (status = 409, description = "Version overflowed to -1, or the node is not a 4-byte int", body = ErrorBody),
+        (status = 409, description = "Version overflowed to -1, the node is not a 4-byte int, or (without If-Match) concurrent writers won every retry", body = ErrorBody),
         (status = 412, description = "Someone changed it first: the current value and version", body = CounterConflict),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         ZookeeperErrors,
@@ -228,7 +232,7 @@ pub async fn set_counter(
         (status = 200, description = "The new value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
         (status = 400, description = "Bad name or body", body = ErrorBody),
         (status = 404, description = "Unknown counter", body = ErrorBody),
-        (status = 409, description = "Contention exhausted the retries, version overflow, or not a 4-byte int", body = ErrorBody),
+        (status = 409, description = "Contention exhausted the retries, the sum does not fit a 32-bit int (`counter_overflow`), version overflow, or not a 4-byte int", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         ZookeeperErrors,
     )

@@ -24,7 +24,8 @@ pub struct ErrorBody {
 /// The answers of every endpoint that talks to ZooKeeper, besides its own.
 #[derive(utoipa::IntoResponses)]
 pub enum ZookeeperErrors {
-    /// ZooKeeper unavailable (no connected session before the request's deadline) or zkq shutting down
+    /// ZooKeeper unavailable (no connected session before the request's deadline), zkq shutting down, or
+    /// more than `api.max_concurrent_requests` requests at once (`overloaded`)
     #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait before retrying")))]
     Unavailable(ErrorBody),
     /// ZooKeeper refused the request (`zookeeper_refused`): an ACL that does not allow zkq, a quota
@@ -53,10 +54,12 @@ pub enum ErrorCode {
     VersionMismatch,
     VersionOverflow,
     Contention,
+    CounterOverflow,
     UnsupportedMediaType,
     MethodNotAllowed,
     PayloadTooLarge,
     QueueFull,
+    Overloaded,
     ZookeeperUnavailable,
     ZookeeperRefused,
     OutcomeUnknown,
@@ -85,10 +88,12 @@ impl ErrorCode {
             VersionMismatch => (StatusCode::PRECONDITION_FAILED, "version_mismatch"),
             VersionOverflow => (StatusCode::CONFLICT, "version_overflow"),
             Contention => (StatusCode::CONFLICT, "contention"),
+            CounterOverflow => (StatusCode::CONFLICT, "counter_overflow"),
             UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
             ZookeeperRefused => (StatusCode::BAD_GATEWAY, "zookeeper_refused"),
             OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
@@ -110,9 +115,11 @@ pub struct ApiError {
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         let retry_after = match code {
-            ErrorCode::QueueFull | ErrorCode::ZookeeperUnavailable | ErrorCode::ShuttingDown | ErrorCode::NotReady => {
-                Some(Duration::from_secs(1))
-            },
+            ErrorCode::QueueFull
+            | ErrorCode::Overloaded
+            | ErrorCode::ZookeeperUnavailable
+            | ErrorCode::ShuttingDown
+            | ErrorCode::NotReady => Some(Duration::from_secs(1)),
             _ => None,
         };
         ApiError { code, message: message.into(), retry_after }

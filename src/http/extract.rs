@@ -57,23 +57,33 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
     }
 }
 
-/// `Json<T>` with JSON errors: 415 without a JSON content type, 400 for bad JSON.
+/// A JSON object body as `T`, with JSON errors: 415 without a JSON content type, 400 for bad
+/// JSON and for anything but an object (serde would read `[1]` as a struct's fields in order).
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Json::<T>::from_request(req, state).await.map(|Json(v)| ApiJson(v)).map_err(|e: JsonRejection| match e {
-            JsonRejection::MissingJsonContentType(_) => ApiError::new(
-                ErrorCode::UnsupportedMediaType,
-                "send the body as JSON with Content-Type: application/json",
-            ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
-            },
-            other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
-        })
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state).await.map_err(json_rejection)?;
+        if !value.is_object() {
+            return Err(ApiError::new(ErrorCode::BadRequest, "bad JSON body: expected a JSON object"));
+        }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {e}")))
+    }
+}
+
+fn json_rejection(e: JsonRejection) -> ApiError {
+    match e {
+        JsonRejection::MissingJsonContentType(_) => {
+            ApiError::new(ErrorCode::UnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
+        },
+        other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
+        },
+        other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
     }
 }
 
@@ -123,6 +133,35 @@ pub fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
+    fn proptest_config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest_config())]
+
+        #[test]
+        fn parsing_any_text_never_panics(text in proptest::prelude::any::<String>(), units in "[0-9msh]{0,24}") {
+            let _ = parse_duration("d", &text);
+            let _ = parse_duration("d", &units);
+        }
+
+        #[test]
+        fn durations_round_trip(h in 0u64..1000, m in 0u64..60, s in 0u64..60, ms in 0u64..1000) {
+            let text = format!("{h}h{m}m{s}s{ms}ms");
+            let expected = Duration::from_millis(((h * 60 + m) * 60 + s) * 1000 + ms);
+            proptest::prop_assert_eq!(parse_duration("d", &text).ok(), Some(expected));
+            proptest::prop_assert_eq!(parse_duration("d", &expected.as_secs().to_string()).ok(), Some(Duration::from_secs(expected.as_secs())));
+        }
+    }
 
     #[test]
     fn durations_follow_the_documented_pattern() {

@@ -102,7 +102,10 @@ pub fn api_router(state: AppState) -> Router {
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit));
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(body_limit, refuse_declared_oversize));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests));
+    let router = router.layer(middleware::from_fn_with_state(in_flight, shed_when_overloaded));
     with_common_layers(router, &state).with_state(state)
 }
 
@@ -139,18 +142,72 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
 }
 
+/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
+/// (long-polls included): shedding keeps memory bounded and answers fast instead of queueing.
+async fn shed_when_overloaded(
+    State(in_flight): State<Arc<tokio::sync::Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match in_flight.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => ApiError::new(
+            ErrorCode::Overloaded,
+            "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
+        )
+        .into_response(),
+    }
+}
+
+/// 413 at once for a body declared (`Content-Length`) larger than the limit, before anything reads
+/// it: hyper sends `100 Continue` only when the body is first read, so a client that sent
+/// `Expect: 100-continue` is told to stop instead of being asked to upload the body.
+async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is larger than {limit} bytes (api.max_message_bytes)"),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// The `method` label: the standard methods, and `other` for any other token a client sends
+/// (a method is free text in HTTP: as a label it would grow the series without bound).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 /// Counts and times every request by route template (never the raw path: bounded labels).
 async fn track_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let request_id = uuid::Uuid::new_v4().simple().to_string();
     let span = tracing::debug_span!("request", id = %request_id, %method, %route);
     let response = next.run(request).instrument(span).await;
     let status = response.status();
-    state.metrics.http_requests.with_label_values(&[&route, &method, status.as_str()]).inc();
-    state.metrics.http_request_duration.with_label_values(&[&route, &method]).observe(started.elapsed().as_secs_f64());
+    state.metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
+    state.metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
     } else {

@@ -34,7 +34,8 @@ pub struct QueuePath {
 pub struct MessagePath {
     #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
     pub queue: String,
-    /// The message's node name, as returned by put (`zkq-message-id`).
+    /// The message's node name, as returned by put (`zkq-message-id`). Characters ZooKeeper refuses in
+    /// node names are refused (400).
     #[param(min_length = 1, max_length = 400)]
     pub message_id: String,
 }
@@ -45,15 +46,18 @@ pub struct MessagePath {
 pub struct PutQuery {
     /// Priority queues only: lower is delivered first (int32, default 0).
     pub priority: Option<i32>,
-    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds); at most
+    /// `api.max_delay` (30 days by default), longer is refused (400).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub delay: Option<String>,
     /// Delay queues only: deliver no earlier than this time, epoch milliseconds. With `delay` too,
-    /// the later of the two applies.
+    /// the later of the two applies. At most `api.max_delay` from now (400 beyond it).
     #[param(minimum = 1)]
     pub deliver_at: Option<i64>,
     /// Id queues only (required there): the message's id; `/` and `|` are stored as `_`, as Curator does.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[^\x00-\x1f\x7f]{1,200}$")]
+    /// Characters ZooKeeper refuses in node names are refused (400): control characters, U+D800–U+F8FF,
+    /// U+FFF0 and above.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$")]
     pub id: Option<String>,
     /// How long to wait for room when the queue is at `max_items` (default 0; longer values are
     /// cut to `take.max_wait`).
@@ -85,7 +89,12 @@ pub struct PeekQuery {
 #[into_params(parameter_in = Query)]
 pub struct RemoveQuery {
     /// Remove every message with this id (id queues); matched after Curator's `/`,`|` → `_`.
-    #[param(required = true, min_length = 1, max_length = 200, pattern = r"^[^\x00-\x1f\x7f]{1,200}$")]
+    #[param(
+        required = true,
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$"
+    )]
     pub id: Option<String>,
 }
 
@@ -151,6 +160,18 @@ pub struct RemovedResponse {
     pub removed: usize,
 }
 
+/// 400 for text ZooKeeper would refuse in a node name (else it answers an error zkq would report as 502).
+fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
+    match crate::queue::names::refused_char(text) {
+        Some(c) => Err(ApiError::invalid(format!(
+            "`{name}` holds {:?} (U+{:04X}), a character ZooKeeper refuses in node names",
+            c,
+            u32::from(c)
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn open(state: &AppState, name: &str) -> Result<std::sync::Arc<Queue>, ApiError> {
     Ok(state.queues.get(name)?)
 }
@@ -179,15 +200,31 @@ pub async fn put_message(
     let queue = open(&state, &path.queue)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     // Both are "not before" bounds: given together, the later one applies.
+    let max_delay = state.config.api.max_delay;
+    let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
+    let now = crate::queue::now_epoch_ms();
     let after_delay = match &query.delay {
         Some(delay) => {
-            let delay_ms = i64::try_from(parse_duration("delay", delay)?.as_millis()).unwrap_or(i64::MAX);
-            Some(crate::queue::now_epoch_ms().saturating_add(delay_ms))
+            let delay = parse_duration("delay", delay)?;
+            if delay > max_delay {
+                return Err(ApiError::invalid(format!(
+                    "`delay` is longer than api.max_delay = {}",
+                    humantime::format_duration(max_delay)
+                )));
+            }
+            let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+            Some(now.saturating_add(delay_ms))
         },
         None => None,
     };
     if query.deliver_at.is_some_and(|at| at <= 0) {
         return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
+    }
+    if query.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
+        return Err(ApiError::invalid(format!(
+            "`deliver_at` is further away than api.max_delay = {}",
+            humantime::format_duration(max_delay)
+        )));
     }
     let deliver_at = after_delay.max(query.deliver_at);
     let options = PutOptions { priority: query.priority, deliver_at, id: query.id, wait };
@@ -299,7 +336,7 @@ pub async fn peek_messages(
     params(MessagePath),
     responses(
         (status = 204, description = "Removed"),
-        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 400, description = "Bad queue name, or a message id with characters ZooKeeper refuses", body = ErrorBody),
         (status = 404, description = "No such message (or it is locked by a consumer)", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -309,6 +346,7 @@ pub async fn remove_message(
     ApiPath(path): ApiPath<MessagePath>,
 ) -> Result<StatusCode, ApiError> {
     let queue = open(&state, &path.queue)?;
+    refuse_characters("message_id", &path.message_id)?;
     queue.remove(&path.message_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -334,6 +372,7 @@ pub async fn remove_by_id(
     let Some(id) = query.id.filter(|id| !id.is_empty()) else {
         return Err(ApiError::invalid("give ?id= to remove every message with that id"));
     };
+    refuse_characters("id", &id)?;
     let removed = queue.remove_by_id(&id).await?;
     Ok(Json(RemovedResponse { removed }))
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
@@ -92,6 +93,8 @@ pub struct ChildrenCache {
     room: Notify,
     /// Ends the lock watches (they hold the session open) when zkq shuts down.
     shutdown: CancellationToken,
+    /// Owns the lock watches.
+    tasks: TaskTracker,
 }
 
 impl ChildrenCache {
@@ -101,6 +104,7 @@ impl ChildrenCache {
         label: String,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
+        tasks: TaskTracker,
     ) -> Arc<ChildrenCache> {
         let state = State { dirty: true, ..State::default() };
         Arc::new(ChildrenCache {
@@ -113,6 +117,7 @@ impl ChildrenCache {
             snapshots: watch::channel(0).0,
             room: Notify::new(),
             shutdown,
+            tasks,
         })
     }
 
@@ -183,27 +188,31 @@ impl ChildrenCache {
         }
         let lock = format!("{lock_dir}/{}", item.name);
         let (cache, zk) = (self.clone(), zk.clone());
-        tokio::spawn(async move {
-            let released = async {
-                loop {
-                    let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
-                    match zk.watch_exists(&lock).await {
-                        Ok((Some(_), watch)) => {
-                            if watch.changed().await == WatchEvent::SessionEnded {
-                                return;
-                            }
-                        },
-                        Ok((None, _)) | Err(_) => return,
+        self.tasks.spawn(crate::supervise::once(
+            crate::supervise::Task::LockWatcher,
+            self.metrics.clone(),
+            async move {
+                let released = async {
+                    loop {
+                        let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                        match zk.watch_exists(&lock).await {
+                            Ok((Some(_), watch)) => {
+                                if watch.changed().await == WatchEvent::SessionEnded {
+                                    return;
+                                }
+                            },
+                            Ok((None, _)) | Err(_) => return,
+                        }
                     }
+                };
+                tokio::select! {
+                    _ = cache.shutdown.cancelled() => return,
+                    _ = released => {},
                 }
-            };
-            tokio::select! {
-                _ = cache.shutdown.cancelled() => return,
-                _ = released => {},
-            }
-            cache.lock().watched_locks.remove(&item.name);
-            cache.reoffer(item);
-        });
+                cache.lock().watched_locks.remove(&item.name);
+                cache.reoffer(item);
+            },
+        ));
     }
 
     /// The snapshot may be missing a node this process created without learning its name:
@@ -386,7 +395,10 @@ impl ChildrenCache {
     }
 
     /// The refresher: keeps the snapshot and the watch alive across reconnects and new sessions.
-    pub async fn run(self: Arc<Self>, session: ZkSession, lock_path: Option<String>, shutdown: CancellationToken) {
+    ///
+    /// On every new session it first ensures the queue node and `dirs` (the lock directory, the
+    /// claim-marker directory), so the first claim of a queue does not pay a failed transaction.
+    pub async fn run(self: Arc<Self>, session: ZkSession, dirs: Vec<String>, shutdown: CancellationToken) {
         let mut status_rx = session.subscribe();
         let mut ensured_generation = 0;
         loop {
@@ -407,8 +419,10 @@ impl ChildrenCache {
             let epoch = session.status().epoch;
             if ensured_generation != zk.generation() {
                 let mut ensured = zk.ensure_path(&self.path).await;
-                if let (Ok(()), Some(lock_path)) = (&ensured, &lock_path) {
-                    ensured = zk.ensure_path(lock_path).await;
+                for dir in &dirs {
+                    if ensured.is_ok() {
+                        ensured = zk.ensure_path(dir).await;
+                    }
                 }
                 match ensured {
                     Ok(()) => ensured_generation = zk.generation(),

@@ -81,6 +81,40 @@ pub fn decode(data: &[u8]) -> Result<Vec<Vec<u8>>, DecodeError> {
 mod tests {
     use super::*;
 
+    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
+    fn proptest_config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest_config())]
+
+        #[test]
+        fn decoding_any_bytes_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let _ = decode(&data);
+        }
+
+        #[test]
+        fn decoding_an_envelope_with_trailing_junk_gives_its_items(
+            items in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..8),
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..32),
+        ) {
+            let mut data = encode(items.iter().map(Vec::as_slice));
+            let valid_len = data.len();
+            for end in 0..valid_len {
+                proptest::prop_assert!(decode(&data[..end]).is_err(), "prefix of {} bytes decoded", end);
+            }
+            data.extend_from_slice(&junk);
+            proptest::prop_assert_eq!(decode(&data), Ok(items));
+        }
+    }
+
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }

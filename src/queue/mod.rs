@@ -25,6 +25,7 @@ pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::Metrics;
+use crate::supervise::{self, Task};
 use crate::zk::{ZkError, ZkSession};
 
 /// Why a queue operation failed.
@@ -169,8 +170,14 @@ impl QueueService {
                 path: target_layout.path,
             }
         });
-        let cache =
-            ChildrenCache::new(kind, path.clone(), name.to_owned(), self.metrics.clone(), self.shutdown.clone());
+        let cache = ChildrenCache::new(
+            kind,
+            path.clone(),
+            name.to_owned(),
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            self.tasks.clone(),
+        );
         let queue = Arc::new(Queue {
             name: name.to_owned(),
             kind,
@@ -193,9 +200,33 @@ impl QueueService {
         for gauge in [&self.metrics.puts_in_flight, &self.metrics.waiting_takers, &self.metrics.queue_children] {
             gauge.with_label_values(&[name]);
         }
-        self.tasks.spawn(cache.run(self.session.clone(), lock_path, self.shutdown.clone()));
-        self.tasks.spawn(queue.clone().run_lease_reaper(self.session.clone(), self.shutdown.clone()));
-        self.tasks.spawn(queue.clone().run_delivery_count_sweeper(self.shutdown.clone()));
+        let (session, shutdown, metrics, owner) =
+            (self.session.clone(), self.shutdown.clone(), self.metrics.clone(), format!("queue {name}"));
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::CacheRefresher,
+            owner.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            {
+                let (cache, session, shutdown) = (cache.clone(), session.clone(), shutdown.clone());
+                let dirs: Vec<String> = lock_path.iter().cloned().chain([self.markers.dir().to_owned()]).collect();
+                move || cache.clone().run(session.clone(), dirs.clone(), shutdown.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::LeaseReaper,
+            owner.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            {
+                let (queue, session, shutdown) = (queue.clone(), session.clone(), shutdown.clone());
+                move || queue.clone().run_lease_reaper(session.clone(), shutdown.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, shutdown.clone(), {
+            let queue = queue.clone();
+            move || queue.clone().run_delivery_count_sweeper(shutdown.clone())
+        }));
         queues.insert(name.to_owned(), queue.clone());
         Ok(queue)
     }

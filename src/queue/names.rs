@@ -95,8 +95,9 @@ fn parse_id(name: &str) -> Option<String> {
 }
 
 fn parse_priority(name: &str) -> Option<i32> {
+    // `get` (never indexing or `split_at`): a foreign name may hold any character here.
     let encoded = name.strip_prefix(QUEUE_PREFIX)?.get(..9)?;
-    let (sign, hex) = encoded.split_at(1);
+    let (sign, hex) = (encoded.get(..1)?, encoded.get(1..)?);
     if !hex.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)) {
         return None;
     }
@@ -147,6 +148,23 @@ pub fn due_time(item: &ItemName) -> i64 {
     }
 }
 
+/// Whether ZooKeeper refuses `c` in a path (`PathUtils.validatePath`, which checks UTF-16 units):
+/// U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF, and every character above U+FFFF
+/// (Java stores those as surrogates, U+D800–U+DFFF).
+pub fn zookeeper_refuses(c: char) -> bool {
+    matches!(u32::from(c), 0x00..=0x1F | 0x7F..=0x9F | 0xD800..=0xF8FF | 0xFFF0..)
+}
+
+/// The first character of `text` that ZooKeeper refuses in a node name, if any.
+pub fn refused_char(text: &str) -> Option<char> {
+    text.chars().find(|&c| zookeeper_refuses(c))
+}
+
+/// Whether `id` may be a `DistributedIdQueue` id: 1 to 200 bytes, none of them refused by ZooKeeper.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && refused_char(id).is_none()
+}
+
 /// Whether `name` can be a child of a queue of `kind` (used to check ids given in URLs).
 pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
     !name.contains('/') && name != "." && name != ".." && parse(kind, name).is_some()
@@ -155,6 +173,95 @@ pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
+    fn proptest_config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        }
+    }
+
+    const KINDS: [QueueKind; 5] =
+        [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple];
+
+    /// Names that look like queue items often: a prefix, a few `|`, hex and digits, any characters.
+    fn item_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("queue-".to_owned()),
+            Just("qn-".to_owned()),
+            Just("|".to_owned()),
+            "[0-9A-F]{1,10}",
+            proptest::char::any().prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 0..6).prop_map(|parts| parts.concat())
+    }
+
+    fn meta_for(kind: QueueKind) -> impl proptest::strategy::Strategy<Value = ItemMeta> {
+        use proptest::prelude::*;
+        match kind {
+            QueueKind::Priority => any::<i32>().prop_map(ItemMeta::Priority).boxed(),
+            QueueKind::Delay => (1i64..=0xFFFF_FFFF_FFFF).prop_map(ItemMeta::DeliverAt).boxed(),
+            QueueKind::Id => "[a-zA-Z0-9 ._é-]{1,20}".prop_map(ItemMeta::Id).boxed(),
+            QueueKind::Fifo | QueueKind::Simple => Just(ItemMeta::Plain).boxed(),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest_config())]
+
+        #[test]
+        fn parsing_any_name_never_panics(name in item_like(), other in proptest::prelude::any::<String>()) {
+            for kind in KINDS {
+                let _ = parse(kind, &name);
+                let _ = parse(kind, &other);
+                let _ = is_item_name(kind, &name);
+            }
+        }
+
+        #[test]
+        fn order_is_a_total_order(names in proptest::collection::vec(item_like(), 3)) {
+            for kind in KINDS {
+                let items: Vec<ItemName> = names
+                    .iter()
+                    .map(|n| format!("{}{n}", if kind == QueueKind::Simple { SIMPLE_PREFIX } else { QUEUE_PREFIX }))
+                    .filter_map(|n| parse(kind, &n))
+                    .collect();
+                for a in &items {
+                    proptest::prop_assert_eq!(compare(kind, a, a), Ordering::Equal);
+                    for b in &items {
+                        proptest::prop_assert_eq!(compare(kind, a, b), compare(kind, b, a).reverse());
+                        for c in &items {
+                            if compare(kind, a, b).is_le() && compare(kind, b, c).is_le() {
+                                proptest::prop_assert!(compare(kind, a, c).is_le());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn put_names_parse_back_to_their_meta(
+            (kind, meta) in proptest::strategy::Strategy::prop_flat_map(proptest::sample::select(KINDS.to_vec()), |k| (proptest::strategy::Just(k), meta_for(k))),
+            sequence in 0i64..=2_147_483_647,
+        ) {
+            let name = format!("{}{sequence:010}", put_prefix(kind, &meta));
+            let parsed = parse(kind, &name);
+            proptest::prop_assert!(parsed.is_some(), "{} did not parse", name);
+            let parsed = parsed.unwrap_or_else(|| unreachable!());
+            let expected = match (&meta, kind) {
+                (ItemMeta::Id(id), _) => ItemMeta::Id(fix_id(id)),
+                (other, _) => other.clone(),
+            };
+            proptest::prop_assert_eq!(parsed.meta, expected);
+            proptest::prop_assert_eq!(parsed.sequence, sequence);
+        }
+    }
 
     #[test]
     fn priority_names_match_curator() {
@@ -243,6 +350,30 @@ mod tests {
             assert_eq!(items[1].sequence, 42);
         }
         assert_eq!(trailing_sequence("queue-0000000042-12"), i64::MAX, "not a split name");
+    }
+
+    #[test]
+    fn foreign_names_with_any_characters_parse_without_panicking() {
+        for name in ["queue-é0000000", "queue-1é0000000", "queue-€", "queue-", "queue-|é|", "queue-||", "qn-é"] {
+            for kind in [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple] {
+                let _ = parse(kind, name);
+                let _ = is_item_name(kind, name);
+            }
+        }
+        assert_eq!(parse(QueueKind::Priority, "queue-é0000000").map(|i| i.meta), Some(ItemMeta::Plain));
+    }
+
+    #[test]
+    fn refused_characters_follow_zookeepers_path_rules() {
+        for bad in ['\u{0}', '\u{1f}', '\u{7f}', '\u{9f}', '\u{e000}', '\u{f8ff}', '\u{fff0}', '\u{ffff}', '😀'] {
+            assert!(zookeeper_refuses(bad), "{:?} must be refused", bad);
+        }
+        for good in ['a', ' ', '~', '\u{a0}', 'é', '\u{f900}', '\u{ffef}'] {
+            assert!(!zookeeper_refuses(good), "{:?} is allowed", good);
+        }
+        assert!(is_valid_id("order 17/é"));
+        assert!(!is_valid_id("tab\there"));
+        assert!(!is_valid_id(""));
     }
 
     #[test]

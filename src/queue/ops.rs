@@ -80,9 +80,11 @@ impl Queue {
                 let id = options.id.clone().ok_or_else(|| {
                     QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.name))
                 })?;
-                if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_control()) {
+                if !names::is_valid_id(&id) {
                     return Err(QueueError::InvalidParameter(
-                        "id must be 1 to 200 characters without control characters".to_owned(),
+                        "id must be 1 to 200 bytes without characters ZooKeeper refuses (control characters, \
+                         U+D800-U+F8FF, U+FFF0 and above)"
+                            .to_owned(),
                     ));
                 }
                 ItemMeta::Id(id)

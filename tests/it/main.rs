@@ -10,6 +10,7 @@ mod counters;
 mod curator;
 mod ensemble;
 mod exactly_once;
+mod hardening;
 mod harness;
 mod leases;
 mod proxy;

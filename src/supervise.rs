@@ -1,0 +1,161 @@
+//! Background tasks that survive their own bugs.
+//!
+//! A background task (a queue's cache refresher, lease reaper, delivery-count sweeper, a counter's
+//! watch) runs until shutdown. If it panics or ends before shutdown, nothing else would ever run
+//! it again and its queue or counter would silently stop working; so it is restarted, with a
+//! capped exponential backoff, logged as an error and counted in
+//! `zkq_background_task_restarts_total{task}`.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// First pause before a restart.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest pause between restarts; a run that lasted longer than this resets the backoff.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Every kind of supervised task: the fixed label set of the restart metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    CacheRefresher,
+    LeaseReaper,
+    DeliveryCountSweeper,
+    LockWatcher,
+    CounterWatch,
+}
+
+impl Task {
+    /// Every task, for exporting each series from the start.
+    pub const ALL: [Task; 5] =
+        [Task::CacheRefresher, Task::LeaseReaper, Task::DeliveryCountSweeper, Task::LockWatcher, Task::CounterWatch];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Task::CacheRefresher => "cache_refresher",
+            Task::LeaseReaper => "lease_reaper",
+            Task::DeliveryCountSweeper => "delivery_count_sweeper",
+            Task::LockWatcher => "lock_watcher",
+            Task::CounterWatch => "counter_watch",
+        }
+    }
+}
+
+/// Runs the task `make` builds until `shutdown`; a run that panics, or returns while `shutdown`
+/// is not cancelled, is logged, counted and started again after a backoff.
+pub async fn until_shutdown<F, Fut>(
+    task: Task,
+    owner: String,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    mut make: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = Instant::now();
+        let outcome = AssertUnwindSafe(make()).catch_unwind().await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let why = match &outcome {
+            Ok(()) => "ended before shutdown".to_owned(),
+            Err(panic) => format!("panicked: {}", panic_message(panic.as_ref())),
+        };
+        if started.elapsed() > MAX_BACKOFF {
+            backoff = FIRST_BACKOFF;
+        }
+        metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
+        tracing::error!(task = task.as_str(), owner = %owner, why = %why,
+            restart_in_ms = backoff.as_millis() as u64, "background task stopped; restarting it (this is a bug)");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {},
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Runs a task that may finish on its own and cannot be rebuilt (one watch on one node): a panic
+/// is caught, logged and counted instead of vanishing with the task.
+pub async fn once<Fut>(task: Task, metrics: Arc<Metrics>, future: Fut)
+where
+    Fut: Future<Output = ()>,
+{
+    if let Err(panic) = AssertUnwindSafe(future).catch_unwind().await {
+        metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
+        tracing::error!(task = task.as_str(), why = %panic_message(panic.as_ref()),
+            "background task panicked (this is a bug)");
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn restarts(metrics: &Metrics, task: Task) -> u64 {
+        metrics.background_task_restarts.with_label_values(&[task.as_str()]).get()
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_restarted_and_counted() {
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        let shutdown = CancellationToken::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let healthy = Arc::new(tokio::sync::Notify::new());
+        let supervised =
+            tokio::spawn(until_shutdown(Task::CacheRefresher, "q".into(), metrics.clone(), shutdown.clone(), {
+                let (runs, healthy, shutdown) = (runs.clone(), healthy.clone(), shutdown.clone());
+                move || {
+                    let (runs, healthy, shutdown) = (runs.clone(), healthy.clone(), shutdown.clone());
+                    async move {
+                        match runs.fetch_add(1, Ordering::SeqCst) {
+                            0 => panic!("first run fails"),
+                            1 => {}, // ends early: also a restart
+                            _ => {
+                                healthy.notify_one();
+                                shutdown.cancelled().await;
+                            },
+                        }
+                    }
+                }
+            }));
+        tokio::time::timeout(Duration::from_secs(10), healthy.notified()).await.expect("third run starts");
+        assert_eq!(restarts(&metrics, Task::CacheRefresher), 2);
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), supervised).await.expect("stops on shutdown").expect("join");
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "not restarted after shutdown");
+        assert_eq!(restarts(&metrics, Task::LeaseReaper), 0);
+    }
+
+    #[tokio::test]
+    async fn a_one_shot_task_that_panics_is_counted() {
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        once(Task::LockWatcher, metrics.clone(), async { panic!("boom") }).await;
+        once(Task::LockWatcher, metrics.clone(), async {}).await;
+        assert_eq!(restarts(&metrics, Task::LockWatcher), 1);
+    }
+}

@@ -1,0 +1,339 @@
+//! Hardening: no node in ZooKeeper and no HTTP request can wedge, bloat or mislead zkq.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use zkq::config::QueueKind;
+
+use crate::harness::*;
+
+/// A child whose name has a multi-byte character right after `queue-` used to panic the
+/// priority parser inside the cache refresher: takes then waited 10 s and answered 204.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_non_ascii_child_does_not_wedge_a_priority_queue() {
+    let zk = ZkServer::shared();
+    let root = unique_root("foreign-utf8");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "p", QueueKind::Priority, None, None);
+    let direct = zk_client(zk).await;
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for path in
+        [root.clone(), format!("{root}/queues"), format!("{root}/queues/p"), format!("{root}/queues/p/queue-é0000000")]
+    {
+        direct.create(&path, b"foreign", &persistent).await.expect("create");
+    }
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("p", b"before").await;
+
+    let started = Instant::now();
+    assert_eq!(zkq.take_body("p", "0s").await.as_deref(), Some(b"before".as_slice()));
+    let took = started.elapsed();
+    println!("take with wait=0s next to the foreign node answered in {took:?}");
+    assert!(took < Duration::from_secs(5), "take with wait=0s took {took:?}");
+
+    let peek = zkq.http.get(zkq.url("/v1/queues/p/messages?limit=10")).send().await.expect("peek");
+    assert_eq!(peek.status(), 200, "peek next to a foreign node");
+
+    for (priority, body) in [(5, "five"), (-3, "minus three"), (0, "zero")] {
+        let put = zkq
+            .http
+            .post(zkq.url(&format!("/v1/queues/p/messages?priority={priority}")))
+            .body(body)
+            .send()
+            .await
+            .expect("put");
+        assert_eq!(put.status(), 201);
+    }
+    for expected in ["minus three", "zero", "five"] {
+        let started = Instant::now();
+        assert_eq!(zkq.take_body("p", "0s").await.as_deref(), Some(expected.as_bytes()));
+        assert!(started.elapsed() < Duration::from_secs(5), "take took {:?}", started.elapsed());
+    }
+    // A message only the refresher can see: written by another producer, straight to ZooKeeper.
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let envelope = zkq::queue::envelope::encode([b"from elsewhere".as_slice()]);
+    direct.create(&format!("{root}/queues/p/queue-100000001"), &envelope, &sequential).await.expect("put elsewhere");
+    let started = Instant::now();
+    assert_eq!(zkq.take_body("p", "2s").await.as_deref(), Some(b"from elsewhere".as_slice()));
+    println!("a message put elsewhere was taken after {:?}", started.elapsed());
+    assert_eq!(zkq.take_body("p", "0s").await, None);
+    let remaining = children(&direct, &format!("{root}/queues/p")).await;
+    assert_eq!(remaining, ["queue-é0000000"], "takes skip the node and leave it in place");
+    // Asked for by name, it is removed like any other queue- node.
+    let deleted = zkq.http.delete(zkq.url("/v1/queues/p/messages/queue-%C3%A90000000")).send().await.expect("delete");
+    assert_eq!(deleted.status(), 204, "{}", deleted.text().await.unwrap_or_default());
+    assert!(children(&direct, &format!("{root}/queues/p")).await.is_empty());
+    assert!(zkq.metrics().await.contains("zkq_background_task_restarts_total{task=\"cache_refresher\"} 0"));
+}
+
+/// Series lines (not comments) in a `/metrics` answer.
+fn series_count(text: &str) -> usize {
+    text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count()
+}
+
+/// Methods and paths are free text: as metric labels they must map onto fixed sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_methods_and_paths_do_not_grow_the_metric_series() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("series"))).await;
+    let send = |base: String, method: String, path: String| {
+        let http = zkq.http.clone();
+        async move {
+            let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method token");
+            http.request(method, format!("{base}{path}")).send().await.expect("request").status().as_u16()
+        }
+    };
+    // One of each kind first, so every label value the flood can produce exists already.
+    for base in [zkq.api.clone(), zkq.admin.clone()] {
+        for (method, path) in
+            [("MWARM", "/livez"), ("MWARM", "/nowhere"), ("GET", "/nowhere/else"), ("MWARM", "/v1/queues/warm")]
+        {
+            send(base.clone(), method.to_owned(), path.to_owned()).await;
+        }
+    }
+    zkq.metrics().await; // the scrape's own series
+    let before_text = zkq.metrics().await;
+    let before = series_count(&before_text);
+    let per_kind = 1500;
+    for base in [zkq.api.clone(), zkq.admin.clone()] {
+        let requests = (0..per_kind).flat_map(|i| {
+            [
+                (format!("M{i:06}"), "/livez".to_owned()),
+                (format!("M{i:06}"), format!("/v1/queues/{i}")),
+                ("GET".to_owned(), format!("/no/such/{i}")),
+            ]
+        });
+        let statuses: Vec<u16> =
+            futures::stream::iter(requests.map(|(m, p)| send(base.clone(), m, p))).buffer_unordered(16).collect().await;
+        assert!(statuses.iter().all(|s| *s == 404 || *s == 405), "only 404/405 expected");
+    }
+    let after_text = zkq.metrics().await;
+    let after = series_count(&after_text);
+    let names = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(n, _)| n.to_owned())
+            .collect()
+    };
+    let added: Vec<String> = names(&after_text).difference(&names(&before_text)).take(10).cloned().collect();
+    println!("metric series: {before} before, {after} after {} requests with distinct methods and paths", 6 * per_kind);
+    assert_eq!(before, after, "the flood must not add series; some added: {added:#?}");
+}
+
+/// Characters ZooKeeper refuses are bad input (400), not a ZooKeeper failure (502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn characters_zookeeper_refuses_and_far_delays_are_bad_input() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("refused-chars"));
+    declare(&mut config, "ids", QueueKind::Id, None, None);
+    declare(&mut config, "later", QueueKind::Delay, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let expect_400 = |response: reqwest::Response, what: &'static str| async move {
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        assert_eq!((status, body["code"].as_str()), (400, Some("invalid_parameter")), "{what}: {body}");
+    };
+    for id in ["%EE%80%80", "%01", "%C2%85", "%EF%BF%B0", "%F0%9F%98%80"] {
+        let put = zkq.http.post(zkq.url(&format!("/v1/queues/ids/messages?id=a{id}b"))).body("x").send().await;
+        expect_400(put.expect("put"), "put with a refused id").await;
+        let remove = zkq.http.delete(zkq.url(&format!("/v1/queues/ids/messages?id=a{id}b"))).send().await;
+        expect_400(remove.expect("remove by id"), "remove by a refused id").await;
+        let remove =
+            zkq.http.delete(zkq.url(&format!("/v1/queues/ids/messages/queue-|a{id}b|0000000000"))).send().await;
+        expect_400(remove.expect("remove"), "remove a message id with a refused character").await;
+    }
+    let put = zkq.http.post(zkq.url("/v1/queues/ids/messages?id=caf%C3%A9%20%E2%82%AC")).body("ok").send().await;
+    assert_eq!(put.expect("put").status(), 201, "ordinary non-ASCII ids are fine");
+
+    let far = zkq::queue::now_epoch_ms() + 31 * 24 * 3600 * 1000;
+    let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=744h")).body("x").send().await;
+    expect_400(put.expect("put"), "delay of 31 days").await;
+    let put = zkq.http.post(zkq.url(&format!("/v1/queues/later/messages?deliver_at={far}"))).body("x").send().await;
+    expect_400(put.expect("put"), "deliver_at in 31 days").await;
+    let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=719h")).body("x").send().await;
+    assert_eq!(put.expect("put").status(), 201, "within 30 days");
+}
+
+/// A declared path with a character ZooKeeper refuses stops zkq at startup, naming the key.
+#[test]
+fn declared_paths_with_refused_characters_exit_64() {
+    for (section, key) in [("queues.q", "path"), ("queues.q", "lock_path"), ("counters.c", "path")] {
+        let file = std::env::temp_dir().join(format!("zkq-refused-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&file, format!("[{section}]\n{key} = \"/app/x\\uE000\"\n")).expect("write config");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkq"))
+            .arg("--config")
+            .arg(&file)
+            .arg("check-config")
+            .output()
+            .expect("runs");
+        let _ = std::fs::remove_file(&file);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{section}.{key}: {stderr}");
+        assert!(stderr.contains(&format!("{section}.{key}")) && stderr.contains("U+E000"), "{stderr}");
+    }
+}
+
+/// Sends raw bytes and returns what the server answered until it closed or `until` appeared.
+async fn raw_exchange(addr: &str, request: &[u8], until: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+        }
+        if String::from_utf8_lossy(&answer).contains(until) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A body declared too large is refused before the client uploads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_with_an_oversized_length_gets_413_at_once() {
+    let zk = ZkServer::shared();
+    let config = test_config(zk, &unique_root("expect"));
+    let max = config.api.max_message_bytes;
+    let zkq = TestZkq::start_ready(config).await;
+    let addr = zkq.api.trim_start_matches("http://").to_owned();
+    let request = format!(
+        "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        max + 1
+    );
+    let answer = raw_exchange(&addr, request.as_bytes(), "}").await;
+    let status_line = answer.lines().next().unwrap_or("");
+    assert!(status_line.starts_with("HTTP/1.1 413"), "expected an immediate 413, got {answer:?}");
+    assert!(answer.contains("\"code\":\"payload_too_large\""), "{answer}");
+}
+
+/// Counter answers: no 500 when unconditional sets race, no silent wrap, only JSON objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_writes_race_overflow_and_odd_bodies_answer_documented_errors() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("counter-edges"))).await;
+    let url = zkq.url("/v1/counters/c");
+    let writers = (0..8).map(|w| {
+        let (http, url) = (zkq.http.clone(), url.clone());
+        async move {
+            let mut statuses = Vec::new();
+            for i in 0..40 {
+                let response = http
+                    .put(&url)
+                    .header("If-Match", "*")
+                    .json(&serde_json::json!({"value": w * 1000 + i}))
+                    .send()
+                    .await
+                    .expect("set");
+                let status = response.status().as_u16();
+                if status != 200 {
+                    statuses.push((status, response.text().await.unwrap_or_default()));
+                }
+            }
+            statuses
+        }
+    });
+    let failures: Vec<(u16, String)> = futures::future::join_all(writers).await.into_iter().flatten().collect();
+    assert!(
+        failures.iter().all(|(status, body)| *status == 409 && body.contains("\"contention\"")),
+        "racing unconditional sets: {failures:?}"
+    );
+
+    let set = zkq.http.put(&url).json(&serde_json::json!({"value": i32::MAX})).send().await.expect("set");
+    assert_eq!(set.status(), 200);
+    let add = zkq.http.post(format!("{url}/add")).json(&serde_json::json!({"delta": 1})).send().await.expect("add");
+    let status = add.status().as_u16();
+    let body: serde_json::Value = add.json().await.expect("json");
+    assert_eq!((status, body["code"].as_str()), (409, Some("counter_overflow")), "{body}");
+    let read: serde_json::Value = zkq.http.get(&url).send().await.expect("get").json().await.expect("json");
+    assert_eq!(read["value"], i32::MAX, "nothing written");
+
+    for body in ["[1]", "1", "\"x\"", "null"] {
+        let add = zkq
+            .http
+            .post(format!("{url}/add"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("add");
+        assert_eq!(add.status(), 400, "body {body}");
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Slow and idle connections on both listeners neither starve `/livez` and the API nor grow memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_do_not_starve_or_bloat_zkq() {
+    use tokio::io::AsyncWriteExt;
+    let zk = ZkServer::shared();
+    let env = [
+        ("ZKQ__API__HEADER_READ_TIMEOUT", "2s"),
+        ("ZKQ__ADMIN__HEADER_READ_TIMEOUT", "2s"),
+        ("ZKQ__API__MAX_CONNECTIONS", "256"),
+        ("ZKQ__ADMIN__MAX_CONNECTIONS", "64"),
+    ];
+    let zkq = ChildZkq::start(zk, &unique_root("slowloris"), &env).await;
+    let pid = zkq.pid();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let before = rss_kib(pid);
+    let per_listener = 1000;
+    let mut held = Vec::new();
+    for base in [&zkq.api, &zkq.admin] {
+        let addr = base.trim_start_matches("http://").to_owned();
+        for i in 0..per_listener {
+            let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else { continue };
+            // Half send one header line and stop (slowloris), half send nothing (idle).
+            if i % 2 == 0 {
+                let _ = stream.write_all(b"GET /livez HTTP/1.1\r\nX-Slow: 1\r\n").await;
+            }
+            held.push(stream);
+        }
+    }
+    let during = rss_kib(pid);
+    let started = Instant::now();
+    let livez = http.get(format!("{}/livez", zkq.admin)).send().await.expect("livez");
+    let livez_took = started.elapsed();
+    let started = Instant::now();
+    let api = http.get(format!("{}/v1/queues", zkq.api)).send().await.expect("api");
+    let api_took = started.elapsed();
+    println!(
+        "{} slow/idle connections ({} per listener): RSS {before} KiB before, {during} KiB during; \
+         /livez answered in {livez_took:?}, GET /v1/queues in {api_took:?}",
+        held.len(),
+        per_listener
+    );
+    assert_eq!(livez.status(), 200);
+    assert_eq!(api.status(), 200);
+    assert!(livez_took < Duration::from_secs(10), "/livez starved for {livez_took:?}");
+    assert!(api_took < Duration::from_secs(10), "the API starved for {api_took:?}");
+    assert!(during < before + 64 * 1024, "RSS grew from {before} KiB to {during} KiB");
+    // The server ends a connection whose headers do not arrive in time (else it holds it forever).
+    use tokio::io::AsyncReadExt;
+    let mut slow = held.swap_remove(0);
+    let mut buf = [0u8; 512];
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {},
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a slowloris connection was still open after 20 s");
+}
