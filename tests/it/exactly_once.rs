@@ -446,3 +446,75 @@ async fn a_retried_ack_of_a_put_multi_item_that_applied_answers_204() {
     rest.sort();
     assert_eq!(rest, ["b"], "b delivered once, a never again");
 }
+
+/// Killing the server zkq is connected to: zkq moves to another server within the same session,
+/// so readiness comes back without waiting for the session timeout and a lease taken before the
+/// kill is acked afterwards. Prints how long `/readyz` answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_connected_server_keeps_the_session_and_its_leases() {
+    let ensemble = tokio::task::block_in_place(ZkEnsemble::start);
+    let root = unique_root("eo-kill");
+    let mut config = test_config(&ensemble, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"held").await;
+    let leased = lease(&zkq.http, &zkq.api, "q", "wait=5s&visibility=60s").await;
+    assert_eq!(leased.status, 200);
+    let handle = zkq.running.as_ref().expect("running").session.clone();
+    let before = handle.status();
+    let session = before.session_id;
+    let server = ensemble.server_of_session(session).expect("the server of zkq's session");
+    let mut status = handle.subscribe();
+    let killed = Instant::now();
+    tokio::task::block_in_place(|| ensemble.kill(server));
+    // Reconnected: a new epoch, connected again.
+    tokio::time::timeout(SOON, status.wait_for(|s| s.epoch > before.epoch && s.state.is_connected()))
+        .await
+        .expect("zkq reconnected")
+        .expect("session alive");
+    let not_ready = killed.elapsed();
+    zkq.wait_ready().await;
+    println!("killing the connected server: /readyz answered 503 for at most {not_ready:?}");
+    assert!(not_ready < Duration::from_secs(15), "back before the 20 s session could expire: {not_ready:?}");
+    let status = zkq.running.as_ref().expect("running").session.status();
+    assert_eq!(status.session_id, session, "the same session, on another server");
+    let acked = ack(&zkq.http, &zkq.api, "q", &leased.receipt).await;
+    assert_eq!((acked.status, acked.code.as_str()), (204, ""), "a lease survives a server kill");
+    assert_eq!(take(&zkq.http, &zkq.api, "q", "0s").await.status, 204);
+}
+
+/// A take's claim applies just as its HTTP client gives up, so the message must be put back;
+/// zkq is stopped at that very moment. Shutdown waits for the put-back before it closes the
+/// session: once `stop` returns, the message is in ZooKeeper again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_the_put_back_of_a_message_whose_taker_left() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-put-back");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = config_via(&proxy, &root);
+    config.shutdown.grace = Duration::from_secs(30); // the proxy delays every reply, pings included
+    let a = TestZkq::start_ready(config).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    a.put_ok("q", b"precious").await;
+
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().expect("client");
+    let url = a.url("/v1/queues/q/take?wait=5s");
+    let gave_up = tokio::spawn(async move { impatient.post(url).send().await.is_err() });
+    tokio::time::timeout(SOON, held.held()).await.expect("A's claim was sent");
+    assert!(gave_up.await.expect("join"), "the HTTP client gave up while the claim was held");
+    // The claim applies; its answer and the put-back's answer come back slowly.
+    proxy.delay_replies(Duration::from_millis(300));
+    held.release_deliver();
+    assert!(a.stop().await, "shutdown finished within its grace");
+
+    let direct = zk_client(zk).await;
+    let queue = format!("{root}/queues/q");
+    let mut bodies = Vec::new();
+    for name in children(&direct, &queue).await {
+        let (data, _) = direct.get_data(&format!("{queue}/{name}")).await.expect("data");
+        bodies.extend(zkq::queue::envelope::decode(&data).expect("envelope"));
+    }
+    assert_eq!(bodies, [b"precious".to_vec()], "the message was put back, once");
+}
