@@ -140,6 +140,7 @@ impl Counter {
         self.start_watching();
         let deadline = Instant::now() + wait;
         let mut rx = self.latest.subscribe();
+        let _waiting = crate::metrics::GaugeGuard::new(self.metrics.counter_waiting_polls.clone());
         loop {
             let seen = *rx.borrow_and_update();
             if let Some(current) = seen

@@ -46,6 +46,7 @@ pub struct Metrics {
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
     pub counter_operations: IntCounterVec,
+    pub counter_waiting_polls: IntGauge,
     pub background_task_restarts: IntCounterVec,
 }
 
@@ -205,6 +206,10 @@ impl Metrics {
                 Opts::new("zkq_counter_operations_total", "Shared counter operations by operation and outcome."),
                 &["operation", "outcome"],
             )?,
+            counter_waiting_polls: IntGauge::new(
+                "zkq_counter_waiting_polls",
+                "Counter long-polls (GET with wait and after_version) waiting for a change.",
+            )?,
             shutdown_duration: Histogram::with_opts(
                 HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
@@ -242,6 +247,7 @@ impl Metrics {
         r.register(Box::new(self.put_outcome_unknown.clone()))?;
         r.register(Box::new(self.shutdown_duration.clone()))?;
         r.register(Box::new(self.counter_operations.clone()))?;
+        r.register(Box::new(self.counter_waiting_polls.clone()))?;
         r.register(Box::new(self.background_task_restarts.clone()))?;
         Ok(())
     }

@@ -107,7 +107,10 @@ async fn long_poll_wakes_on_a_curator_set_count() {
             (body, started.elapsed())
         });
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(Duration::from_secs(20), "five polls waiting", || async {
+        zkq.metrics().await.contains("zkq_counter_waiting_polls 5")
+    })
+    .await;
     Curator::run(zk, &["count", "set", &format!("{root}/counters/flag"), "42"]).await;
     while let Some(result) = waiters.join_next().await {
         let (body, took) = result.expect("waiter");
