@@ -18,4 +18,6 @@ fi
 # Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools).
 ./scripts/check-deploy.sh
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
-cargo test --locked --lib --bins --tests "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"
+# The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
+# tests/tiers.rs fail should the feature ever be missing.
+ZKQ_INTEGRATION=1 cargo test --locked --features integration --lib --bins --tests "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"
