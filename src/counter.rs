@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn encoding_matches_curators_shared_count() {
-        // curator-format.md §6: seed 258 -> 00000102, setCount(-2) -> fffffffe.
+        // docs/curator-format.md §6: seed 258 -> 00000102, setCount(-2) -> fffffffe.
         assert_eq!(encode(258), [0, 0, 1, 2]);
         assert_eq!(encode(-2), [0xff, 0xff, 0xff, 0xfe]);
         assert_eq!(decode(&[0xff, 0xff, 0xff, 0xfe]), Ok(-2));

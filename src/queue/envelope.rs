@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn matches_curators_verified_bytes() {
-        // Observed with Curator 5.4.0 (curator-format.md §1.2).
+        // Observed with Curator 5.4.0 (docs/curator-format.md §1.2).
         assert_eq!(hex(&encode([b"hi".as_slice()])), "000100010100000002686902");
         assert_eq!(hex(&encode([b"".as_slice()])), "00010001010000000002");
         assert_eq!(hex(&encode([b"a".as_slice(), b"bc".as_slice()])), "000100010100000001610100000002626302");

@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn priority_names_match_curator() {
-        // curator-format.md §2 worked examples.
+        // docs/curator-format.md §2 worked examples.
         assert_eq!(priority_to_string(i32::MIN), "080000000");
         assert_eq!(priority_to_string(-255), "0FFFFFF01");
         assert_eq!(priority_to_string(-1), "0FFFFFFFF");

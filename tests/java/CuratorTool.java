@@ -423,7 +423,7 @@ public final class CuratorTool {
 
         @Override
         public void stateChanged(CuratorFramework client, ConnectionState newState) {
-            // Never called by Curator 5.x (the queue does not register its consumer), see curator-format.md §1.11.
+            // Never called by Curator 5.x (the queue does not register its consumer), see docs/curator-format.md §1.11.
         }
 
         /** Wait until target reached (and its node fully processed) or the deadline; then stop. */
