@@ -11,6 +11,11 @@
 //! Sizes can be scaled down with ZKQ_BENCH_SCALE=0.1 for a quick run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "tests drive ZooKeeper and read their environment directly"
+)]
 
 #[path = "../tests/it/harness.rs"]
 mod harness;

@@ -4,6 +4,8 @@
 //! [`Config::validate`] before any port is bound or ZooKeeper is contacted; a failure names
 //! the key, the offending value and what is allowed, and `main` exits with status 64.
 
+#![allow(clippy::disallowed_methods, reason = "src/config.rs owns the environment")]
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;

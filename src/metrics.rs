@@ -4,6 +4,8 @@
 //! Label values are bounded: `queue` takes only configured names plus at most
 //! `max_dynamic_queues` dynamic ones, and everything else is a fixed set.
 
+#![allow(clippy::disallowed_types, reason = "src/metrics.rs owns the metrics registry")]
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,

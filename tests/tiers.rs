@@ -12,5 +12,7 @@ fn the_integration_tier_is_never_skipped_when_it_was_asked_for() {
         std::env::var_os("ZKQ_INTEGRATION").is_none(),
         "ZKQ_INTEGRATION is set but the `integration` feature is not: the integration tests would not run"
     );
-    eprintln!("integration tests (tests/it) skipped: run ./scripts/test.sh, which installs ZooKeeper, Curator and kazoo");
+    eprintln!(
+        "integration tests (tests/it) skipped: run ./scripts/test.sh, which installs ZooKeeper, Curator and kazoo"
+    );
 }

@@ -3,6 +3,8 @@
 //! Two listeners: the API (queues; loopback by default, for the app in the pod) and the admin
 //! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus).
 
+#![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
+
 mod admin;
 pub mod counters;
 pub mod error;

@@ -83,6 +83,7 @@ mod tests {
 
     /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
     fn proptest_config() -> proptest::test_runner::Config {
+        #[allow(clippy::disallowed_methods, reason = "a longer property search is asked for in the environment")]
         let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
         proptest::test_runner::Config {
             cases,

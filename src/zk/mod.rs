@@ -1,6 +1,8 @@
 //! Everything that touches the ZooKeeper client crate: the supervised session, calls with
 //! deadlines, and the classification of errors. No other module imports `zookeeper_client`.
 
+#![allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "src/zk/ owns the ZooKeeper client")]
+
 mod client;
 mod error;
 mod session;

@@ -1,7 +1,12 @@
 //! Integration tests against real ZooKeeper servers (Debian's package) and the real Curator jars.
 //! One test binary: each module is one area.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed expectation is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "tests drive ZooKeeper and read their environment directly"
+)] // a failed expectation is a failed test
 
 mod chaos;
 mod cli;
