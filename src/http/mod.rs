@@ -111,10 +111,15 @@ pub fn api_router(state: AppState) -> Router {
     with_common_layers(router, &state).with_state(state)
 }
 
-/// Request metrics and ids outermost, then a panic guard that still answers in the API's shape.
+/// Request ids outermost (an incoming `x-request-id` is kept, else one is made; either way it is
+/// echoed and every log line of the request carries it), then request metrics, then a panic guard
+/// that still answers in the API's shape.
 fn with_common_layers(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
     router.layer(
         tower::ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(PropagateRequestIdLayer::x_request_id())
             .layer(middleware::from_fn_with_state(state.clone(), track_requests))
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response)),
     )
@@ -204,8 +209,9 @@ async fn track_requests(State(state): State<AppState>, request: Request, next: N
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = method_label(request.method());
     let started = Instant::now();
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
-    let span = tracing::debug_span!("request", id = %request_id, %method, %route);
+    // Set (kept or made) by the request-id layer; every log line of the request carries it.
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let span = tracing::info_span!("request", id = %request_id, %method, %route);
     let response = next.run(request).instrument(span).await;
     let status = response.status();
     state.metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
@@ -214,10 +220,6 @@ async fn track_requests(State(state): State<AppState>, request: Request, next: N
         tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
     } else {
         tracing::debug!(request = %request_id, %method, %route, status = status.as_u16(), "request served");
-    }
-    let mut response = response.into_response();
-    if let Ok(value) = axum::http::HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("x-request-id", value);
     }
     response
 }

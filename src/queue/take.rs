@@ -98,17 +98,22 @@ impl Queue {
         }
         let (tx, rx) = oneshot::channel();
         let queue = self.clone();
-        self.background.spawn(async move {
-            let mut tx = tx;
-            let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
-            if let Err(Ok(Some((message, grant)))) = tx.send(result) {
-                // The caller left after the message was claimed: give it back.
-                match grant {
-                    Some(grant) => queue.abandon_lease(&grant.receipt).await,
-                    None => queue.put_back(message).await,
+        // The claim runs apart from the request; its log lines still carry the request's id.
+        let span = tracing::Span::current();
+        self.background.spawn(tracing::Instrument::instrument(
+            async move {
+                let mut tx = tx;
+                let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
+                if let Err(Ok(Some((message, grant)))) = tx.send(result) {
+                    // The caller left after the message was claimed: give it back.
+                    match grant {
+                        Some(grant) => queue.abandon_lease(&grant.receipt).await,
+                        None => queue.put_back(message).await,
+                    }
                 }
-            }
-        });
+            },
+            span,
+        ));
         rx.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 

@@ -180,3 +180,23 @@ async fn schemathesis_finds_nothing_against_a_live_zkq() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_kept_or_made_and_echoed_on_both_listeners() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("request-id"))).await;
+    let put = zkq.http.post(zkq.url("/v1/queues/q/messages")).header("x-request-id", "app-42").body("x").send();
+    let put = put.await.expect("put");
+    assert_eq!(put.status(), 201);
+    assert_eq!(put.headers()["x-request-id"], "app-42", "an incoming id is kept");
+    let error = zkq.http.post(zkq.url("/v1/queues/q/take?wait=soon")).header("x-request-id", "app-43").send();
+    assert_eq!(error.await.expect("take").headers()["x-request-id"], "app-43", "errors echo it too");
+    let mut made = Vec::new();
+    for url in [zkq.url("/v1/queues/q"), format!("{}/livez", zkq.admin)] {
+        let response = zkq.http.get(url).send().await.expect("get");
+        let id = response.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        assert_eq!(id.len(), 36, "a UUID is made when the client sends none: {id:?}");
+        made.push(id);
+    }
+    assert_ne!(made[0], made[1]);
+}
