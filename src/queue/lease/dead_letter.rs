@@ -63,15 +63,15 @@ impl Queue {
             ops.pop();
             result = self.apply_txn(zk, &ops, &parents).await;
         }
-        let applied = match result {
-            Ok(_) => true,
+        match result {
+            Ok(_) => {},
             Err(err) => match (err.error, err.index) {
                 (ZkError::NodeExists, Some(1)) => return Ok(LeaseClaim::Locked),
                 (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(LeaseClaim::Lost),
                 (ZkError::OutcomeUnknown, _) => {
                     let deadline = tokio::time::Instant::now() + self.session.request_timeout();
                     match self.markers.outcome(&marker, deadline).await {
-                        Outcome::Applied => true,
+                        Outcome::Applied => {},
                         Outcome::NotApplied => return Err(ZkError::Unavailable),
                         // Either way nothing is lost (it is here or there); a later read tells.
                         Outcome::Unknown(_) => {
@@ -82,14 +82,12 @@ impl Queue {
                 },
                 (error, _) => return Err(error),
             },
-        };
-        if applied {
-            self.markers.applied(marker);
-            self.cache.removed_local();
-            self.metrics.messages_dead_lettered.with_label_values(&[&self.name]).inc();
-            tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
-                "moved a message to the dead-letter queue");
         }
+        self.markers.applied(marker);
+        self.cache.removed_local();
+        self.metrics.messages_dead_lettered.with_label_values(&[&self.name]).inc();
+        tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+            "moved a message to the dead-letter queue");
         Ok(LeaseClaim::Lost)
     }
 }
