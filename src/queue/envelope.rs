@@ -81,20 +81,9 @@ pub fn decode(data: &[u8]) -> Result<Vec<Vec<u8>>, DecodeError> {
 mod tests {
     use super::*;
 
-    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
-    fn proptest_config() -> proptest::test_runner::Config {
-        #[allow(clippy::disallowed_methods, reason = "a longer property search is asked for in the environment")]
-        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
-        proptest::test_runner::Config {
-            cases,
-            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
-            failure_persistence: None,
-            ..proptest::test_runner::Config::default()
-        }
-    }
 
     proptest::proptest! {
-        #![proptest_config(proptest_config())]
+        #![proptest_config(crate::test_support::proptest_config())]
 
         #[test]
         fn decoding_any_bytes_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {

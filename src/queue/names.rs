@@ -174,17 +174,6 @@ pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Fixed seed and no failure files: the same cases on every run. `PROPTEST_CASES=100000` runs longer.
-    fn proptest_config() -> proptest::test_runner::Config {
-        #[allow(clippy::disallowed_methods, reason = "a longer property search is asked for in the environment")]
-        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
-        proptest::test_runner::Config {
-            cases,
-            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_2026),
-            failure_persistence: None,
-            ..proptest::test_runner::Config::default()
-        }
-    }
 
     const KINDS: [QueueKind; 5] =
         [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple];
@@ -213,7 +202,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest_config())]
+        #![proptest_config(crate::test_support::proptest_config())]
 
         #[test]
         fn parsing_any_name_never_panics(name in item_like(), other in proptest::prelude::any::<String>()) {
