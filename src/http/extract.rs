@@ -134,7 +134,6 @@ pub fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
 mod tests {
     use super::*;
 
-
     proptest::proptest! {
         #![proptest_config(crate::test_support::proptest_config())]
 

@@ -183,25 +183,16 @@ impl ClaimMarkers {
     /// Removes markers older than [`STALE_AFTER`] (left by a process that died mid-claim):
     /// at start and every [`SWEEP_EVERY`].
     pub async fn run_stale_sweeper(&self, shutdown: CancellationToken) {
-        loop {
-            let far = Instant::now() + Duration::from_secs(3600);
-            let zk = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                zk = self.session.connected(far) => zk,
-            };
-            if let Ok(zk) = zk {
-                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let session = self.session.clone();
+        session
+            .periodically(SWEEP_EVERY, &shutdown, |zk| async move {
                 match self.sweep_stale(&zk).await {
                     Ok(0) => {},
                     Ok(n) => tracing::info!(removed = n, "removed claim markers left by a stopped zkq"),
                     Err(err) => tracing::debug!(error = %err, "claim marker sweep failed"),
                 }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(SWEEP_EVERY) => {},
-            }
-        }
+            })
+            .await;
     }
 
     async fn sweep_stale(&self, zk: &Zk) -> Result<usize, ZkError> {

@@ -81,7 +81,6 @@ pub fn decode(data: &[u8]) -> Result<Vec<Vec<u8>>, DecodeError> {
 mod tests {
     use super::*;
 
-
     proptest::proptest! {
         #![proptest_config(crate::test_support::proptest_config())]
 

@@ -174,7 +174,6 @@ pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
 mod tests {
     use super::*;
 
-
     const KINDS: [QueueKind; 5] =
         [QueueKind::Fifo, QueueKind::Priority, QueueKind::Delay, QueueKind::Id, QueueKind::Simple];
 

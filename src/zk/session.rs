@@ -166,6 +166,29 @@ impl ZkSession {
         }
     }
 
+    /// Runs `work` with a connected session (bounded by the request timeout) at once and then
+    /// every `period`, until `shutdown`. For sweeps that tidy ZooKeeper in the background.
+    pub async fn periodically<F, Fut>(&self, period: Duration, shutdown: &CancellationToken, mut work: F)
+    where
+        F: FnMut(Zk) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                zk = self.connected(far) => zk,
+            };
+            if let Ok(zk) = zk {
+                work(zk.with_deadline(Instant::now() + self.request_timeout())).await;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(period) => {},
+            }
+        }
+    }
+
     fn publish(&self, state: ConnectionState, session_id: i64, new_generation: bool, new_epoch: bool) {
         let before = self.status();
         let status = SessionStatus {

@@ -62,25 +62,16 @@ impl Queue {
 
     /// Removes delivery counts whose message is gone: once when the queue opens, then every minute.
     pub(in crate::queue) async fn run_delivery_count_sweeper(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            let far = Instant::now() + Duration::from_secs(3600);
-            let zk = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                zk = self.session.connected(far) => zk,
-            };
-            if let Ok(zk) = zk {
-                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-                match self.sweep_delivery_counts(&zk).await {
+        let queue = &self;
+        self.session
+            .periodically(Duration::from_secs(60), &shutdown, |zk| async move {
+                match queue.sweep_delivery_counts(&zk).await {
                     Ok(0) => {},
-                    Ok(n) => tracing::debug!(queue = %self.name, removed = n, "removed stale delivery counts"),
-                    Err(err) => tracing::debug!(queue = %self.name, error = %err, "delivery count sweep failed"),
+                    Ok(n) => tracing::debug!(queue = %queue.name, removed = n, "removed stale delivery counts"),
+                    Err(err) => tracing::debug!(queue = %queue.name, error = %err, "delivery count sweep failed"),
                 }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(60)) => {},
-            }
-        }
+            })
+            .await;
     }
 
     /// Delivery counts whose message is gone (consumed by Curator, removed by hand) are removed,
