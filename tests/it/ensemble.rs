@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::harness::{ConnectTarget, four_letter, free_port, spawn_supervised, zookeeper_classpath};
+use crate::harness::{ConnectTarget, four_letter, spawn_supervised, stable_port, zookeeper_classpath};
 
 struct Server {
     id: usize,
@@ -27,7 +27,8 @@ impl ZkEnsemble {
     /// Starts three servers and waits until each answers `srvr` with a mode (leader/follower).
     pub fn start() -> ZkEnsemble {
         let dir = tempfile::Builder::new().prefix("zkq-ensemble-").tempdir().expect("temp dir");
-        let ports: Vec<(u16, u16, u16)> = (0..Self::SIZE).map(|_| (free_port(), free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16, u16)> =
+            (0..Self::SIZE).map(|_| (stable_port(), stable_port(), stable_port())).collect();
         let peers: String = ports
             .iter()
             .enumerate()
@@ -66,6 +67,8 @@ impl ZkEnsemble {
         let mut command = Command::new("java");
         command
             .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true"])
+            // Keep retrying the election port's bind instead of exiting after three tries.
+            .arg("-Dzookeeper.electionPortBindRetry=0")
             .arg("-cp")
             .arg(zookeeper_classpath())
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")

@@ -119,7 +119,7 @@ impl ZkServer {
     /// Starts a new server on a free loopback port and waits until it answers `ruok`.
     pub fn start() -> ZkServer {
         let dir = tempfile::Builder::new().prefix("zkq-zk-").tempdir().expect("temp dir");
-        let port = free_port();
+        let port = stable_port(); // restart() binds it again
         let config = format!(
             "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
@@ -667,4 +667,26 @@ where
         zk.restart();
         zkq.wait_ready().await;
     }
+}
+
+/// A free loopback port below the kernel's ephemeral range, so that no outgoing connection can
+/// take it while its server is down (a restarted server must bind the same ports again).
+pub fn stable_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next().and_then(|l| l.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let span = low.saturating_sub(10_000).max(1);
+    // Start somewhere different in each test process; then walk the range.
+    let start = u16::try_from(std::process::id() % u32::from(span)).unwrap_or(0);
+    let _ = NEXT.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let port = 10_000 + NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between 10000 and {low}");
 }
