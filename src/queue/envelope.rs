@@ -24,28 +24,19 @@ pub fn encode<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 }
 
 /// Why a node's data is not Curator's envelope.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    #[error("does not start with Curator's version 00010001")]
     BadVersion,
+    #[error("unknown opcode {0:#04x}")]
     BadOpcode(u8),
+    #[error("negative item length")]
     NegativeLength,
+    #[error("ends before the EOF opcode")]
     Truncated,
     /// gzip-compressed (Curator 5.8+ `enableCompression()`); not supported.
+    #[error("is gzip-compressed (Curator enableCompression), which zkq does not read")]
     Compressed,
-}
-
-impl std::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecodeError::BadVersion => f.write_str("does not start with Curator's version 00010001"),
-            DecodeError::BadOpcode(op) => write!(f, "unknown opcode {op:#04x}"),
-            DecodeError::NegativeLength => f.write_str("negative item length"),
-            DecodeError::Truncated => f.write_str("ends before the EOF opcode"),
-            DecodeError::Compressed => {
-                f.write_str("is gzip-compressed (Curator enableCompression), which zkq does not read")
-            },
-        }
-    }
 }
 
 /// Reads every item, in order, as Curator's `ItemSerializer.deserialize` does

@@ -1,30 +1,37 @@
 //! The one place where the client crate's errors are classified.
 
-use std::fmt;
-
 use zookeeper_client as zkc;
 
 /// What a failed ZooKeeper call means to zkq.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ZkError {
     /// The node does not exist.
+    #[error("node does not exist")]
     NoNode,
     /// The node already exists.
+    #[error("node already exists")]
     NodeExists,
     /// The node's version is not the expected one (someone else changed or consumed it).
+    #[error("node version changed")]
     BadVersion,
     /// The node still has children.
+    #[error("node has children")]
     NotEmpty,
     /// No session is connected and none came back before the deadline; nothing was sent.
+    #[error("ZooKeeper is not connected")]
     Unavailable,
     /// The request was sent but its answer was lost (connection dropped or deadline passed):
     /// it may or may not have been applied.
+    #[error("connection to ZooKeeper lost during the request; outcome unknown")]
     OutcomeUnknown,
     /// The session expired or was closed: every ephemeral node of it is gone.
+    #[error("ZooKeeper session lost")]
     SessionLost,
     /// The node's ACL does not allow this session (check `zookeeper.auth_digest`).
+    #[error("ZooKeeper refused access: the node's ACL does not allow this session")]
     NotAuthorized,
     /// ZooKeeper refused the request for a reason retrying will not fix (bad argument, quota...).
+    #[error("ZooKeeper refused the request: {0}")]
     Rejected(String),
 }
 
@@ -49,26 +56,6 @@ impl ZkError {
         }
     }
 }
-
-impl fmt::Display for ZkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ZkError::NoNode => f.write_str("node does not exist"),
-            ZkError::NodeExists => f.write_str("node already exists"),
-            ZkError::BadVersion => f.write_str("node version changed"),
-            ZkError::NotEmpty => f.write_str("node has children"),
-            ZkError::Unavailable => f.write_str("ZooKeeper is not connected"),
-            ZkError::OutcomeUnknown => f.write_str("connection to ZooKeeper lost during the request; outcome unknown"),
-            ZkError::SessionLost => f.write_str("ZooKeeper session lost"),
-            ZkError::NotAuthorized => {
-                f.write_str("ZooKeeper refused access: the node's ACL does not allow this session")
-            },
-            ZkError::Rejected(why) => write!(f, "ZooKeeper refused the request: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ZkError {}
 
 impl From<zkc::Error> for ZkError {
     fn from(err: zkc::Error) -> Self {
