@@ -506,3 +506,81 @@ impl ChildrenCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn cache(kind: QueueKind) -> Arc<ChildrenCache> {
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new())
+    }
+
+    fn fifo_names(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("queue-{i:010}")).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_item_wakes_the_longest_waiting_taker_and_only_one() {
+        let cache = cache(QueueKind::Fifo);
+        cache.apply_snapshot(Vec::new(), 0);
+        let never = CancellationToken::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            let (waiter, never) = (cache.clone(), never.clone());
+            waiters.push(tokio::spawn(async move { waiter.wait_for_item(deadline, &never, true).await }));
+            // Let it register before the next one (first come, first served).
+            while cache.waiting() < waiters.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000001").expect("item"));
+        let first = waiters.remove(0);
+        assert!(first.await.expect("join"), "the first waiter is woken");
+        tokio::task::yield_now().await;
+        assert_eq!(cache.waiting(), 2, "one item wakes one waiter");
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000002").expect("item"));
+        assert!(waiters.remove(0).await.expect("join"), "then the second");
+        // The last one gives up at its deadline.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(!waiters.remove(0).await.expect("join"), "no item: it ends at its deadline");
+        assert_eq!(cache.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {
+        let cache = cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..8), 8);
+        assert!(cache.refresh.notified().now_or_never().is_none(), "fresh: nothing asked");
+        assert!(!cache.mark_dirty(), "nobody waits, so no re-read right now");
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(0));
+        assert!(cache.refresh.notified().now_or_never().is_none(), "1 of 8 taken: not yet");
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
+        assert!(cache.refresh.notified().now_or_never().is_some(), "2 of 8 taken: re-read asked");
+        // A fresh snapshot resets the count.
+        cache.apply_snapshot(fifo_names(2..8), 6);
+        assert!(!cache.is_dirty());
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(2));
+        assert!(cache.refresh.notified().now_or_never().is_none(), "not dirty: no re-read");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_items_are_candidates_only_once_due() {
+        let cache = cache(QueueKind::Delay);
+        let now = now_epoch_ms();
+        let due = format!("queue-|{:08X}|0000000001", now - 1000);
+        let later = format!("queue-|{:08X}|0000000000", now + 3_600_000);
+        cache.apply_snapshot(vec![later.clone(), due.clone()], 2);
+        assert_eq!(cache.pop().map(|i| i.name), Some(due));
+        assert_eq!(cache.pop(), None, "the other is not due for an hour");
+        let next = cache.next_due().expect("a delayed item");
+        let wait = next - Instant::now();
+        assert!(wait > Duration::from_secs(3500) && wait <= Duration::from_secs(3600), "{wait:?}");
+    }
+}
