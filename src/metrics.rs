@@ -209,7 +209,7 @@ impl Metrics {
                 &["operation", "outcome"],
             )?,
             counter_waiting_polls: IntGauge::new(
-                "zkq_counter_waiting_polls",
+                "zkq_shared_count_polls_waiting",
                 "Counter long-polls (GET with wait and after_version) waiting for a change.",
             )?,
             shutdown_duration: Histogram::with_opts(

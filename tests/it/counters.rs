@@ -108,7 +108,7 @@ async fn long_poll_wakes_on_a_curator_set_count() {
         });
     }
     eventually(Duration::from_secs(20), "five polls waiting", || async {
-        zkq.metrics().await.contains("zkq_counter_waiting_polls 5")
+        zkq.metrics().await.contains("zkq_shared_count_polls_waiting 5")
     })
     .await;
     Curator::run(zk, &["count", "set", &format!("{root}/counters/flag"), "42"]).await;
