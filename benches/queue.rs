@@ -19,22 +19,16 @@
 
 #[path = "../tests/it/harness.rs"]
 mod harness;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use harness::*;
+use support::metric;
 
 fn scaled(n: usize) -> usize {
     let scale: f64 = std::env::var("ZKQ_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     ((n as f64) * scale).max(1.0) as usize
-}
-
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 async fn put_many(zkq: &TestZkq, queue: &str, total: usize, clients: usize) -> Duration {

@@ -531,6 +531,52 @@ impl Config {
     }
 }
 
+/// Java's default `jute.maxbuffer`: the largest reply (including a child list) a Curator client reads.
+pub const JUTE_MAXBUFFER_BYTES: u64 = 0xfffff;
+
+impl QueueKind {
+    /// Length of a typical child name of this kind (an id queue's names also hold the id).
+    pub fn typical_name_len(self) -> u64 {
+        match self {
+            QueueKind::Fifo => 16,     // queue-0000000042
+            QueueKind::Priority => 25, // queue-8000000050000000042
+            QueueKind::Delay => 29,    // queue-|18c2b1a4f00|0000000042
+            QueueKind::Id => 18,       // queue-|ID|0000000042 with a one-character id
+            QueueKind::Simple => 13,   // qn-0000000042
+        }
+    }
+
+    /// A `max_items` that keeps the child list within 90% of Java's default `jute.maxbuffer`.
+    pub fn recommended_max_items(self) -> u64 {
+        JUTE_MAXBUFFER_BYTES * 9 / 10 / (4 + self.typical_name_len())
+    }
+}
+
+impl Config {
+    /// `zkq check-config` advice: declared queues without `max_items`, with a value that keeps
+    /// their child list readable by Curator consumers.
+    pub fn max_items_recommendations(&self) -> Vec<String> {
+        let mut names: Vec<&String> = self.queues.keys().collect();
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let queue = self.queues.get(name)?;
+                if queue.max_items.is_some() {
+                    return None;
+                }
+                Some(format!(
+                    "queues.{name}.max_items is not set: beyond about {} {} children the child list exceeds \
+                     Java's default jute.maxbuffer and Curator consumers fail; recommended max_items = {}",
+                    JUTE_MAXBUFFER_BYTES / (4 + queue.kind.typical_name_len()),
+                    queue.kind.as_str(),
+                    queue.kind.recommended_max_items()
+                ))
+            })
+            .collect()
+    }
+}
+
 /// Checks a queue or counter name: what may appear as one URL segment and one ZooKeeper node name.
 pub fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
@@ -776,5 +822,22 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(check_name(&"x".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn check_config_recommends_max_items_for_declared_queues_without_one() {
+        let mut config = Config::default();
+        for (name, kind, max_items) in
+            [("f", QueueKind::Fifo, None), ("p", QueueKind::Priority, None), ("capped", QueueKind::Fifo, Some(10))]
+        {
+            config.queues.insert(
+                name.to_owned(),
+                QueueConfig { kind, path: None, lock_path: None, max_items, max_deliveries: None, dead_letter: None },
+            );
+        }
+        let advice = config.max_items_recommendations();
+        assert_eq!(advice.len(), 2, "{advice:?}");
+        assert!(advice[0].starts_with("queues.f.max_items") && advice[0].ends_with("= 47185"), "{advice:?}");
+        assert!(advice[1].starts_with("queues.p.max_items") && advice[1].ends_with("= 32541"), "{advice:?}");
     }
 }

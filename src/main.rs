@@ -76,6 +76,9 @@ fn main() -> ExitCode {
         Command::CheckConfig => {
             println!("# configuration is valid; effective values:");
             print!("{}", config.to_redacted_toml());
+            for advice in config.max_items_recommendations() {
+                println!("# {advice}");
+            }
             ExitCode::SUCCESS
         },
         Command::Openapi => ExitCode::SUCCESS,

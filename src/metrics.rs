@@ -45,6 +45,9 @@ pub struct Metrics {
     pub leases_extended: IntCounterVec,
     pub leases_in_flight: IntGaugeVec,
     pub children_reads: IntCounterVec,
+    pub children_bytes: IntGaugeVec,
+    pub claim_attempts: IntCounterVec,
+    pub candidates_pruned: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
     pub counter_operations: IntCounterVec,
@@ -197,6 +200,30 @@ impl Metrics {
                 ),
                 &["queue"],
             )?,
+            children_bytes: IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_children_bytes",
+                    "Size in bytes of the queue's child list as a getChildren reply (4 + name length per child); \
+                     Curator's consumers fail once it exceeds jute.maxbuffer (1 MiB by default).",
+                ),
+                &["queue"],
+            )?,
+            claim_attempts: IntCounterVec::new(
+                Opts::new(
+                    "zkq_claim_attempts_total",
+                    "Claims of a candidate by takes and leases, by outcome: won, lost (another consumer changed \
+                     it first), gone (already removed), locked (a consumer holds its lock).",
+                ),
+                &["queue", "outcome"],
+            )?,
+            candidates_pruned: IntCounterVec::new(
+                Opts::new(
+                    "zkq_queue_candidates_pruned_total",
+                    "Cached candidates dropped because a ZooKeeper event said another consumer removed or locked \
+                     them (each one a claim not tried).",
+                ),
+                &["queue"],
+            )?,
             put_outcome_unknown: IntCounterVec::new(
                 Opts::new(
                     "zkq_put_outcome_unknown_total",
@@ -246,6 +273,9 @@ impl Metrics {
         r.register(Box::new(self.messages_dead_lettered.clone()))?;
         r.register(Box::new(self.leases_extended.clone()))?;
         r.register(Box::new(self.leases_in_flight.clone()))?;
+        r.register(Box::new(self.children_bytes.clone()))?;
+        r.register(Box::new(self.claim_attempts.clone()))?;
+        r.register(Box::new(self.candidates_pruned.clone()))?;
         r.register(Box::new(self.put_outcome_unknown.clone()))?;
         r.register(Box::new(self.shutdown_duration.clone()))?;
         r.register(Box::new(self.counter_operations.clone()))?;

@@ -1,12 +1,19 @@
 //! The children cache of one queue and its waiting takers.
 //!
-//! One task per queue keeps one one-shot children watch armed and holds a sorted snapshot of the
-//! deliverable items. Takers pop candidates from the snapshot; each pop is then confirmed in
-//! ZooKeeper (versioned delete or lock), so a stale snapshot costs a failed claim, never a wrong
-//! delivery. The snapshot is re-read only when a watch said it changed *and* it is needed: no
-//! candidates left while someone waits, or a quarter of it consumed (so new, higher-priority
-//! items are seen soon). Draining a queue therefore costs O(1) amortised child-list reads per
-//! message instead of Curator's one full re-read per change.
+//! One task per queue holds a sorted snapshot of the deliverable items and keeps it current from
+//! ZooKeeper events: a persistent recursive watch on the queue node reports every created and
+//! deleted child (and one on the lock directory every lock taken or released), so the child list
+//! is read once per connection, not once per change. Takers pop candidates from the snapshot; each
+//! pop is then confirmed in ZooKeeper (versioned delete or lock), so a stale snapshot costs a
+//! failed claim, never a wrong delivery. Candidates another consumer removed or locked are pruned
+//! by those events before anyone tries them, so many sidecars on one queue do not all try every
+//! item. The client crate does not re-register persistent watches after a reconnect: the
+//! refresher adds them again on every (re)connection and re-reads once.
+//!
+//! Ordering: a single consumer gets the head, in Curator's order. Once this process has seen
+//! another consumer take or lock one of its candidates (within the last few seconds), takers pick
+//! at random among the first [`SPREAD_WINDOW`] candidates instead, so that several sidecars do not
+//! all propose the same head; with several consumers Curator promises no global order either.
 //!
 //! Waiters are served first come, first served, and a new item wakes one waiter.
 
@@ -22,7 +29,22 @@ use tokio_util::task::TaskTracker;
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
 use crate::metrics::Metrics;
-use crate::zk::{ConnectionState, WatchEvent, Zk, ZkError, ZkSession};
+use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession};
+
+/// How many of the first candidates a contended queue picks from at random.
+pub const SPREAD_WINDOW: usize = 64;
+
+/// How long one sign of another consumer (a candidate it took or locked first) keeps the
+/// random pick on.
+const CONTENTION_MEMORY: Duration = Duration::from_secs(5);
+
+/// Java's default `jute.maxbuffer`: a getChildren reply larger than this fails in Curator.
+pub const JUTE_MAXBUFFER: i64 = 0xfffff;
+
+/// Bytes a child name costs in a getChildren reply.
+fn reply_bytes(name: &str) -> i64 {
+    4 + i64::try_from(name.len()).unwrap_or(i64::MAX / 2)
+}
 
 /// Milliseconds since the Unix epoch, the unit of delay-queue names.
 pub fn now_epoch_ms() -> i64 {
@@ -52,7 +74,28 @@ struct State {
     undecodable: HashSet<String>,
     /// Items whose lock (held by a consumer) is being watched.
     watched_locks: HashSet<String>,
+    /// Events keep the snapshot current (the tree watches are live).
+    live: bool,
+    /// Every child of the queue node, while live.
+    present: HashSet<String>,
+    /// Items whose Curator lock exists, while live: not candidates until it is released.
+    locked: HashSet<String>,
+    /// The child list's size as a getChildren reply.
+    children_bytes: i64,
+    /// Whether the `jute.maxbuffer` warning was logged (re-armed below 90% of the limit).
+    over_limit_warned: bool,
+    /// When another consumer last took or locked a candidate first.
+    contended_at: Option<Instant>,
+    /// The last [`RECENTLY_DELETED`] children deleted while live (sequential names never return).
+    recently_deleted: HashSet<String>,
+    recently_deleted_order: VecDeque<String>,
+    /// Candidates popped by this process's takers whose claim has not ended: a snapshot or an
+    /// event does not offer them again meanwhile.
+    claiming: HashSet<String>,
 }
+
+/// How many deleted names the cache remembers, so that a late local insert does not revive one.
+const RECENTLY_DELETED: usize = 4096;
 
 /// Keeps `zkq_waiting_takers` and the waiter list right however a wait ends (even when the
 /// waiting future is dropped because the HTTP client went away).
@@ -131,14 +174,31 @@ impl ChildrenCache {
     pub fn pop(&self) -> Option<ItemName> {
         let mut state = self.lock();
         self.promote_due(&mut state);
-        let item = state.candidates.pop_front();
-        if item.is_some() {
+        let contended = state.contended_at.is_some_and(|at| at.elapsed() < CONTENTION_MEMORY);
+        let item = if contended && state.candidates.len() > 1 {
+            let window = state.candidates.len().min(SPREAD_WINDOW);
+            state.candidates.remove(rand::random_range(0..window))
+        } else {
+            state.candidates.pop_front()
+        };
+        if let Some(item) = &item {
             state.taken_since_read += 1;
+            state.claiming.insert(item.name.clone());
         }
         if state.dirty && (item.is_none() || state.taken_since_read * 4 >= state.snapshot_len.max(1)) {
             self.refresh.notify_one();
         }
         item
+    }
+
+    /// Records that the claim of a popped candidate ended (whatever its outcome).
+    pub fn claim_ended(&self, name: &str) {
+        self.lock().claiming.remove(name);
+    }
+
+    /// Records that another consumer took or locked a candidate before this process could.
+    pub fn contended(&self) {
+        self.lock().contended_at = Some(Instant::now());
     }
 
     /// Whether the snapshot may be missing items (a watch fired or nothing was read yet).
@@ -149,13 +209,33 @@ impl ChildrenCache {
     /// Puts a candidate back at the head (its claim failed for a transient reason).
     pub fn push_front(&self, item: ItemName) {
         let mut state = self.lock();
-        state.candidates.push_front(item);
+        state.claiming.remove(&item.name);
+        // In its place in the order (with a random pick it need not have been the head).
+        let kind = self.kind;
+        if let Err(pos) = state.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            state.candidates.insert(pos, item);
+        }
         Self::wake(&mut state, 1);
     }
 
     /// Adds an item this process just created, so local takers see it without a re-read.
     pub fn insert_local(&self, item: ItemName) {
         let mut state = self.lock();
+        if state.live {
+            // Now, so that this process's next take sees it (its creation event may not have been
+            // handled yet; the name is counted once either way). A name already deleted by the
+            // time its creator gets here is not brought back.
+            if state.recently_deleted.contains(&item.name) {
+                return;
+            }
+            if state.present.insert(item.name.clone()) {
+                state.child_count += 1;
+                state.children_bytes += reply_bytes(&item.name);
+                self.publish_size(&mut state);
+            }
+            self.add_candidate(&mut state, &item.name);
+            return;
+        }
         state.child_count += 1;
         if names::due_time(&item) > now_epoch_ms() {
             let pos = state.delayed.partition_point(|d| names::compare(self.kind, d, &item).is_lt());
@@ -171,6 +251,10 @@ impl ChildrenCache {
     /// Offers an existing item again (its lock was released), in its place in the order.
     pub fn reoffer(&self, item: ItemName) {
         let mut state = self.lock();
+        // While live, events say whether it still exists and whether someone else locked it.
+        if state.live && (!state.present.contains(&item.name) || state.locked.contains(&item.name)) {
+            return;
+        }
         if state.candidates.iter().any(|c| c.name == item.name) {
             return;
         }
@@ -218,6 +302,9 @@ impl ChildrenCache {
     /// The snapshot may be missing a node this process created without learning its name:
     /// re-read it when it is needed (now, if someone waits).
     pub fn mark_stale(&self) {
+        if self.lock().live {
+            return; // its creation event adds it
+        }
         if self.mark_dirty() {
             self.refresh.notify_one();
         }
@@ -225,7 +312,13 @@ impl ChildrenCache {
 
     /// Records that this process removed a child.
     pub fn removed_local(&self) {
-        self.lock().child_count -= 1;
+        {
+            let mut state = self.lock();
+            // While live, the deletion event counts it.
+            if !state.live {
+                state.child_count -= 1;
+            }
+        }
         self.room.notify_waiters();
     }
 
@@ -340,13 +433,17 @@ impl ChildrenCache {
         Some(Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
     }
 
-    fn apply_snapshot(&self, children: Vec<String>, num_children: i32) {
+    /// Replaces the snapshot with a full read. `locks` (the lock directory's children) is given
+    /// when the tree watches are live: from then on events keep the snapshot current.
+    fn apply_snapshot(&self, children: Vec<String>, num_children: i32, locks: Option<Vec<String>>) {
         let now = now_epoch_ms();
+        let live = locks.is_some();
+        let locked: HashSet<String> = locks.unwrap_or_default().into_iter().collect();
         let mut items: Vec<ItemName> = Vec::with_capacity(children.len());
         {
             let state = self.lock();
             for child in &children {
-                if state.undecodable.contains(child) {
+                if state.undecodable.contains(child) || locked.contains(child) || state.claiming.contains(child) {
                     continue;
                 }
                 if let Some(item) = names::parse(self.kind, child) {
@@ -362,6 +459,7 @@ impl ChildrenCache {
         };
         let mut delayed = items.split_off(split);
         delayed.sort_by_key(names::due_time);
+        let bytes: i64 = children.iter().map(|c| reply_bytes(c)).sum();
         let mut state = self.lock();
         state.snapshot_len = items.len();
         state.candidates = items.into();
@@ -369,15 +467,144 @@ impl ChildrenCache {
         state.taken_since_read = 0;
         state.dirty = false;
         state.child_count = i64::from(num_children);
-        let present: HashSet<&String> = children.iter().collect();
+        state.children_bytes = bytes;
+        state.live = live;
+        state.locked = locked;
+        let present: HashSet<String> = children.into_iter().collect();
         state.undecodable.retain(|name| present.contains(name));
+        state.present = if live { present } else { HashSet::new() };
         let n = state.candidates.len();
         Self::wake(&mut state, n);
+        self.publish_size(&mut state);
         drop(state);
-        self.metrics.queue_children.with_label_values(&[&self.label]).set(i64::from(num_children));
         self.metrics.children_reads.with_label_values(&[&self.label]).inc();
         self.room.notify_waiters();
         self.snapshots.send_modify(|n| *n += 1);
+    }
+
+    /// Exports the child count and the child list's size; warns once when the list outgrows
+    /// what a Curator consumer can read.
+    fn publish_size(&self, state: &mut State) {
+        self.metrics.queue_children.with_label_values(&[&self.label]).set(state.child_count);
+        self.metrics.children_bytes.with_label_values(&[&self.label]).set(state.children_bytes);
+        if state.children_bytes > JUTE_MAXBUFFER && !state.over_limit_warned {
+            state.over_limit_warned = true;
+            tracing::warn!(queue = %self.label, children = state.child_count, bytes = state.children_bytes,
+                limit = JUTE_MAXBUFFER,
+                "the queue's child list is larger than Java's default jute.maxbuffer: Curator consumers of this \
+                 queue now fail to read it (\"Packet len ... is out of range\"); set queues.NAME.max_items");
+        } else if state.children_bytes < JUTE_MAXBUFFER / 10 * 9 {
+            state.over_limit_warned = false;
+        }
+    }
+
+    /// The name of a direct child of `dir` from a full path below it.
+    fn child_of<'a>(dir: &str, path: &'a str) -> Option<&'a str> {
+        let name = path.strip_prefix(dir)?.strip_prefix('/')?;
+        (!name.is_empty() && !name.contains('/')).then_some(name)
+    }
+
+    /// Removes `name` from the candidates (and delayed items); true if it was one.
+    fn remove_candidate(&self, state: &mut State, name: &str) -> bool {
+        let Some(item) = names::parse(self.kind, name) else { return false };
+        let kind = self.kind;
+        if let Ok(index) = state.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            state.candidates.remove(index);
+            return true;
+        }
+        if let Some(index) = state.delayed.iter().position(|d| d.name == name) {
+            state.delayed.remove(index);
+        }
+        false
+    }
+
+    /// Adds an existing, unlocked item to the candidates (or the delayed items) in its place.
+    fn add_candidate(&self, state: &mut State, name: &str) {
+        if state.undecodable.contains(name) || state.locked.contains(name) || state.claiming.contains(name) {
+            return;
+        }
+        let Some(item) = names::parse(self.kind, name) else { return };
+        if names::due_time(&item) > now_epoch_ms() {
+            if !state.delayed.iter().any(|d| d.name == name) {
+                let pos = state.delayed.partition_point(|d| names::due_time(d) <= names::due_time(&item));
+                state.delayed.insert(pos, item);
+                self.refresh.notify_one(); // the refresher re-arms its timer
+            }
+            return;
+        }
+        let kind = self.kind;
+        if let Err(pos) = state.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            state.candidates.insert(pos, item);
+            Self::wake(state, 1);
+        }
+    }
+
+    /// Applies one event of the queue node's tree watch.
+    fn on_queue_event(&self, event: &TreeEvent) {
+        let mut state = self.lock();
+        if !state.live {
+            return;
+        }
+        match event {
+            TreeEvent::Created(path) => {
+                let Some(name) = Self::child_of(&self.path, path) else { return };
+                if state.present.insert(name.to_owned()) {
+                    state.child_count += 1;
+                    state.children_bytes += reply_bytes(name);
+                    self.add_candidate(&mut state, name);
+                    self.publish_size(&mut state);
+                }
+            },
+            TreeEvent::Deleted(path) => {
+                let Some(name) = Self::child_of(&self.path, path) else { return };
+                if state.recently_deleted.insert(name.to_owned()) {
+                    state.recently_deleted_order.push_back(name.to_owned());
+                    if state.recently_deleted_order.len() > RECENTLY_DELETED
+                        && let Some(oldest) = state.recently_deleted_order.pop_front()
+                    {
+                        state.recently_deleted.remove(&oldest);
+                    }
+                }
+                if state.present.remove(name) {
+                    state.child_count -= 1;
+                    state.children_bytes -= reply_bytes(name);
+                    self.publish_size(&mut state);
+                }
+                state.undecodable.remove(name);
+                if self.remove_candidate(&mut state, name) {
+                    state.contended_at = Some(Instant::now());
+                    self.metrics.candidates_pruned.with_label_values(&[&self.label]).inc();
+                }
+                drop(state);
+                self.room.notify_waiters();
+            },
+            TreeEvent::ConnectionLost | TreeEvent::Other => {},
+        }
+    }
+
+    /// Applies one event of the lock directory's tree watch.
+    fn on_lock_event(&self, lock_dir: &str, event: &TreeEvent) {
+        let mut state = self.lock();
+        if !state.live {
+            return;
+        }
+        match event {
+            TreeEvent::Created(path) => {
+                let Some(name) = Self::child_of(lock_dir, path) else { return };
+                state.locked.insert(name.to_owned());
+                if self.remove_candidate(&mut state, name) {
+                    state.contended_at = Some(Instant::now());
+                    self.metrics.candidates_pruned.with_label_values(&[&self.label]).inc();
+                }
+            },
+            TreeEvent::Deleted(path) => {
+                let Some(name) = Self::child_of(lock_dir, path) else { return };
+                if state.locked.remove(name) && state.present.contains(name) {
+                    self.add_candidate(&mut state, name);
+                }
+            },
+            TreeEvent::ConnectionLost | TreeEvent::Other => {},
+        }
     }
 
     fn mark_dirty(&self) -> bool {
@@ -390,6 +617,7 @@ impl ChildrenCache {
     fn invalidate(&self) {
         let mut state = self.lock();
         state.dirty = true;
+        state.live = false;
         state.candidates.clear();
         state.delayed.clear();
     }
@@ -398,7 +626,13 @@ impl ChildrenCache {
     ///
     /// On every new session it first ensures the queue node and `dirs` (the lock directory, the
     /// claim-marker directory), so the first claim of a queue does not pay a failed transaction.
-    pub async fn run(self: Arc<Self>, session: ZkSession, dirs: Vec<String>, shutdown: CancellationToken) {
+    pub async fn run(
+        self: Arc<Self>,
+        session: ZkSession,
+        dirs: Vec<String>,
+        lock_dir: Option<String>,
+        shutdown: CancellationToken,
+    ) {
         let mut status_rx = session.subscribe();
         let mut ensured_generation = 0;
         loop {
@@ -433,10 +667,29 @@ impl ChildrenCache {
                     },
                 }
             }
-            let watch = match zk.get_and_watch_children(&self.path).await {
-                Ok((children, stat, watch)) => {
-                    self.apply_snapshot(children, stat.num_children);
-                    watch
+            // The watches first, then the reads: every change after a read arrives as an event,
+            // and events already queued before it are harmless (they are applied idempotently).
+            let watches = async {
+                let queue_watch = zk.watch_tree(&self.path).await?;
+                let lock_watch = match &lock_dir {
+                    Some(dir) => Some(zk.watch_tree(dir).await?),
+                    None => None,
+                };
+                let (children, stat) = zk.get_children(&self.path).await?;
+                let locks = match &lock_dir {
+                    Some(dir) => match zk.get_children(dir).await {
+                        Ok((locks, _)) => locks,
+                        Err(ZkError::NoNode) => Vec::new(),
+                        Err(err) => return Err(err),
+                    },
+                    None => Vec::new(),
+                };
+                Ok((queue_watch, lock_watch, children, stat, locks))
+            };
+            let (mut queue_watch, mut lock_watch) = match watches.await {
+                Ok((queue_watch, lock_watch, children, stat, locks)) => {
+                    self.apply_snapshot(children, stat.num_children, Some(locks));
+                    (queue_watch, lock_watch)
                 },
                 Err(ZkError::NoNode) => {
                     ensured_generation = 0;
@@ -448,8 +701,7 @@ impl ChildrenCache {
                     continue;
                 },
             };
-            // Wait for a reason to re-read.
-            let mut watch = Some(Box::pin(watch.changed()));
+            // Keep the snapshot current from events until a reason to re-read.
             loop {
                 let due = self.next_due();
                 let status_changed = async {
@@ -463,16 +715,37 @@ impl ChildrenCache {
                         }
                     }
                 };
+                let lock_event = async {
+                    match lock_watch.as_mut() {
+                        Some(watch) => watch.next().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    event = async { match watch.as_mut() { Some(w) => w.await, None => std::future::pending().await } } => {
-                        watch = None;
-                        if event == WatchEvent::SessionEnded || self.mark_dirty() {
+                    event = queue_watch.next() => {
+                        if event == TreeEvent::ConnectionLost {
+                            self.invalidate();
                             break;
+                        }
+                        self.on_queue_event(&event);
+                    },
+                    event = lock_event => {
+                        if event == TreeEvent::ConnectionLost {
+                            self.invalidate();
+                            break;
+                        }
+                        // The item's own deletion (same transaction as an ack's lock delete) was
+                        // sent first: apply it before deciding whether to offer the item again.
+                        while let Some(queued) = queue_watch.ready() {
+                            self.on_queue_event(&queued);
+                        }
+                        if let Some(dir) = &lock_dir {
+                            self.on_lock_event(dir, &event);
                         }
                     },
                     _ = self.refresh.notified() => {
-                        if watch.is_none() || self.is_dirty() {
+                        if self.is_dirty() {
                             break;
                         }
                         // Not dirty: the snapshot is current; count it as one anyway so the asker goes on.
@@ -527,7 +800,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_new_item_wakes_the_longest_waiting_taker_and_only_one() {
         let cache = cache(QueueKind::Fifo);
-        cache.apply_snapshot(Vec::new(), 0);
+        cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
         let never = CancellationToken::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut waiters = Vec::new();
@@ -554,20 +827,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {
+    async fn events_prune_candidates_others_took_or_locked_and_offer_released_ones_again() {
         let cache = cache(QueueKind::Fifo);
-        cache.apply_snapshot(fifo_names(0..8), 8);
+        cache.apply_snapshot(fifo_names(0..4), 4, Some(Vec::new()));
+        let drain = |c: &ChildrenCache| {
+            let mut got: Vec<i64> = std::iter::from_fn(|| c.pop().map(|i| i.sequence)).collect();
+            got.sort_unstable();
+            got
+        };
+        // Another consumer took item 0 and locks item 1: neither is tried. (Having seen another
+        // consumer, takers now pick at random among the first candidates: compare sets.)
+        cache.on_queue_event(&TreeEvent::Deleted("/q/queue-0000000000".into()));
+        cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000001".into()));
+        assert_eq!(drain(&cache), [2, 3]);
+        // Its lock released, item 1 is offered again; a new item shows up without a re-read.
+        cache.on_lock_event("/locks", &TreeEvent::Deleted("/locks/queue-0000000001".into()));
+        cache.on_queue_event(&TreeEvent::Created("/q/queue-0000000009".into()));
+        assert_eq!(drain(&cache), [1, 9]);
+        assert_eq!(cache.child_count(), 4, "0 deleted, 9 created");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {
+        // Without live tree watches (fallback), a dirty snapshot is re-read when needed.
+        let cache = cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..8), 8, None);
         assert!(cache.refresh.notified().now_or_never().is_none(), "fresh: nothing asked");
         assert!(!cache.mark_dirty(), "nobody waits, so no re-read right now");
         assert_eq!(cache.pop().map(|i| i.sequence), Some(0));
         assert!(cache.refresh.notified().now_or_never().is_none(), "1 of 8 taken: not yet");
         assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
         assert!(cache.refresh.notified().now_or_never().is_some(), "2 of 8 taken: re-read asked");
-        // A fresh snapshot resets the count.
-        cache.apply_snapshot(fifo_names(2..8), 6);
-        assert!(!cache.is_dirty());
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(2));
-        assert!(cache.refresh.notified().now_or_never().is_none(), "not dirty: no re-read");
     }
 
     #[tokio::test(start_paused = true)]
@@ -576,7 +866,7 @@ mod tests {
         let now = now_epoch_ms();
         let due = format!("queue-|{:08X}|0000000001", now - 1000);
         let later = format!("queue-|{:08X}|0000000000", now + 3_600_000);
-        cache.apply_snapshot(vec![later.clone(), due.clone()], 2);
+        cache.apply_snapshot(vec![later.clone(), due.clone()], 2, Some(Vec::new()));
         assert_eq!(cache.pop().map(|i| i.name), Some(due));
         assert_eq!(cache.pop(), None, "the other is not due for an hour");
         let next = cache.next_due().expect("a delayed item");

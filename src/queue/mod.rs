@@ -210,7 +210,7 @@ impl QueueService {
             {
                 let (cache, session, shutdown) = (cache.clone(), session.clone(), shutdown.clone());
                 let dirs: Vec<String> = lock_path.iter().cloned().chain([self.markers.dir().to_owned()]).collect();
-                move || cache.clone().run(session.clone(), dirs.clone(), shutdown.clone())
+                move || cache.clone().run(session.clone(), dirs.clone(), lock_path.clone(), shutdown.clone())
             },
         ));
         self.tasks.spawn(supervise::until_shutdown(

@@ -50,8 +50,10 @@ enum Claim {
     Taken(Message),
     /// The node is locked by this zkq for a lease.
     Leased(Message, LeaseGrant),
-    /// Someone else has it (consumed or changed): try the next candidate.
+    /// Someone else changed or consumed it between our read and our claim: try the next one.
     Lost,
+    /// It was already gone when read: try the next candidate.
+    Gone,
     /// A consumer holds its lock.
     Locked,
     /// Not a Curator envelope: skipped and left in place.
@@ -179,10 +181,25 @@ impl Queue {
                 Acquire::Lease(visibility) => self.claim_lease(&zk, &candidate, visibility).await.map(|c| match c {
                     LeaseClaim::Granted(message, grant) => Claim::Leased(message, grant),
                     LeaseClaim::Lost => Claim::Lost,
+                    LeaseClaim::Gone => Claim::Gone,
                     LeaseClaim::Locked => Claim::Locked,
                     LeaseClaim::Undecodable => Claim::Undecodable,
                 }),
             };
+            self.cache.claim_ended(&candidate.name);
+            let outcome = match &claimed {
+                Ok(Claim::Taken(_) | Claim::Leased(..)) => Some("won"),
+                Ok(Claim::Lost) => Some("lost"),
+                Ok(Claim::Gone) => Some("gone"),
+                Ok(Claim::Locked) => Some("locked"),
+                _ => None,
+            };
+            if let Some(outcome) = outcome {
+                self.metrics.claim_attempts.with_label_values(&[&self.name, outcome]).inc();
+                if outcome != "won" {
+                    self.cache.contended();
+                }
+            }
             match claimed {
                 Ok(Claim::Taken(message)) => {
                     self.metrics.messages_taken.with_label_values(&[&self.name]).inc();
@@ -196,7 +213,7 @@ impl Queue {
                     // Held by a consumer: offer it again when that lock goes away.
                     self.cache.watch_lock(&zk, candidate, self.lock_path.as_deref());
                 },
-                Ok(Claim::Lost | Claim::Undecodable) => {},
+                Ok(Claim::Lost | Claim::Gone | Claim::Undecodable) => {},
                 Ok(Claim::Abandoned) => {
                     self.cache.push_front(candidate);
                     return Ok(None);
@@ -222,7 +239,7 @@ impl Queue {
         let item_path = format!("{}/{}", self.path, candidate.name);
         let (data, stat) = match zk.get_data(&item_path).await {
             Ok(found) => found,
-            Err(ZkError::NoNode) => return Ok(Claim::Lost),
+            Err(ZkError::NoNode) => return Ok(Claim::Gone),
             Err(err) => return Err(err),
         };
         let Some(mut items) = self.items_of(&candidate.name, &data) else {

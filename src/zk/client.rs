@@ -104,6 +104,54 @@ impl ZkWatch {
     }
 }
 
+/// One event of a persistent recursive watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeEvent {
+    /// A node under the watched path was created (its full path).
+    Created(String),
+    /// A node under the watched path was deleted (its full path).
+    Deleted(String),
+    /// The connection was lost or the session ended. The client crate does not re-register
+    /// persistent watches after a reconnect: add the watch again and re-read.
+    ConnectionLost,
+    /// Anything else (data changes): nothing to do.
+    Other,
+}
+
+/// A persistent recursive watch: one event per created or deleted node below its path, without
+/// re-reads. Valid until [`TreeEvent::ConnectionLost`]; drop it after adding its replacement.
+pub struct ZkTreeWatch {
+    watcher: zkc::PersistentWatcher,
+    ended: bool,
+}
+
+impl ZkTreeWatch {
+    /// The next event; after [`TreeEvent::ConnectionLost`] it never answers again (the client
+    /// crate panics when asked after the session ended).
+    pub async fn next(&mut self) -> TreeEvent {
+        if self.ended {
+            return std::future::pending().await;
+        }
+        let event = self.watcher.changed().await;
+        match event.event_type {
+            zkc::EventType::NodeCreated => TreeEvent::Created(event.path),
+            zkc::EventType::NodeDeleted => TreeEvent::Deleted(event.path),
+            zkc::EventType::Session if event.session_state == zkc::SessionState::SyncConnected => TreeEvent::Other,
+            zkc::EventType::Session => {
+                self.ended = true;
+                TreeEvent::ConnectionLost
+            },
+            _ => TreeEvent::Other,
+        }
+    }
+
+    /// An event already received, if any, without waiting.
+    pub fn ready(&mut self) -> Option<TreeEvent> {
+        use futures::FutureExt;
+        self.next().now_or_never()
+    }
+}
+
 /// Calls on one session. Cheap to clone; a clone made with [`Zk::with_deadline`] bounds every call.
 #[derive(Clone)]
 pub struct Zk {
@@ -209,6 +257,12 @@ impl Zk {
     pub async fn get_and_watch_children(&self, path: &str) -> Result<(Vec<String>, NodeStat, ZkWatch), ZkError> {
         let (children, stat, watch) = self.call("get_children", self.client.get_and_watch_children(path)).await?;
         Ok((children, NodeStat::from(&stat), ZkWatch(watch)))
+    }
+
+    /// Adds a persistent recursive watch on `path` (ZooKeeper 3.6+).
+    pub async fn watch_tree(&self, path: &str) -> Result<ZkTreeWatch, ZkError> {
+        let watcher = self.call("add_watch", self.client.watch(path, zkc::AddWatchMode::PersistentRecursive)).await?;
+        Ok(ZkTreeWatch { watcher, ended: false })
     }
 
     /// Creates a node; returns its full path (with the sequence suffix for sequential nodes).

@@ -7,6 +7,6 @@ mod client;
 mod error;
 mod session;
 
-pub use client::{NodeMode, NodeStat, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkWatch};
+pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
 pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};

@@ -173,6 +173,15 @@ impl ZkServer {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// A counter from the server's `mntr` answer (e.g. `zk_packets_received`); 0 if absent.
+    pub fn mntr(&self, key: &str) -> f64 {
+        four_letter(self.port, "mntr")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix(key).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
     fn pid(&self) -> Option<u32> {
         self.child.lock().expect("child lock").as_ref().map(Child::id)
     }
@@ -541,8 +550,35 @@ impl ChildZkq {
 
     /// Starts `zkq` without waiting for it to be ready.
     pub fn spawn(zk: &(impl ConnectTarget + ?Sized), root: &str, env: &[(&str, &str)]) -> ChildZkq {
+        ChildZkq::spawn_binary(Path::new(env!("CARGO_BIN_EXE_zkq")), zk, root, env)
+    }
+
+    /// Starts the zkq binary at `binary` (another build, for comparisons) and waits until ready.
+    pub async fn start_binary(
+        binary: &Path,
+        zk: &(impl ConnectTarget + ?Sized),
+        root: &str,
+        env: &[(&str, &str)],
+    ) -> ChildZkq {
+        let started = ChildZkq::spawn_binary(binary, zk, root, env);
+        let http = reqwest::Client::new();
+        eventually(Duration::from_secs(30), "child zkq ready", || {
+            let (http, url) = (http.clone(), format!("{}/readyz", started.admin));
+            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        started
+    }
+
+    /// Starts the zkq binary at `binary` without waiting for it to be ready.
+    pub fn spawn_binary(
+        binary: &Path,
+        zk: &(impl ConnectTarget + ?Sized),
+        root: &str,
+        env: &[(&str, &str)],
+    ) -> ChildZkq {
         let (api, admin) = (free_addr(), free_addr());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
+        let mut command = Command::new(binary);
         command
             .args(["--zk-connect", &zk.connect_string(), "--zk-root", root])
             .args(["--api-listen", &api, "--admin-listen", &admin])

@@ -177,7 +177,7 @@ public final class CuratorTool {
         + "  consume fifo|priority|delay|id|simple PATH COUNT TIMEOUT_MS [--lock LOCKPATH] [--fail-every N]\n"
         + "          [--error-mode requeue|delete] [--hold-ms MS]\n"
         + "  count get PATH | count set PATH N | count tryset PATH N | count watch PATH TIMEOUT_MS\n"
-        + "  bench put PATH N SIZE | bench drain PATH N TIMEOUT_MS [--lock LOCKPATH]";
+        + "  bench put PATH N SIZE | bench drain PATH N TIMEOUT_MS [--lock LOCKPATH] [--consumers K]";
 
     static int run(List<String> argv) throws Exception {
         if (argv.size() < 2) throw new UsageException(USAGE);
@@ -370,7 +370,7 @@ public final class CuratorTool {
         int calls;          // consumeMessage calls
         int successes;      // successful (printed) items
         boolean stopped;
-        boolean inFlight;
+        int inFlight;       // nodes being processed (several consumers may share one gate)
         long startNanos;
         long doneNanos;     // when successes reached target
 
@@ -385,13 +385,13 @@ public final class CuratorTool {
         public void execute(Runnable r) {
             synchronized (this) {
                 if (stopped) return;   // leave the node alone
-                inFlight = true;
+                inFlight++;
             }
             try {
                 r.run();
             } finally {
                 synchronized (this) {
-                    inFlight = false;
+                    inFlight--;
                     if (successes >= target) stopped = true;
                     notifyAll();
                 }
@@ -435,7 +435,7 @@ public final class CuratorTool {
             }
             stopped = true;
             long graceEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(inFlightGraceMs);
-            while (inFlight) {
+            while (inFlight > 0) {
                 long left = graceEnd - System.nanoTime();
                 if (left <= 0) {
                     err("an item was still being processed when giving up; closing anyway");
@@ -630,23 +630,45 @@ public final class CuratorTool {
                 return 0;
             }
             case "drain": {
-                need(a, 4, "bench drain PATH N TIMEOUT_MS [--lock LOCKPATH]");
+                need(a, 4, "bench drain PATH N TIMEOUT_MS [--lock LOCKPATH] [--consumers K]");
                 String path = a.get(1);
                 int n = parseInt(a.get(2), "N");
                 long timeoutMs = parseLong(a.get(3), "TIMEOUT_MS");
-                ConsumeOptions o = parseOptions(a, 4, false);
-                if (n <= 0) throw new UsageException("N must be > 0");
+                // --consumers K: K DistributedQueue consumers in this process, each with its own
+                // ZooKeeper session (as K separate services would), sharing one count.
+                int consumers = 1;
+                List<String> rest = new ArrayList<>(a.subList(4, a.size()));
+                int at = rest.indexOf("--consumers");
+                if (at >= 0) {
+                    if (at + 1 >= rest.size()) throw new UsageException("--consumers needs a value");
+                    consumers = parseInt(rest.get(at + 1), "--consumers");
+                    rest.remove(at + 1);
+                    rest.remove(at);
+                }
+                ConsumeOptions o = parseOptions(rest, 0, false);
+                if (n <= 0 || consumers <= 0) throw new UsageException("N and K must be > 0");
                 Gate gate = new Gate(n, 0, 0, false);
-                QueueBase<byte[]> q = buildConsumerQueue(client, "fifo", path, gate, o.lockPath);
+                List<CuratorFramework> clients = new ArrayList<>();
+                List<QueueBase<byte[]>> queues = new ArrayList<>();
+                clients.add(client);
+                for (int i = 1; i < consumers; i++) {
+                    CuratorFramework extra = CuratorFrameworkFactory.newClient(
+                        client.getZookeeperClient().getCurrentConnectionString(), new ExponentialBackoffRetry(100, 3));
+                    extra.start();
+                    extra.blockUntilConnected();
+                    clients.add(extra);
+                }
+                for (CuratorFramework c : clients) queues.add(buildConsumerQueue(c, "fifo", path, gate, o.lockPath));
                 long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
                 long t0;
                 try {
                     t0 = System.nanoTime();
                     gate.startNanos = t0;
-                    q.start();
+                    for (QueueBase<byte[]> q : queues) q.start();
                     gate.awaitAndStop(deadline, 10_000);
                 } finally {
-                    q.close();
+                    for (QueueBase<byte[]> q : queues) q.close();
+                    for (int i = 1; i < clients.size(); i++) clients.get(i).close();
                 }
                 int got = gate.successes();
                 long end;

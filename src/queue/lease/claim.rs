@@ -23,8 +23,10 @@ use crate::zk::{ConnectionState, NodeMode, TxnOp, Zk, ZkError};
 /// The result of trying to lease one candidate.
 pub(in crate::queue) enum LeaseClaim {
     Granted(Message, LeaseGrant),
-    /// Someone else has it, it is gone, or it was moved to the dead-letter queue.
+    /// Someone else has it, or it was moved to the dead-letter queue.
     Lost,
+    /// It was already gone when read.
+    Gone,
     /// Someone holds its lock: watch the lock and offer it again when released.
     Locked,
     Undecodable,
@@ -54,7 +56,7 @@ impl Queue {
         let mut read = zk.get_data_many(&[&item_path, &counter]).await?.into_iter();
         let (data, stat) = match read.next() {
             Some(Ok(found)) => found,
-            Some(Err(ZkError::NoNode)) | None => return Ok(LeaseClaim::Lost),
+            Some(Err(ZkError::NoNode)) | None => return Ok(LeaseClaim::Gone),
             Some(Err(err)) => return Err(err),
         };
         let (previous, counter_version) = match read.next() {

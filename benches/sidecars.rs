@@ -1,0 +1,282 @@
+//! Many sidecars on one queue: prints figures, asserts only exactly-once.
+//!
+//! `cargo bench --bench sidecars` (after `scripts/test.sh` installed ZooKeeper and the Curator jars).
+//! For K = 1, 4, 8, 16 it starts K real zkq processes (this build's binary) on one private
+//! ZooKeeper, all serving the same declared queue and lock path; fills the queue with distinct
+//! 100-byte messages through zkq puts (64 clients on the first sidecar, Curator's single-item
+//! node format); then drains it with 16 HTTP consumers spread round-robin over the sidecars, once
+//! with lease+ack and once with take (`wait=1s`). Per K and mode it prints the drain rate, ZooKeeper
+//! packets per message (`mntr` `zk_packets_received` over the drain), writes per message (zkq's
+//! `zkq_zookeeper_requests_total` for create, delete, set_data and multi, any outcome), claim
+//! conflicts per message (claim transactions that failed), and whether every body was processed
+//! exactly once. Then 8 Curator lock-safe consumers (8 sessions in one JVM) drain the same number
+//! of messages from the same kind of queue, as the anchor.
+//!
+//! Environment: `ZKQ_BENCH_MESSAGES` (default 5000; the issue's figures used 20000),
+//! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
+//! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
+//! previous release), so before and after are compared in one run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "benchmarks drive ZooKeeper and read their environment directly"
+)]
+
+#[path = "../tests/it/harness.rs"]
+mod harness;
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::*;
+use support::{body, metric_sum};
+
+const CONSUMERS: usize = 16;
+const QUEUE: &str = "bench";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Lease,
+    Take,
+}
+
+struct Figures {
+    rate: f64,
+    packets: f64,
+    writes: f64,
+    conflicts: f64,
+    exactly_once: String,
+    outcomes: String,
+}
+
+async fn scrape(http: &reqwest::Client, sidecars: &[ChildZkq]) -> String {
+    let mut all = String::new();
+    for sidecar in sidecars {
+        let text = http.get(format!("{}/metrics", sidecar.admin)).send().await.expect("metrics");
+        all.push_str(&text.text().await.expect("metrics text"));
+        all.push('\n');
+    }
+    all
+}
+
+/// Fills the queue through the first sidecar with `n` distinct bodies.
+async fn fill(http: &reqwest::Client, sidecar: &ChildZkq, n: usize) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut putters = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (http, url, next) = (http.clone(), format!("{}/v1/queues/{QUEUE}/messages", sidecar.api), next.clone());
+        putters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return;
+                }
+                let status = http.post(&url).body(body(i)).send().await.expect("put").status();
+                assert_eq!(status, 201, "put");
+            }
+        });
+    }
+    while let Some(r) = putters.join_next().await {
+        r.expect("putter");
+    }
+}
+
+/// One consumer: leases+acks (or takes) until the queue stays empty for a whole `wait=1s`.
+/// Returns the processed bodies and when the last one was processed.
+async fn consume(http: reqwest::Client, api: String, mode: Mode) -> (Vec<Vec<u8>>, Instant) {
+    let mut processed = Vec::new();
+    let mut last = Instant::now();
+    loop {
+        let url = match mode {
+            Mode::Lease => format!("{api}/v1/queues/{QUEUE}/leases?wait=1s"),
+            Mode::Take => format!("{api}/v1/queues/{QUEUE}/take?wait=1s"),
+        };
+        let response = http.post(&url).send().await.expect("consume");
+        match response.status().as_u16() {
+            200 => {},
+            204 => return (processed, last),
+            503 => continue,
+            other => panic!("consume answered {other}"),
+        }
+        let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = response.bytes().await.expect("body").to_vec();
+        if let Some(receipt) = receipt {
+            let acked = http.delete(format!("{api}/v1/queues/{QUEUE}/leases/{receipt}")).send().await.expect("ack");
+            if acked.status() != 204 {
+                // Lost lease: the message will be delivered again; not counted as processed.
+                continue;
+            }
+        }
+        processed.push(body);
+        last = Instant::now();
+    }
+}
+
+async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -> Figures {
+    let root = unique_root("sidecars");
+    let path = format!("{root}/queues/{QUEUE}");
+    let lock_path = format!("{root}/locks/{QUEUE}");
+    let env = [
+        ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
+        ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
+        ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
+        ("ZKQ__ZOOKEEPER__REQUEST_TIMEOUT", "20s"),
+    ];
+    let mut sidecars = Vec::with_capacity(k);
+    for _ in 0..k {
+        sidecars.push(ChildZkq::start_binary(binary, zk, &root, &env).await);
+    }
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client");
+    fill(&http, &sidecars[0], n).await;
+    let before = scrape(&http, &sidecars).await;
+    let packets_before = zk.mntr("zk_packets_received");
+    let started = Instant::now();
+    let mut consumers = tokio::task::JoinSet::new();
+    for c in 0..CONSUMERS {
+        consumers.spawn(consume(http.clone(), sidecars[c % k].api.clone(), mode));
+    }
+    let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(n);
+    let mut last = started;
+    while let Some(done) = consumers.join_next().await {
+        let (processed, at) = done.expect("consumer");
+        bodies.extend(processed);
+        last = last.max(at);
+    }
+    let took = last.duration_since(started).as_secs_f64().max(1e-9);
+    let packets = zk.mntr("zk_packets_received") - packets_before;
+    let after = scrape(&http, &sidecars).await;
+    let delta = |name: &str, with: &[&str], without: &[&str]| {
+        metric_sum(&after, name, with, without) - metric_sum(&before, name, with, without)
+    };
+    let requests = "zkq_zookeeper_requests_total";
+    let writes: f64 = ["create", "delete", "set_data", "multi\""]
+        .iter()
+        .map(|op| delta(requests, &[&format!("operation=\"{op}")], &[]))
+        .sum();
+    let conflicts = delta(requests, &["operation=\"multi\""], &["outcome=\"ok\""]);
+    let mut counts: HashMap<Vec<u8>, usize> = HashMap::with_capacity(n);
+    for b in &bodies {
+        *counts.entry(b.clone()).or_default() += 1;
+    }
+    let missing = (0..n).filter(|i| !counts.contains_key(&body(*i))).count();
+    let duplicated = counts.values().filter(|c| **c > 1).count();
+    let exactly_once = if missing == 0 && duplicated == 0 && bodies.len() == n {
+        "yes".to_owned()
+    } else {
+        format!("NO: {missing} missing, {duplicated} duplicated")
+    };
+    let outcomes = ["won", "lost", "gone", "locked"]
+        .iter()
+        .map(|o| {
+            let v = delta("zkq_claim_attempts_total", &[&format!("outcome=\"{o}\"")], &[]);
+            format!("{o} {:.2}", v / n as f64)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let pruned = delta("zkq_queue_candidates_pruned_total", &[], &[]);
+    let multi_ms = 1000.0 * delta("zkq_zookeeper_request_duration_seconds_sum", &["operation=\"multi\""], &[])
+        / delta("zkq_zookeeper_request_duration_seconds_count", &["operation=\"multi\""], &[]).max(1.0);
+    drop(sidecars);
+    Figures {
+        rate: n as f64 / took,
+        packets: packets / n as f64,
+        writes: writes / n as f64,
+        conflicts: conflicts / n as f64,
+        exactly_once,
+        outcomes: format!("{outcomes}; pruned {:.2}; multi {multi_ms:.1} ms", pruned / n as f64),
+    }
+}
+
+/// 8 Curator lock-safe consumers (8 sessions) drain `n` messages put through zkq.
+async fn curator_anchor(zk: &ZkServer, binary: &Path, n: usize) -> (String, f64) {
+    let root = unique_root("sidecars-curator");
+    let path = format!("{root}/queues/{QUEUE}");
+    let lock_path = format!("{root}/locks/{QUEUE}");
+    let env = [
+        ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
+        ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
+        ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
+    ];
+    let filler = ChildZkq::start_binary(binary, zk, &root, &env).await;
+    let http = reqwest::Client::new();
+    fill(&http, &filler, n).await;
+    drop(filler);
+    let packets_before = zk.mntr("zk_packets_received");
+    let out = Curator::run(
+        zk,
+        &["bench", "drain", &path, &n.to_string(), "600000", "--lock", &lock_path, "--consumers", "8"],
+    )
+    .await;
+    let packets = zk.mntr("zk_packets_received") - packets_before;
+    (out.join(" "), packets / n as f64)
+}
+
+fn rate_of(curator: &str) -> f64 {
+    curator.split(" = ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|r| r.parse().ok()).unwrap_or(0.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    support::raise_open_files();
+    let n: usize = env_or("ZKQ_BENCH_MESSAGES", "5000").parse().expect("ZKQ_BENCH_MESSAGES is a number");
+    let ks: Vec<usize> = env_or("ZKQ_BENCH_SIDECARS", "1,4,8,16")
+        .split(',')
+        .map(|k| k.trim().parse().expect("ZKQ_BENCH_SIDECARS: numbers"))
+        .collect();
+    let modes: Vec<Mode> = env_or("ZKQ_BENCH_MODES", "lease,take")
+        .split(',')
+        .map(|m| if m.trim() == "take" { Mode::Take } else { Mode::Lease })
+        .collect();
+    let this_build = PathBuf::from(env!("CARGO_BIN_EXE_zkq"));
+    let mut builds = Vec::new();
+    if let Ok(baseline) = std::env::var("ZKQ_BENCH_BASELINE") {
+        builds.push(("baseline", PathBuf::from(baseline)));
+    }
+    builds.push(("this", this_build.clone()));
+    for (label, binary) in &builds {
+        println!("{label}: {}", binary.display());
+    }
+
+    let zk = ZkServer::start();
+    println!(
+        "zkq sidecars benchmark: {n} messages of 100 B, {CONSUMERS} HTTP consumers round-robin over K sidecars, wait=1s \
+         (ZooKeeper 3.8 standalone on loopback)"
+    );
+    let curator = curator_anchor(&zk, &this_build, n).await;
+    let curator_rate = rate_of(&curator.0);
+    println!("Curator, 8 lock-safe consumers: {} ; {:.1} packets/msg", curator.0, curator.1);
+    // Builds alternate row by row, so that a busy moment of the shared machine hits both.
+    println!(
+        "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>11} {:>10} {:>10} {:>12}  claim attempts per msg",
+        "build", "mode", "K", "msg/s", "x Curator", "packets/msg", "writes/msg", "conflicts", "exactly-once"
+    );
+    for mode in &modes {
+        for &k in &ks {
+            for (label, binary) in &builds {
+                let f = run_one(&zk, binary, k, *mode, n).await;
+                println!(
+                    "{:<10} {:<6} {:>2} {:>9.0} {:>8.1}x {:>11.2} {:>10.2} {:>10.3} {:>12}  {}",
+                    label,
+                    if *mode == Mode::Lease { "lease" } else { "take" },
+                    k,
+                    f.rate,
+                    f.rate / curator_rate.max(1e-9),
+                    f.packets,
+                    f.writes,
+                    f.conflicts,
+                    f.exactly_once,
+                    f.outcomes
+                );
+            }
+        }
+    }
+}
