@@ -276,16 +276,45 @@ impl Default for ShutdownConfig {
     }
 }
 
-/// Values given on the command line; each one overrides every other source.
-#[derive(Debug, Clone, Default)]
+/// Values given on the command line; each one overrides every other source. This is the one list
+/// of flags: `main.rs` flattens it into its parser, and [`Overrides::keys`] names each flag's key.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Overrides {
+    /// TOML configuration file.
+    #[arg(long = "config", value_name = "PATH", global = true)]
     pub config_file: Option<PathBuf>,
+    /// ZooKeeper connect string (zookeeper.connect), e.g. zk1:2181,zk2:2181/chroot.
+    #[arg(long, value_name = "HOSTS", global = true)]
     pub zk_connect: Option<String>,
+    /// Root path for zkq's own nodes (zookeeper.root).
+    #[arg(long, value_name = "PATH", global = true)]
     pub zk_root: Option<String>,
+    /// Address of the queue API (api.listen).
+    #[arg(long, value_name = "ADDR", global = true)]
     pub api_listen: Option<String>,
+    /// Address of /livez, /readyz and /metrics (admin.listen).
+    #[arg(long, value_name = "ADDR", global = true)]
     pub admin_listen: Option<String>,
+    /// Log format: text or json (log.format).
+    #[arg(long, value_name = "FORMAT", global = true)]
     pub log_format: Option<String>,
+    /// Log filter, e.g. info or zkq=debug,info (log.level).
+    #[arg(long, value_name = "FILTER", global = true)]
     pub log_level: Option<String>,
+}
+
+impl Overrides {
+    /// Each configuration flag with the key it overrides.
+    fn keys(&self) -> [(&'static str, &Option<String>); 6] {
+        [
+            ("zookeeper.connect", &self.zk_connect),
+            ("zookeeper.root", &self.zk_root),
+            ("api.listen", &self.api_listen),
+            ("admin.listen", &self.admin_listen),
+            ("log.format", &self.log_format),
+            ("log.level", &self.log_level),
+        ]
+    }
 }
 
 /// A configuration that cannot be used, with enough detail to fix it.
@@ -335,15 +364,7 @@ impl Config {
                 .separator("__")
                 .source(Some(env.into_iter().map(|(k, v)| (k.to_ascii_uppercase(), v)).collect())),
         );
-        let flags = [
-            ("zookeeper.connect", &overrides.zk_connect),
-            ("zookeeper.root", &overrides.zk_root),
-            ("api.listen", &overrides.api_listen),
-            ("admin.listen", &overrides.admin_listen),
-            ("log.format", &overrides.log_format),
-            ("log.level", &overrides.log_level),
-        ];
-        for (key, value) in flags {
+        for (key, value) in overrides.keys() {
             if let Some(value) = value {
                 builder = builder.set_override(key, value.as_str()).map_err(|e| invalid(key, value, e.to_string()))?;
             }
@@ -436,7 +457,8 @@ impl Config {
         ] {
             check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;
         }
-        if self.log.level.trim().is_empty() {
+        if self.log.level.trim().is_empty() || tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err()
+        {
             return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
         }
         check_duration("take.max_wait", self.take.max_wait, Duration::ZERO, Duration::from_secs(3600))?;
@@ -651,16 +673,36 @@ fn allowed_for(key: &str) -> &'static str {
 }
 
 fn from_config_error(err: config::ConfigError, merged: Option<&config::Config>) -> ConfigError {
-    let text = err.to_string();
-    let key = text.split("for key `").nth(1).and_then(|rest| rest.split('`').next()).unwrap_or("").to_owned();
-    if text.contains("unknown field") {
-        let field = text.split("unknown field `").nth(1).and_then(|r| r.split('`').next()).unwrap_or("?");
-        let key = if key.is_empty() { field.to_owned() } else { format!("{key}.{field}") };
-        return ConfigError {
-            key,
-            value: "(set)".to_owned(),
-            allowed: format!("unknown key; unknown keys are errors, check the spelling against the README ({text})"),
-        };
+    use config::ConfigError as E;
+    // `At` layers carry the key the error is about; the innermost error says what is wrong.
+    let mut key = String::new();
+    let mut inner = &err;
+    while let E::At { error, key: at, .. } = inner {
+        if let Some(at) = at {
+            key = at.clone();
+        }
+        inner = error;
+    }
+    let text = inner.to_string();
+    match inner {
+        E::Type { key: Some(at), .. } if key.is_empty() => key = at.clone(),
+        // serde reports an unknown field only in its message ("unknown field `x`, expected ...").
+        E::Message(message) if message.starts_with("unknown field") => {
+            let field = message.split('`').nth(1).unwrap_or("?");
+            let key = if key.is_empty() { field.to_owned() } else { format!("{key}.{field}") };
+            return ConfigError {
+                key,
+                value: "(set)".to_owned(),
+                allowed: format!(
+                    "unknown key; unknown keys are errors, check the spelling against the README ({text})"
+                ),
+            };
+        },
+        E::FileParse { uri, .. } => {
+            let file = uri.clone().unwrap_or_default();
+            return ConfigError { key: "--config".to_owned(), value: file, allowed: format!("not valid TOML: {text}") };
+        },
+        _ => {},
     }
     let value =
         merged.and_then(|m| m.get_string(&key).ok()).map_or_else(|| "(unreadable)".to_owned(), |v| format!("{v:?}"));
@@ -747,6 +789,26 @@ mod tests {
         let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEPER__CONNECT", "x:1")]))
             .expect_err("unknown section must fail");
         assert!(err.to_string().contains("zookeper"), "{err}");
+    }
+
+    #[test]
+    fn a_log_filter_that_does_not_parse_is_refused_not_replaced_by_info() {
+        for bad in ["zkq=loud", "[[", "info,=warn=x"] {
+            let overrides = Overrides { log_level: Some(bad.to_owned()), ..Overrides::default() };
+            let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(bad);
+            assert_eq!(err.key, "log.level", "{bad}: {err}");
+        }
+        let overrides = Overrides { log_level: Some("zkq=debug,info".to_owned()), ..Overrides::default() };
+        assert!(Config::load_with_env(&overrides, HashMap::new()).is_ok());
+    }
+
+    #[test]
+    fn a_config_file_that_is_not_toml_names_the_file() {
+        let file = write_toml("[zookeeper\nconnect = 1");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let err = Config::load_with_env(&overrides, HashMap::new()).expect_err("not TOML");
+        assert_eq!(err.key, "--config", "{err}");
+        assert!(err.to_string().contains("not valid TOML"), "{err}");
     }
 
     #[test]

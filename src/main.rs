@@ -1,6 +1,5 @@
 //! The `zkq` binary: parse the command line, load and validate the configuration, run.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,27 +12,8 @@ use zkq::config::{Config, EXIT_CONFIG, LogFormat, Overrides};
 #[derive(Debug, Parser)]
 #[command(name = "zkq", version, about, long_about)]
 struct Cli {
-    /// TOML configuration file.
-    #[arg(long, value_name = "PATH", global = true)]
-    config: Option<PathBuf>,
-    /// ZooKeeper connect string (zookeeper.connect), e.g. zk1:2181,zk2:2181/chroot.
-    #[arg(long, value_name = "HOSTS", global = true)]
-    zk_connect: Option<String>,
-    /// Root path for zkq's own nodes (zookeeper.root).
-    #[arg(long, value_name = "PATH", global = true)]
-    zk_root: Option<String>,
-    /// Address of the queue API (api.listen).
-    #[arg(long, value_name = "ADDR", global = true)]
-    api_listen: Option<String>,
-    /// Address of /livez, /readyz and /metrics (admin.listen).
-    #[arg(long, value_name = "ADDR", global = true)]
-    admin_listen: Option<String>,
-    /// Log format: text or json (log.format).
-    #[arg(long, value_name = "FORMAT", global = true)]
-    log_format: Option<String>,
-    /// Log filter, e.g. info or zkq=debug,info (log.level).
-    #[arg(long, value_name = "FILTER", global = true)]
-    log_level: Option<String>,
+    #[command(flatten)]
+    overrides: Overrides,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -52,15 +32,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let overrides = Overrides {
-        config_file: cli.config.clone(),
-        zk_connect: cli.zk_connect.clone(),
-        zk_root: cli.zk_root.clone(),
-        api_listen: cli.api_listen.clone(),
-        admin_listen: cli.admin_listen.clone(),
-        log_format: cli.log_format.clone(),
-        log_level: cli.log_level.clone(),
-    };
+    let overrides = cli.overrides.clone();
     if matches!(cli.command, Some(Command::Openapi)) {
         print!("{}", zkq::http::openapi_json());
         return ExitCode::SUCCESS;
