@@ -6,12 +6,12 @@
 
 pub mod app;
 pub mod config;
-pub mod counter;
+pub(crate) mod counter;
 pub mod http;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod queue;
 pub mod shutdown;
-pub mod supervise;
+pub(crate) mod supervise;
 pub mod zk;
 
 #[cfg(test)]

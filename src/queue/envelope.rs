@@ -5,9 +5,6 @@ const VERSION: [u8; 4] = [0x00, 0x01, 0x00, 0x01];
 const ITEM_OPCODE: u8 = 0x01;
 const EOF_OPCODE: u8 = 0x02;
 
-/// Bytes the envelope adds to a single item.
-pub const SINGLE_ITEM_OVERHEAD: usize = 4 + 1 + 4 + 1;
-
 /// Wraps items the way Curator's `put` (one item) and `putMulti` (several) do.
 pub fn encode<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);

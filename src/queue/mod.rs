@@ -5,7 +5,7 @@ mod cache;
 mod claims;
 pub mod envelope;
 mod lease;
-pub mod names;
+pub(crate) mod names;
 mod ops;
 mod take;
 
