@@ -187,32 +187,39 @@ impl ChildrenCache {
             return;
         }
         let lock = format!("{lock_dir}/{}", item.name);
+        let owner = format!("queue {}", self.label);
         let (cache, zk) = (self.clone(), zk.clone());
-        self.tasks.spawn(crate::supervise::once(
+        self.tasks.spawn(crate::supervise::until_done(
             crate::supervise::Task::LockWatcher,
+            owner,
             self.metrics.clone(),
-            async move {
-                let released = async {
-                    loop {
-                        let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
-                        match zk.watch_exists(&lock).await {
-                            Ok((Some(_), watch)) => {
-                                if watch.changed().await == WatchEvent::SessionEnded {
-                                    return;
-                                }
-                            },
-                            Ok((None, _)) | Err(_) => return,
-                        }
-                    }
-                };
-                tokio::select! {
-                    _ = cache.shutdown.cancelled() => return,
-                    _ = released => {},
-                }
-                cache.lock().watched_locks.remove(&item.name);
-                cache.reoffer(item);
-            },
+            self.shutdown.clone(),
+            move || cache.clone().await_lock_release(zk.clone(), lock.clone(), item.clone()),
         ));
+    }
+
+    /// One run of a lock watch: waits until `lock` is gone, then offers `item` again. A restart
+    /// after a panic starts over with a fresh read, so no release is missed.
+    async fn await_lock_release(self: Arc<Self>, zk: Zk, lock: String, item: ItemName) {
+        let released = async {
+            loop {
+                let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                match zk.watch_exists(&lock).await {
+                    Ok((Some(_), watch)) => {
+                        if watch.changed().await == WatchEvent::SessionEnded {
+                            return;
+                        }
+                    },
+                    Ok((None, _)) | Err(_) => return,
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            _ = released => {},
+        }
+        self.lock().watched_locks.remove(&item.name);
+        self.reoffer(item);
     }
 
     /// The snapshot may be missing a node this process created without learning its name:
