@@ -11,6 +11,7 @@ mod take;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -196,10 +197,7 @@ impl QueueService {
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
         });
-        // Touch the per-queue series so they are exported (as 0) from the start.
-        for gauge in [&self.metrics.puts_in_flight, &self.metrics.waiting_takers, &self.metrics.queue_children] {
-            gauge.with_label_values(&[name]);
-        }
+        self.metrics.touch_queue(name);
         let (session, shutdown, metrics, owner) =
             (self.session.clone(), self.shutdown.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
@@ -274,6 +272,23 @@ impl QueueService {
             released += queue.release_all_leases().await;
         }
         released
+    }
+
+    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`: one
+    /// `exists` per queue, all at once, within `budget`. A queue whose read fails or is late keeps
+    /// its last value. Called by every `/metrics` scrape, so the gauge is as fresh as the scrape.
+    pub async fn sample_depths(&self, budget: Duration) {
+        let Some(zk) = self.session.current() else { return };
+        let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
+        let reads = self.opened().into_iter().map(|queue| {
+            let zk = zk.clone();
+            async move {
+                if let Ok(Some(stat)) = zk.exists(&queue.path).await {
+                    self.metrics.queue_children.with_label_values(&[&queue.name]).set(i64::from(stat.num_children));
+                }
+            }
+        });
+        let _ = tokio::time::timeout(budget, futures::future::join_all(reads)).await;
     }
 
     /// Queues opened so far (declared ones always), sorted by name.

@@ -337,3 +337,59 @@ async fn slow_and_idle_connections_do_not_starve_or_bloat_zkq() {
     .await;
     assert!(closed.is_ok(), "a slowloris connection was still open after 20 s");
 }
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The backlog gauge shows the depth at every scrape, and a declared queue's series exist at 0
+/// before anything happened to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("backlog"));
+    declare(&mut config, "declared", QueueKind::Fifo, None, None);
+    let zkq = TestZkq::start_ready(config).await;
+    let fresh = zkq.metrics().await;
+    for series in [
+        "zkq_messages_put_total",
+        "zkq_messages_taken_total",
+        "zkq_messages_leased_total",
+        "zkq_messages_acked_total",
+        "zkq_messages_expired_total",
+        "zkq_messages_dead_lettered_total",
+        "zkq_leases_extended_total",
+        "zkq_leases_in_flight",
+        "zkq_waiting_takers",
+        "zkq_puts_in_flight",
+        "zkq_undecodable_messages_total",
+        "zkq_put_outcome_unknown_total",
+    ] {
+        let line = format!("{series}{{queue=\"declared\"}}");
+        assert_eq!(metric(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
+    }
+    for mode in ["requeue", "delete", "keep"] {
+        let line = format!("zkq_messages_nacked_total{{mode=\"{mode}\",queue=\"declared\"}}");
+        assert_eq!(metric(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
+    }
+
+    for i in 0..5 {
+        zkq.put_ok("backlog", format!("m{i}").as_bytes()).await;
+        zkq.put_ok("declared", b"x").await;
+    }
+    let text = zkq.metrics().await;
+    assert_eq!(metric(&text, "zkq_queue_children{queue=\"backlog\"}"), Some(5.0), "5 puts, no takes");
+    assert_eq!(metric(&text, "zkq_queue_children{queue=\"declared\"}"), Some(5.0), "5 puts, no takes");
+    // A message put by someone else shows at the next scrape too.
+    let direct = zk_client(zk).await;
+    let info: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues/backlog")).send().await.expect("info").json().await.expect("json");
+    let path = info["path"].as_str().expect("path").to_owned();
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let envelope = zkq::queue::envelope::encode([b"elsewhere".as_slice()]);
+    direct.create(&format!("{path}/queue-"), &envelope, &sequential).await.expect("put elsewhere");
+    assert_eq!(metric(&zkq.metrics().await, "zkq_queue_children{queue=\"backlog\"}"), Some(6.0));
+}
