@@ -89,6 +89,8 @@ pub struct ApiConfig {
     /// Time a client has to send a request's headers once it started them.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Message bytes one peek answers at most (at least one message is always shown).
+    pub max_peek_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,11 +137,17 @@ pub struct LeaseConfig {
     /// Longest visibility a lease or an extend may ask for.
     #[serde(with = "humantime_serde")]
     pub max_visibility: Duration,
+    /// Leases one queue may have out at once; beyond it a lease answers 429 `too_many_leases`.
+    pub max_per_queue: usize,
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
-        LeaseConfig { default_visibility: Duration::from_secs(30), max_visibility: Duration::from_secs(12 * 3600) }
+        LeaseConfig {
+            default_visibility: Duration::from_secs(30),
+            max_visibility: Duration::from_secs(12 * 3600),
+            max_per_queue: 10_000,
+        }
     }
 }
 
@@ -242,6 +250,7 @@ impl Default for ApiConfig {
             max_connections: 1024,
             max_concurrent_requests: 512,
             header_read_timeout: Duration::from_secs(10),
+            max_peek_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -450,6 +459,12 @@ impl Config {
             Duration::from_millis(100),
             self.lease.max_visibility,
         )?;
+        if self.lease.max_per_queue == 0 {
+            return Err(invalid("lease.max_per_queue", 0, "at least 1"));
+        }
+        if self.api.max_peek_bytes == 0 {
+            return Err(invalid("api.max_peek_bytes", 0, "at least 1"));
+        }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));

@@ -112,6 +112,8 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Unknown queue", body = ErrorBody),
         (status = 409, description = "The queue has no lock path (simple queues)", body = ErrorBody),
+        (status = 429, description = "The queue has `lease.max_per_queue` leases out (`too_many_leases`)", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
         ZookeeperErrors,
     )
 )]

@@ -79,7 +79,8 @@ pub struct TakeQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PeekQuery {
-    /// How many messages to show (1–1000, default 10).
+    /// How many messages to show (1–1000, default 10). Fewer when their bodies would exceed
+    /// `api.max_peek_bytes` (8 MiB by default); the first message is always shown.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }

@@ -49,6 +49,8 @@ pub enum QueueError {
     LeaseLost(String),
     /// The receipt is malformed or was never issued.
     LeaseNotFound(String),
+    /// The queue has `lease.max_per_queue` leases out.
+    TooManyLeases(usize),
     ShuttingDown,
     Zk(ZkError),
 }
@@ -71,6 +73,8 @@ pub struct Queue {
     /// Where delivery counts of leased messages live: `{root}/deliveries/{queue}`.
     deliveries_path: String,
     max_message_bytes: usize,
+    max_peek_bytes: usize,
+    max_leases: usize,
     session: ZkSession,
     metrics: Arc<Metrics>,
     cache: Arc<ChildrenCache>,
@@ -189,6 +193,8 @@ impl QueueService {
             dead_letter,
             deliveries_path: format!("{}/deliveries/{name}", self.config.zookeeper.root),
             max_message_bytes: self.config.api.max_message_bytes,
+            max_peek_bytes: self.config.api.max_peek_bytes,
+            max_leases: self.config.lease.max_per_queue,
             session: self.session.clone(),
             metrics: self.metrics.clone(),
             cache: cache.clone(),

@@ -393,3 +393,91 @@ async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
     direct.create(&format!("{path}/queue-"), &envelope, &sequential).await.expect("put elsewhere");
     assert_eq!(metric(&zkq.metrics().await, "zkq_queue_children{queue=\"backlog\"}"), Some(6.0));
 }
+
+/// A queue cannot have more than `lease.max_per_queue` leases out: the next one is told to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_beyond_max_per_queue_answer_429_too_many_leases() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("max-leases"));
+    config.lease.max_per_queue = 2;
+    let zkq = TestZkq::start_ready(config).await;
+    for i in 0..3 {
+        zkq.put_ok("q", format!("m{i}").as_bytes()).await;
+    }
+    let lease = || zkq.http.post(zkq.url("/v1/queues/q/leases?visibility=5m")).send();
+    let first = lease().await.expect("lease");
+    assert_eq!(first.status(), 200);
+    let receipt = first.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+    assert_eq!(lease().await.expect("lease").status(), 200);
+    let third = lease().await.expect("lease");
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().get("retry-after").is_some(), "429 carries Retry-After");
+    let body: serde_json::Value = third.json().await.expect("json");
+    assert_eq!(body["code"], "too_many_leases", "{body}");
+    let acked = zkq.http.delete(zkq.url(&format!("/v1/queues/q/leases/{receipt}"))).send().await.expect("ack");
+    assert_eq!(acked.status(), 204);
+    assert_eq!(lease().await.expect("lease").status(), 200, "room again after an ack");
+}
+
+/// A peek stops at `api.max_peek_bytes` of bodies, but always shows the first message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_stops_at_max_peek_bytes_and_always_shows_one_message() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("peek-bytes"));
+    config.api.max_peek_bytes = 250_000;
+    let zkq = TestZkq::start_ready(config).await;
+    for i in 0..5u8 {
+        zkq.put_ok("big", &vec![b'a' + i; 100_000]).await;
+    }
+    zkq.put_ok("huge", &vec![b'h'; 400_000]).await;
+    zkq.put_ok("huge", b"small").await;
+    let peek = |queue: &'static str| {
+        let url = zkq.url(&format!("/v1/queues/{queue}/messages?limit=100"));
+        let http = zkq.http.clone();
+        async move {
+            let response = http.get(url).send().await.expect("peek");
+            assert_eq!(response.status(), 200);
+            let body: serde_json::Value = response.json().await.expect("json");
+            body["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| m["size"].as_u64().unwrap_or(0))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(peek("big").await, [100_000, 100_000], "two bodies fit 250,000 bytes, a third would not");
+    assert_eq!(peek("huge").await, [400_000], "the first message is shown even when it alone passes the budget");
+}
+
+/// More requests at once than `api.max_concurrent_requests` are shed with 503 `overloaded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_max_concurrent_requests_answer_503_overloaded() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("overloaded"));
+    config.api.max_concurrent_requests = 4;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"opens the queue").await;
+    assert!(zkq.take_body("q", "0s").await.is_some());
+    let polls: Vec<_> = (0..6)
+        .map(|_| {
+            let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/q/take?wait=15s"));
+            tokio::spawn(async move {
+                let response = http.post(url).send().await.expect("take");
+                let status = response.status().as_u16();
+                let retry_after = response.headers().get("retry-after").is_some();
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                (status, retry_after, body["code"].as_str().unwrap_or("").to_owned())
+            })
+        })
+        .collect();
+    // The two shed at once answer long before the four waiting long-polls.
+    let mut answers = Vec::new();
+    for poll in polls {
+        answers.push(poll.await.expect("join"));
+    }
+    let shed: Vec<_> = answers.iter().filter(|(status, _, _)| *status == 503).collect();
+    assert_eq!(shed.len(), 2, "{answers:?}");
+    assert!(shed.iter().all(|(_, retry_after, code)| *retry_after && code == "overloaded"), "{answers:?}");
+    assert_eq!(answers.iter().filter(|(status, _, _)| *status == 204).count(), 4, "{answers:?}");
+}

@@ -229,9 +229,15 @@ impl Queue {
         })
     }
 
-    /// Checks that leases are possible on this queue.
+    /// Checks that leases are possible on this queue, and that it has fewer than
+    /// `lease.max_per_queue` out (leases being claimed count too).
     pub fn check_leasable(&self) -> Result<(), QueueError> {
-        self.lock_dir().map(|_| ())
+        self.lock_dir()?;
+        let state = self.leases.lock();
+        if state.live.len() + state.claiming.len() >= self.max_leases {
+            return Err(QueueError::TooManyLeases(self.max_leases));
+        }
+        Ok(())
     }
 
     fn counter_path(&self, item: &str) -> String {
