@@ -52,6 +52,8 @@ struct State {
     undecodable: HashSet<String>,
     /// Items whose lock (held by a consumer) is being watched.
     watched_locks: HashSet<String>,
+    /// A snapshot was read since the cache was made.
+    read_once: bool,
 }
 
 /// Keeps `zkq_waiting_takers` and the waiter list right however a wait ends (even when the
@@ -157,6 +159,11 @@ impl ChildrenCache {
     pub fn insert_local(&self, item: ItemName) {
         let mut state = self.lock();
         state.child_count += 1;
+        if !state.read_once {
+            // Before the first snapshot the candidates would hold only this item, and a take
+            // would hand it out ahead of older ones; the first read (or the watch it arms) has it.
+            return;
+        }
         if names::due_time(&item) > now_epoch_ms() {
             let pos = state.delayed.partition_point(|d| names::compare(self.kind, d, &item).is_lt());
             state.delayed.insert(pos, item);
@@ -375,6 +382,7 @@ impl ChildrenCache {
         state.delayed = delayed;
         state.taken_since_read = 0;
         state.dirty = false;
+        state.read_once = true;
         state.child_count = i64::from(num_children);
         let present: HashSet<&String> = children.iter().collect();
         state.undecodable.retain(|name| present.contains(name));
