@@ -33,6 +33,10 @@ pub struct Config {
     pub queues_dynamic: bool,
     /// Cap on the number of dynamic queues one process serves (bounds metric labels and memory).
     pub max_dynamic_queues: usize,
+    /// A dynamic queue nobody used (no request, waiting taker or lease) for this long is closed:
+    /// its tasks end and its slot under `max_dynamic_queues` is released.
+    #[serde(with = "humantime_serde")]
+    pub queue_idle_close: Duration,
     /// Declared queues, by name.
     pub queues: BTreeMap<String, QueueConfig>,
     /// Whether counters that are not declared under `[counters]` are created on first use.
@@ -221,6 +225,7 @@ impl Default for Config {
             shutdown: ShutdownConfig::default(),
             queues_dynamic: true,
             max_dynamic_queues: 1000,
+            queue_idle_close: Duration::from_secs(600),
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),
@@ -466,6 +471,12 @@ impl Config {
             return Err(invalid("api.max_peek_bytes", 0, "at least 1"));
         }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
+        check_duration(
+            "queue_idle_close",
+            self.queue_idle_close,
+            Duration::from_secs(1),
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
         }
@@ -609,6 +620,7 @@ fn allowed_for(key: &str) -> &'static str {
             || key.ends_with("delay")
             || key.ends_with("wait")
             || key.ends_with("grace")
+            || key.ends_with("close")
             || key.ends_with("max") =>
         {
             "a duration written like \"20s\", \"500ms\" or \"2m\""

@@ -180,6 +180,10 @@ impl From<QueueError> for ApiError {
                 ErrorCode::QueueNotFound,
                 format!("queue {name:?} is not declared and dynamic queues are disabled (queues_dynamic = false)"),
             ),
+            QueueError::NoSuchQueue(name) => ApiError::new(
+                ErrorCode::QueueNotFound,
+                format!("queue {name:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)"),
+            ),
             QueueError::TooManyQueues(max) => ApiError::new(
                 ErrorCode::QueueNotFound,
                 format!("this zkq already serves {max} dynamic queues (max_dynamic_queues); declare the queue"),

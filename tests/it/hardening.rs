@@ -481,3 +481,108 @@ async fn requests_beyond_max_concurrent_requests_answer_503_overloaded() {
     assert!(shed.iter().all(|(_, retry_after, code)| *retry_after && code == "overloaded"), "{answers:?}");
     assert_eq!(answers.iter().filter(|(status, _, _)| *status == 204).count(), 4, "{answers:?}");
 }
+
+/// Reads, takes and lease steps of unknown names create nothing and take no dynamic-queue slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_unknown_names_create_nothing_and_take_no_slot() {
+    let zk = ZkServer::shared();
+    let root = unique_root("junk-reads");
+    let mut config = test_config(zk, &root);
+    config.max_dynamic_queues = 3;
+    let zkq = TestZkq::start_ready(config).await;
+    let bogus = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let requests = (0..1000).map(|i| {
+        let (method, path, expected) = match i % 10 {
+            0 => ("GET", format!("/v1/queues/junk{i}"), 404),
+            1 => ("GET", format!("/v1/queues/junk{i}/messages"), 404),
+            2 => ("DELETE", format!("/v1/queues/junk{i}/messages/queue-0000000001"), 404),
+            3 => ("DELETE", format!("/v1/queues/junk{i}/leases/{bogus}"), 404),
+            4 => ("POST", format!("/v1/queues/junk{i}/leases/{bogus}/nack"), 404),
+            5 => ("POST", format!("/v1/queues/junk{i}/leases/{bogus}/extend"), 404),
+            6 => ("GET", format!("/v1/counters/junk{i}"), 404),
+            7 => ("POST", format!("/v1/queues/junk{i}/take?wait=0s"), 204),
+            8 => ("POST", format!("/v1/queues/junk{i}/leases?wait=0s"), 204),
+            _ => ("DELETE", format!("/v1/queues/junk{i}/messages?id=x"), 404),
+        };
+        let (http, url) = (zkq.http.clone(), zkq.url(&path));
+        async move {
+            let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+            let status = http.request(method, url).send().await.expect("request").status().as_u16();
+            (path, status, expected)
+        }
+    });
+    let answers: Vec<(String, u16, u16)> = futures::stream::iter(requests).buffer_unordered(16).collect().await;
+    let wrong: Vec<_> = answers.iter().filter(|(_, status, expected)| status != expected).take(5).collect();
+    assert!(wrong.is_empty(), "unexpected answers: {wrong:?}");
+
+    let direct = zk_client(zk).await;
+    for dir in ["queues", "locks", "counters", "deliveries"] {
+        let created = children(&direct, &format!("{root}/{dir}")).await;
+        assert!(created.is_empty(), "junk reads created {root}/{dir}/{created:?}");
+    }
+    let listed: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list").json().await.expect("json");
+    assert_eq!(listed["queues"].as_array().map(Vec::len), Some(0), "{listed}");
+    // Every slot is still free.
+    zkq.put_ok("real1", b"x").await;
+    zkq.put_ok("real2", b"x").await;
+
+    // A taker of a queue nobody created yet waits for it, and gets the first message put to it
+    // elsewhere (a Curator producer, another sidecar: here straight to ZooKeeper).
+    let exists_calls = |text: &str| metric(text, "zkq_zookeeper_requests_total{operation=\"exists\",outcome=\"ok\"}");
+    let before = exists_calls(&zkq.metrics().await);
+    let waiting = {
+        let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/later/take?wait=20s"));
+        tokio::spawn(async move {
+            let response = http.post(url).send().await.expect("take");
+            (response.status().as_u16(), response.bytes().await.expect("body"))
+        })
+    };
+    eventually(Duration::from_secs(10), "the taker watches for the queue node", || async {
+        exists_calls(&zkq.metrics().await) > before
+    })
+    .await;
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&format!("{root}/queues/later"), b"", &persistent).await.expect("queue node");
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let envelope = zkq::queue::envelope::encode([b"from elsewhere".as_slice()]);
+    direct.create(&format!("{root}/queues/later/queue-"), &envelope, &sequential).await.expect("put elsewhere");
+    let (status, body) = waiting.await.expect("join");
+    assert_eq!((status, body.as_ref()), (200, b"from elsewhere".as_slice()));
+    // real1, real2 and later hold the three slots.
+    assert_eq!(zkq.put("real3", b"x").await.status(), 404, "max_dynamic_queues = 3");
+}
+
+/// An idle dynamic queue is closed (its slot released) but never while a lease is out, and the
+/// next request opens it again with its messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_dynamic_queues_close_and_reopen_on_the_next_put() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("idle-close"));
+    config.max_dynamic_queues = 2;
+    config.queue_idle_close = Duration::from_secs(1);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("held", b"leased").await;
+    zkq.put_ok("held", b"waiting").await;
+    let leased = zkq.http.post(zkq.url("/v1/queues/held/leases?visibility=5m")).send().await.expect("lease");
+    assert_eq!(leased.status(), 200);
+    let receipt = leased.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+    zkq.put_ok("idle", b"stays in ZooKeeper").await;
+    assert_eq!(zkq.put("third", b"x").await.status(), 404, "both slots in use");
+    // `idle` is closed once unused for a second, which frees its slot; `held` has a lease out.
+    eventually(Duration::from_secs(30), "the idle queue's slot is released", || async {
+        zkq.put("third", b"x").await.status() == 201
+    })
+    .await;
+    let acked = zkq.http.delete(zkq.url(&format!("/v1/queues/held/leases/{receipt}"))).send().await.expect("ack");
+    assert_eq!(acked.status(), 204, "a queue with a lease out is never closed");
+    let text = zkq.metrics().await;
+    assert!(!text.contains("queue=\"idle\""), "a closed queue's series are dropped");
+    // Reopened transparently: its message is still there.
+    eventually(Duration::from_secs(30), "a slot for the idle queue", || async {
+        zkq.put("idle", b"second").await.status() == 201
+    })
+    .await;
+    assert_eq!(zkq.take_body("idle", "5s").await.as_deref(), Some(b"stays in ZooKeeper".as_slice()));
+    assert_eq!(zkq.take_body("idle", "5s").await.as_deref(), Some(b"second".as_slice()));
+}
