@@ -90,7 +90,8 @@ pub struct ApiConfig {
     pub max_connections: usize,
     /// Requests handled at once; further ones are answered 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
-    /// Time a client has to send a request's headers once it started them.
+    /// Time a client has to send a request's headers, counted from when zkq waits for one (also the
+    /// idle keep-alive timeout: hyper starts the timer on a new or idle connection too).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// Message bytes one peek answers at most (at least one message is always shown).
@@ -104,7 +105,8 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers once it started them.
+    /// Time a client has to send a request's headers, counted from when zkq waits for one (also the
+    /// idle keep-alive timeout: hyper starts the timer on a new or idle connection too).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
 }

@@ -586,3 +586,47 @@ async fn idle_dynamic_queues_close_and_reopen_on_the_next_put() {
     assert_eq!(zkq.take_body("idle", "5s").await.as_deref(), Some(b"stays in ZooKeeper".as_slice()));
     assert_eq!(zkq.take_body("idle", "5s").await.as_deref(), Some(b"second".as_slice()));
 }
+
+/// Waits until the server closes `stream` (EOF or error); how long that took, or None after `limit`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {},
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// hyper's header-read timer starts whenever it waits for a request head, not at the first
+/// byte: a connection that never sends anything, and a keep-alive connection idle after its
+/// response, are both closed after `header_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_idle_keep_alive_connections_are_closed_after_the_header_read_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("idle-conns"));
+    config.api.header_read_timeout = Duration::from_secs(2);
+    config.admin.header_read_timeout = Duration::from_secs(2);
+    let zkq = TestZkq::start_ready(config).await;
+    for base in [&zkq.api, &zkq.admin] {
+        let addr = base.trim_start_matches("http://").to_owned();
+        let mut silent = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+        let mut idle = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+        idle.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+        let limit = Duration::from_secs(30);
+        let (silent_closed, idle_closed) =
+            tokio::join!(closed_within(&mut silent, limit), closed_within(&mut idle, limit));
+        println!(
+            "{base}: a silent connection closed after {silent_closed:?}, an idle keep-alive one after {idle_closed:?}"
+        );
+        assert!(silent_closed.is_some_and(|t| t >= Duration::from_millis(1500)), "silent: {silent_closed:?}");
+        assert!(idle_closed.is_some_and(|t| t >= Duration::from_millis(1500)), "idle keep-alive: {idle_closed:?}");
+    }
+}
