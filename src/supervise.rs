@@ -32,12 +32,19 @@ pub enum Task {
     DeliveryCountSweeper,
     LockWatcher,
     CounterWatch,
+    UndecodableMover,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 5] =
-        [Task::CacheRefresher, Task::LeaseReaper, Task::DeliveryCountSweeper, Task::LockWatcher, Task::CounterWatch];
+    pub const ALL: [Task; 6] = [
+        Task::CacheRefresher,
+        Task::LeaseReaper,
+        Task::DeliveryCountSweeper,
+        Task::LockWatcher,
+        Task::CounterWatch,
+        Task::UndecodableMover,
+    ];
 
     /// The metric label.
     pub fn as_str(self) -> &'static str {
@@ -47,6 +54,7 @@ impl Task {
             Task::DeliveryCountSweeper => "delivery_count_sweeper",
             Task::LockWatcher => "lock_watcher",
             Task::CounterWatch => "counter_watch",
+            Task::UndecodableMover => "undecodable_mover",
         }
     }
 }

@@ -54,6 +54,10 @@ struct State {
     watched_locks: HashSet<String>,
     /// A snapshot was read since the cache was made.
     read_once: bool,
+    /// Eager caches only: every child name seen (read or put by this process), and those read
+    /// for the first time and not yet checked.
+    known: HashSet<String>,
+    unchecked: Vec<String>,
 }
 
 /// Keeps `zkq_waiting_takers` and the waiter list right however a wait ends (even when the
@@ -97,6 +101,9 @@ pub struct ChildrenCache {
     shutdown: CancellationToken,
     /// Owns the lock watches.
     tasks: TaskTracker,
+    /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
+    /// undecodable node is moved there promptly).
+    eager: bool,
 }
 
 impl ChildrenCache {
@@ -107,6 +114,7 @@ impl ChildrenCache {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         tasks: TaskTracker,
+        eager: bool,
     ) -> Arc<ChildrenCache> {
         let state = State { dirty: true, ..State::default() };
         Arc::new(ChildrenCache {
@@ -120,6 +128,7 @@ impl ChildrenCache {
             room: Notify::new(),
             shutdown,
             tasks,
+            eager,
         })
     }
 
@@ -159,6 +168,9 @@ impl ChildrenCache {
     pub fn insert_local(&self, item: ItemName) {
         let mut state = self.lock();
         state.child_count += 1;
+        if self.eager {
+            state.known.insert(item.name.clone());
+        }
         if !state.read_once {
             // Before the first snapshot the candidates would hold only this item, and a take
             // would hand it out ahead of older ones; the first read (or the watch it arms) has it.
@@ -386,6 +398,11 @@ impl ChildrenCache {
         state.child_count = i64::from(num_children);
         let present: HashSet<&String> = children.iter().collect();
         state.undecodable.retain(|name| present.contains(name));
+        if self.eager {
+            let new: Vec<String> = children.iter().filter(|c| !state.known.contains(*c)).cloned().collect();
+            state.unchecked.extend(new);
+            state.known = children.iter().cloned().collect();
+        }
         let n = state.candidates.len();
         Self::wake(&mut state, n);
         drop(state);
@@ -398,8 +415,19 @@ impl ChildrenCache {
     fn mark_dirty(&self) -> bool {
         let mut state = self.lock();
         state.dirty = true;
-        // Re-read at once when it is needed now; otherwise wait until a taker asks.
-        state.candidates.is_empty() && !state.waiters.is_empty()
+        // Re-read at once when it is needed now (or the cache is eager); otherwise wait until a
+        // taker asks.
+        self.eager || (state.candidates.is_empty() && !state.waiters.is_empty())
+    }
+
+    /// Names read for the first time since the last call (eager caches only).
+    pub fn take_unchecked(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().unchecked)
+    }
+
+    /// Changes with every snapshot read.
+    pub fn subscribe_snapshots(&self) -> watch::Receiver<u64> {
+        self.snapshots.subscribe()
     }
 
     fn invalidate(&self) {

@@ -295,6 +295,7 @@ impl QueueService {
             self.metrics.clone(),
             stop.clone(),
             self.tasks.clone(),
+            dead_letter.is_some() && kind != QueueKind::Simple,
         );
         let queue = Arc::new(Queue {
             name: name.to_owned(),
@@ -336,6 +337,18 @@ impl QueueService {
             let (queue, session, stop) = (queue.clone(), session.clone(), stop.clone());
             move || queue.clone().run_lease_reaper(session.clone(), stop.clone())
         }));
+        if queue.dead_letter.is_some() && kind != QueueKind::Simple {
+            self.tasks.spawn(supervise::until_shutdown(
+                Task::UndecodableMover,
+                owner.clone(),
+                metrics.clone(),
+                stop.clone(),
+                {
+                    let (queue, stop) = (queue.clone(), stop.clone());
+                    move || queue.clone().run_undecodable_mover(stop.clone())
+                },
+            ));
+        }
         self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, stop.clone(), {
             let (queue, stop) = (queue.clone(), stop.clone());
             move || queue.clone().run_delivery_count_sweeper(stop.clone())

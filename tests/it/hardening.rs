@@ -630,3 +630,42 @@ async fn silent_and_idle_keep_alive_connections_are_closed_after_the_header_read
         assert!(idle_closed.is_some_and(|t| t >= Duration::from_millis(1500)), "idle keep-alive: {idle_closed:?}");
     }
 }
+
+/// A node that is not a Curator envelope, put between refreshes into a queue with a dead-letter
+/// queue, is moved there promptly without any client request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
+    let zk = ZkServer::shared();
+    let root = unique_root("prompt-dlq");
+    let mut config = test_config(zk, &root);
+    config.queues.insert(
+        "src".into(),
+        zkq::config::QueueConfig {
+            kind: QueueKind::Fifo,
+            path: None,
+            lock_path: None,
+            max_items: None,
+            max_deliveries: None,
+            dead_letter: Some("src-dlq".into()),
+        },
+    );
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("src", b"good").await;
+    let direct = zk_client(zk).await;
+    let queue = format!("{root}/queues/src");
+    eventually(Duration::from_secs(10), "the queue node exists", || async {
+        direct.check_stat(&queue).await.ok().flatten().is_some()
+    })
+    .await;
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&format!("{queue}/queue-"), b"raw bytes", &sequential).await.expect("raw node");
+    eventually(Duration::from_secs(30), "the undecodable node is moved to the dead-letter queue", || async {
+        children(&direct, &queue).await.len() == 1
+            && children(&direct, &format!("{root}/queues/src-dlq")).await.len() == 1
+    })
+    .await;
+    assert!(zkq.metrics().await.contains("zkq_messages_dead_lettered_total{queue=\"src\"} 1"));
+    let lines = Curator::run(zk, &["consume", "fifo", &format!("{root}/queues/src-dlq"), "1", "15000"]).await;
+    assert_eq!(lines, [hex(b"raw bytes"), "DONE 1".to_owned()], "readable by Curator");
+    assert_eq!(zkq.take_body("src", "0s").await.as_deref(), Some(b"good".as_slice()), "the good message stays");
+}
