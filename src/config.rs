@@ -90,10 +90,12 @@ pub struct ApiConfig {
     pub max_connections: usize,
     /// Requests handled at once; further ones are answered 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
-    /// Time a client has to send a request's headers, counted from when zkq waits for one (also the
-    /// idle keep-alive timeout: hyper starts the timer on a new or idle connection too).
+    /// Time a client has to finish a request's headers once it sent their first byte.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// A connection that sends nothing for this long (new, or after its last response) is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// Message bytes one peek answers at most (at least one message is always shown).
     pub max_peek_bytes: usize,
 }
@@ -105,10 +107,12 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers, counted from when zkq waits for one (also the
-    /// idle keep-alive timeout: hyper starts the timer on a new or idle connection too).
+    /// Time a client has to finish a request's headers once it sent their first byte.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// A connection that sends nothing for this long (new, or after its last response) is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,6 +261,7 @@ impl Default for ApiConfig {
             max_connections: 1024,
             max_concurrent_requests: 512,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
             max_peek_bytes: 8 * 1024 * 1024,
         }
     }
@@ -268,6 +273,7 @@ impl Default for AdminConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
             max_connections: 64,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -447,6 +453,8 @@ impl Config {
         for (key, value) in [
             ("api.header_read_timeout", self.api.header_read_timeout),
             ("admin.header_read_timeout", self.admin.header_read_timeout),
+            ("api.idle_timeout", self.api.idle_timeout),
+            ("admin.idle_timeout", self.admin.idle_timeout),
         ] {
             check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;
         }

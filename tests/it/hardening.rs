@@ -284,6 +284,8 @@ async fn slow_and_idle_connections_do_not_starve_or_bloat_zkq() {
     let env = [
         ("ZKQ__API__HEADER_READ_TIMEOUT", "2s"),
         ("ZKQ__ADMIN__HEADER_READ_TIMEOUT", "2s"),
+        ("ZKQ__API__IDLE_TIMEOUT", "2s"),
+        ("ZKQ__ADMIN__IDLE_TIMEOUT", "2s"),
         ("ZKQ__API__MAX_CONNECTIONS", "256"),
         ("ZKQ__ADMIN__MAX_CONNECTIONS", "64"),
     ];
@@ -604,31 +606,59 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> O
     .ok()
 }
 
-/// hyper's header-read timer starts whenever it waits for a request head, not at the first
-/// byte: a connection that never sends anything, and a keep-alive connection idle after its
-/// response, are both closed after `header_read_timeout`.
+/// A connection that never sends a byte, and a keep-alive connection idle after its response,
+/// are closed after `idle_timeout`; a long-poll longer than that is not cut; a request head that
+/// trickles in is closed after `header_read_timeout` from its first byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_and_idle_keep_alive_connections_are_closed_after_the_header_read_timeout() {
-    use tokio::io::AsyncWriteExt;
+async fn silent_and_idle_connections_close_after_idle_timeout_but_long_polls_do_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let zk = ZkServer::shared();
     let mut config = test_config(zk, &unique_root("idle-conns"));
-    config.api.header_read_timeout = Duration::from_secs(2);
-    config.admin.header_read_timeout = Duration::from_secs(2);
+    config.api.idle_timeout = Duration::from_secs(2);
+    config.admin.idle_timeout = Duration::from_secs(2);
+    config.api.header_read_timeout = Duration::from_secs(4);
+    config.admin.header_read_timeout = Duration::from_secs(4);
+    // Well beyond the idle timeout: hyper's own header timer (if it were used) would fire at 4 s.
+    config.take.max_wait = Duration::from_secs(6);
     let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"opens the queue").await;
+    assert!(zkq.take_body("q", "0s").await.is_some());
     for base in [&zkq.api, &zkq.admin] {
         let addr = base.trim_start_matches("http://").to_owned();
         let mut silent = tokio::net::TcpStream::connect(&addr).await.expect("connect");
         let mut idle = tokio::net::TcpStream::connect(&addr).await.expect("connect");
         idle.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+        let mut slow = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+        slow.write_all(b"GET /livez HTTP/1.1\r\nX-Slow: 1\r\n").await.expect("write");
         let limit = Duration::from_secs(30);
-        let (silent_closed, idle_closed) =
-            tokio::join!(closed_within(&mut silent, limit), closed_within(&mut idle, limit));
-        println!(
-            "{base}: a silent connection closed after {silent_closed:?}, an idle keep-alive one after {idle_closed:?}"
+        let (silent_closed, idle_closed, slow_closed) = tokio::join!(
+            closed_within(&mut silent, limit),
+            closed_within(&mut idle, limit),
+            closed_within(&mut slow, limit)
         );
-        assert!(silent_closed.is_some_and(|t| t >= Duration::from_millis(1500)), "silent: {silent_closed:?}");
-        assert!(idle_closed.is_some_and(|t| t >= Duration::from_millis(1500)), "idle keep-alive: {idle_closed:?}");
+        println!(
+            "{base}: silent closed after {silent_closed:?}, idle keep-alive after {idle_closed:?}, \
+             slow head after {slow_closed:?}"
+        );
+        let within = |t: Option<Duration>, low: u64, high: u64| {
+            t.is_some_and(|t| t >= Duration::from_millis(low) && t < Duration::from_millis(high))
+        };
+        assert!(within(silent_closed, 1500, 3900), "silent: {silent_closed:?} (idle_timeout 2s)");
+        assert!(within(idle_closed, 1500, 3900), "idle keep-alive: {idle_closed:?} (idle_timeout 2s)");
+        assert!(within(slow_closed, 3500, 20_000), "slow head: {slow_closed:?} (header_read_timeout 4s)");
     }
+    // A long-poll of 6 s on a connection idle-limited to 2 s gets its answer.
+    let addr = zkq.api.trim_start_matches("http://").to_owned();
+    let mut poll = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    poll.write_all(b"POST /v1/queues/q/take?wait=6s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), poll.read(&mut answer)).await;
+    let text = String::from_utf8_lossy(read.ok().and_then(Result::ok).map_or(&[][..], |n| &answer[..n])).into_owned();
+    assert!(text.starts_with("HTTP/1.1 204"), "the long-poll was cut after {:?}: {text:?}", started.elapsed());
+    assert!(started.elapsed() >= Duration::from_millis(5500), "answered after {:?}", started.elapsed());
 }
 
 /// A node that is not a Curator envelope, put between refreshes into a queue with a dead-letter
@@ -668,4 +698,61 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
     let lines = Curator::run(zk, &["consume", "fifo", &format!("{root}/queues/src-dlq"), "1", "15000"]).await;
     assert_eq!(lines, [hex(b"raw bytes"), "DONE 1".to_owned()], "readable by Curator");
     assert_eq!(zkq.take_body("src", "0s").await.as_deref(), Some(b"good".as_slice()), "the good message stays");
+}
+
+/// Figures: the memory of 10,000 idle connections and how fast `/livez` answers meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_idle_connections_cost_little_memory_and_do_not_slow_livez() {
+    let wanted: usize = 10_000;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed; the child inherits it.
+    #[allow(unsafe_code)]
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max.min(65_536);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    // Both ends of each connection live on this machine: the test's and zkq's descriptors.
+    let connections =
+        if raised { wanted.min(usize::try_from(limit.rlim_cur).unwrap_or(0).saturating_sub(500)) } else { 500 };
+    if connections < wanted {
+        println!("NOTE: open-file limit {} allows only {connections} connections", limit.rlim_cur);
+    }
+    let zk = ZkServer::shared();
+    let env = [("ZKQ__API__MAX_CONNECTIONS", "20000"), ("ZKQ__API__IDLE_TIMEOUT", "10m")];
+    let zkq = ChildZkq::start(zk, &unique_root("ten-thousand"), &env).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let before = rss_kib(zkq.pid());
+    let addr = zkq.api.trim_start_matches("http://").to_owned();
+    let mut held = Vec::with_capacity(connections);
+    while held.len() < connections {
+        match tokio::net::TcpStream::connect(&addr).await {
+            Ok(stream) => held.push(stream),
+            Err(err) => panic!("connection {} refused: {err}", held.len()),
+        }
+    }
+    // Every connection accepted and watched: zkq's descriptors grow by the number held.
+    let open_fds = || std::fs::read_dir(format!("/proc/{}/fd", zkq.pid())).map_or(0, Iterator::count);
+    eventually(Duration::from_secs(60), "zkq accepted every connection", || {
+        std::future::ready(open_fds() >= connections)
+    })
+    .await;
+    let during = rss_kib(zkq.pid());
+    let mut livez = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let response = http.get(format!("{}/livez", zkq.admin)).send().await.expect("livez");
+        assert_eq!(response.status(), 200);
+        livez.push(started.elapsed());
+    }
+    let slowest = livez.iter().max().copied().unwrap_or_default();
+    println!(
+        "FIGURES: {} idle connections: zkq RSS {before} KiB before, {during} KiB with them ({} bytes per \
+         connection); /livez answered in {livez:?}",
+        held.len(),
+        (during.saturating_sub(before) * 1024) / u64::try_from(held.len().max(1)).unwrap_or(1)
+    );
+    assert!(slowest < Duration::from_secs(5), "/livez took {slowest:?}");
+    assert!(during < before + 256 * 1024, "RSS grew from {before} KiB to {during} KiB");
 }
