@@ -35,6 +35,10 @@ pub struct Config {
     pub queues_dynamic: bool,
     /// Cap on the number of dynamic queues one process serves (bounds metric labels and memory).
     pub max_dynamic_queues: usize,
+    /// A dynamic queue nobody used (no request, waiting taker or lease) for this long is closed:
+    /// its tasks end and its slot under `max_dynamic_queues` is released.
+    #[serde(with = "humantime_serde")]
+    pub queue_idle_close: Duration,
     /// Declared queues, by name.
     pub queues: BTreeMap<String, QueueConfig>,
     /// Whether counters that are not declared under `[counters]` are created on first use.
@@ -88,9 +92,14 @@ pub struct ApiConfig {
     pub max_connections: usize,
     /// Requests handled at once; further ones are answered 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
-    /// Time a client has to send a request's headers once it started them.
+    /// Time a client has to finish a request's headers once it sent their first byte.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// A connection that sends nothing for this long (new, or after its last response) is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Message bytes one peek answers at most (at least one message is always shown).
+    pub max_peek_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,9 +109,12 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers once it started them.
+    /// Time a client has to finish a request's headers once it sent their first byte.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// A connection that sends nothing for this long (new, or after its last response) is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,11 +149,17 @@ pub struct LeaseConfig {
     /// Longest visibility a lease or an extend may ask for.
     #[serde(with = "humantime_serde")]
     pub max_visibility: Duration,
+    /// Leases one queue may have out at once; beyond it a lease answers 429 `too_many_leases`.
+    pub max_per_queue: usize,
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
-        LeaseConfig { default_visibility: Duration::from_secs(30), max_visibility: Duration::from_secs(12 * 3600) }
+        LeaseConfig {
+            default_visibility: Duration::from_secs(30),
+            max_visibility: Duration::from_secs(12 * 3600),
+            max_per_queue: 10_000,
+        }
     }
 }
 
@@ -215,6 +233,7 @@ impl Default for Config {
             shutdown: ShutdownConfig::default(),
             queues_dynamic: true,
             max_dynamic_queues: 1000,
+            queue_idle_close: Duration::from_secs(600),
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),
@@ -244,6 +263,8 @@ impl Default for ApiConfig {
             max_connections: 1024,
             max_concurrent_requests: 512,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_peek_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -254,6 +275,7 @@ impl Default for AdminConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
             max_connections: 64,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -454,6 +476,8 @@ impl Config {
         for (key, value) in [
             ("api.header_read_timeout", self.api.header_read_timeout),
             ("admin.header_read_timeout", self.admin.header_read_timeout),
+            ("api.idle_timeout", self.api.idle_timeout),
+            ("admin.idle_timeout", self.admin.idle_timeout),
         ] {
             check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;
         }
@@ -474,7 +498,19 @@ impl Config {
             Duration::from_millis(100),
             self.lease.max_visibility,
         )?;
+        if self.lease.max_per_queue == 0 {
+            return Err(invalid("lease.max_per_queue", 0, "at least 1"));
+        }
+        if self.api.max_peek_bytes == 0 {
+            return Err(invalid("api.max_peek_bytes", 0, "at least 1"));
+        }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
+        check_duration(
+            "queue_idle_close",
+            self.queue_idle_close,
+            Duration::from_secs(1),
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
         }
@@ -664,6 +700,7 @@ fn allowed_for(key: &str) -> &'static str {
             || key.ends_with("delay")
             || key.ends_with("wait")
             || key.ends_with("grace")
+            || key.ends_with("close")
             || key.ends_with("max") =>
         {
             "a duration written like \"20s\", \"500ms\" or \"2m\""

@@ -33,6 +33,8 @@ pub struct Versioned {
 pub enum CounterError {
     InvalidName(String),
     UnknownCounter(String),
+    /// A dynamic counter whose node does not exist: nobody has set it yet.
+    NoSuchCounter(String),
     TooManyCounters(usize),
     /// The node does not hold 4 bytes: not a SharedCount; never overwritten.
     NotAnInt {
@@ -302,7 +304,26 @@ impl CounterService {
         Arc::new(CounterService { config, session, metrics, counters: Mutex::new(HashMap::new()), shutdown, tasks })
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
+    /// The counter called `name` for a read: never creates anything. A dynamic counter this
+    /// process has not open is opened only if its node exists (one `exists` read).
+    pub async fn existing(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
+        check_name(name).map_err(|why| CounterError::InvalidName(format!("counter name {name:?} {why}")))?;
+        let known = self.config.counters.contains_key(name)
+            || self.counters.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name);
+        if known || !self.config.counters_dynamic {
+            return self.open(name);
+        }
+        let path = format!("{}/counters/{name}", self.config.zookeeper.root);
+        let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
+        match zk.exists(&path).await? {
+            Some(_) => self.open(name),
+            None => Err(CounterError::NoSuchCounter(name.to_owned())),
+        }
+    }
+
+    /// The counter called `name` for a write, opening it on first use (a dynamic counter's node
+    /// is created with seed 0 by its first write).
+    pub fn open(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
         check_name(name).map_err(|why| CounterError::InvalidName(format!("counter name {name:?} {why}")))?;
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(counter) = counters.get(name) {

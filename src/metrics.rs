@@ -14,6 +14,12 @@ use prometheus::{
 /// The labels of `zkq_zookeeper_connection_state`, one series each.
 pub const CONNECTION_STATES: [&str; 5] = ["connected", "suspended", "reconnected", "lost", "read_only"];
 
+/// The `mode` labels of `zkq_messages_nacked_total`.
+pub const NACK_MODES: [&str; 3] = ["requeue", "delete", "keep"];
+
+/// The `outcome` labels of `zkq_claim_attempts_total`.
+pub const CLAIM_OUTCOMES: [&str; 4] = ["won", "lost", "gone", "locked"];
+
 /// Buckets for ZooKeeper round trips and HTTP handling, in seconds.
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -136,7 +142,7 @@ impl Metrics {
             queue_children: IntGaugeVec::new(
                 Opts::new(
                     "zkq_queue_children",
-                    "Curator's lastChildCount: children seen at the queue's last cache refresh.",
+                    "Children of the queue node (its depth): read at every scrape, else the last value seen.",
                 ),
                 &["queue"],
             )?,
@@ -282,6 +288,59 @@ impl Metrics {
         r.register(Box::new(self.counter_waiting_polls.clone()))?;
         r.register(Box::new(self.background_task_restarts.clone()))?;
         Ok(())
+    }
+
+    /// Every per-queue series of `queue`, exported at 0 from the moment the queue opens, so
+    /// `rate()` and absent-series alerts work before the first event.
+    pub fn touch_queue(&self, queue: &str) {
+        for gauge in [&self.puts_in_flight, &self.queue_children, &self.waiting_takers, &self.leases_in_flight] {
+            gauge.with_label_values(&[queue]);
+        }
+        for counter in self.queue_counters() {
+            counter.with_label_values(&[queue]);
+        }
+        for mode in NACK_MODES {
+            self.messages_nacked.with_label_values(&[queue, mode]);
+        }
+    }
+
+    /// Drops every per-queue series of `queue` (its queue was closed), so names that come and
+    /// go do not grow the export.
+    pub fn forget_queue(&self, queue: &str) {
+        for gauge in [
+            &self.puts_in_flight,
+            &self.queue_children,
+            &self.waiting_takers,
+            &self.leases_in_flight,
+            &self.children_bytes,
+        ] {
+            let _ = gauge.remove_label_values(&[queue]);
+        }
+        for counter in self.queue_counters() {
+            let _ = counter.remove_label_values(&[queue]);
+        }
+        let _ = self.candidates_pruned.remove_label_values(&[queue]);
+        for mode in NACK_MODES {
+            let _ = self.messages_nacked.remove_label_values(&[queue, mode]);
+        }
+        for outcome in CLAIM_OUTCOMES {
+            let _ = self.claim_attempts.remove_label_values(&[queue, outcome]);
+        }
+    }
+
+    fn queue_counters(&self) -> [&IntCounterVec; 10] {
+        [
+            &self.messages_put,
+            &self.messages_taken,
+            &self.undecodable_messages,
+            &self.messages_leased,
+            &self.messages_acked,
+            &self.messages_expired,
+            &self.messages_dead_lettered,
+            &self.leases_extended,
+            &self.children_reads,
+            &self.put_outcome_unknown,
+        ]
     }
 
     /// Sets the connection-state gauge: 1 for `current` (if any), 0 for every other state.

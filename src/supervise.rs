@@ -4,7 +4,8 @@
 //! watch) runs until shutdown. If it panics or ends before shutdown, nothing else would ever run
 //! it again and its queue or counter would silently stop working; so it is restarted, with a
 //! capped exponential backoff, logged as an error and counted in
-//! `zkq_background_task_restarts_total{task}`.
+//! `zkq_background_task_restarts_total{task}`. A task that finishes on its own (a lock watch) is
+//! restarted only when it panics before it is done.
 
 use std::any::Any;
 use std::future::Future;
@@ -31,12 +32,19 @@ pub enum Task {
     DeliveryCountSweeper,
     LockWatcher,
     CounterWatch,
+    UndecodableMover,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 5] =
-        [Task::CacheRefresher, Task::LeaseReaper, Task::DeliveryCountSweeper, Task::LockWatcher, Task::CounterWatch];
+    pub const ALL: [Task; 6] = [
+        Task::CacheRefresher,
+        Task::LeaseReaper,
+        Task::DeliveryCountSweeper,
+        Task::LockWatcher,
+        Task::CounterWatch,
+        Task::UndecodableMover,
+    ];
 
     /// The metric label.
     pub fn as_str(self) -> &'static str {
@@ -46,6 +54,7 @@ impl Task {
             Task::DeliveryCountSweeper => "delivery_count_sweeper",
             Task::LockWatcher => "lock_watcher",
             Task::CounterWatch => "counter_watch",
+            Task::UndecodableMover => "undecodable_mover",
         }
     }
 }
@@ -87,16 +96,37 @@ pub async fn until_shutdown<F, Fut>(
     }
 }
 
-/// Runs a task that may finish on its own and cannot be rebuilt (one watch on one node): a panic
-/// is caught, logged and counted instead of vanishing with the task.
-pub async fn once<Fut>(task: Task, metrics: Arc<Metrics>, future: Fut)
-where
+/// Runs a task that may finish on its own (one watch on one node) until it finishes or
+/// `shutdown`: a run that panics is logged, counted and started again after a backoff, so a bug
+/// in one run cannot leave its work undone. A run that returns is done.
+pub async fn until_done<F, Fut>(
+    task: Task,
+    owner: String,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    mut make: F,
+) where
+    F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
-    if let Err(panic) = AssertUnwindSafe(future).catch_unwind().await {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = Instant::now();
+        let Err(panic) = AssertUnwindSafe(make()).catch_unwind().await else { return };
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if started.elapsed() > MAX_BACKOFF {
+            backoff = FIRST_BACKOFF;
+        }
         metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
-        tracing::error!(task = task.as_str(), why = %panic_message(panic.as_ref()),
-            "background task panicked (this is a bug)");
+        tracing::error!(task = task.as_str(), owner = %owner, why = %panic_message(panic.as_ref()),
+            restart_in_ms = backoff.as_millis() as u64, "background task panicked; restarting it (this is a bug)");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {},
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -152,10 +182,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_one_shot_task_that_panics_is_counted() {
+    async fn a_task_that_panics_before_it_is_done_is_restarted_until_it_is() {
         let metrics = Arc::new(Metrics::new().expect("metrics"));
-        once(Task::LockWatcher, metrics.clone(), async { panic!("boom") }).await;
-        once(Task::LockWatcher, metrics.clone(), async {}).await;
-        assert_eq!(restarts(&metrics, Task::LockWatcher), 1);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let supervised = until_done(Task::LockWatcher, "q".into(), metrics.clone(), CancellationToken::new(), {
+            let runs = runs.clone();
+            move || {
+                let runs = runs.clone();
+                async move {
+                    if runs.fetch_add(1, Ordering::SeqCst) < 2 {
+                        panic!("watch failed");
+                    }
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), supervised).await.expect("done after the third run");
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "restarted after each panic, not after it was done");
+        assert_eq!(restarts(&metrics, Task::LockWatcher), 2);
     }
 }

@@ -1,5 +1,7 @@
 //! `/livez`, `/readyz`, `/metrics` on the admin listener.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
@@ -48,8 +50,12 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Prometheus text format.
+/// How long a scrape waits for the queue depths it reads from ZooKeeper.
+const DEPTH_SAMPLE_BUDGET: Duration = Duration::from_secs(1);
+
+/// Prometheus text format; the queue depths are read from ZooKeeper first (bounded).
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.queues.sample_depths(DEPTH_SAMPLE_BUDGET).await;
     match state.metrics.render() {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Err(err) => ApiError::new(ErrorCode::Internal, format!("cannot render metrics: {err}")).into_response(),

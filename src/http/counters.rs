@@ -117,6 +117,10 @@ impl From<CounterError> for ApiError {
                     "counter {name:?} is not declared and dynamic counters are disabled (counters_dynamic = false)"
                 ),
             ),
+            CounterError::NoSuchCounter(name) => ApiError::new(
+                ErrorCode::CounterNotFound,
+                format!("counter {name:?} does not exist: nothing set it yet (a set or an add creates it)"),
+            ),
             CounterError::TooManyCounters(max) => ApiError::new(
                 ErrorCode::CounterNotFound,
                 format!("this zkq already serves {max} dynamic counters; declare the counter"),
@@ -167,7 +171,7 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     responses(
         (status = 200, description = "The value and version", body = CounterValue, headers(("ETag" = String, description = "The version, quoted"))),
         (status = 400, description = "Bad name or parameter", body = ErrorBody),
-        (status = 404, description = "Unknown counter (dynamic counters disabled)", body = ErrorBody),
+        (status = 404, description = "Unknown counter: not declared and no such node (reads create nothing), or dynamic counters disabled", body = ErrorBody),
         (status = 409, description = "The node is not a 4-byte int", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -177,7 +181,7 @@ pub async fn get_counter(
     ApiPath(path): ApiPath<CounterPath>,
     ApiQuery(query): ApiQuery<ReadQuery>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.get(&path.name)?;
+    let counter = state.counters.existing(&path.name).await?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let result = match query.after_version {
         Some(after) if !wait.is_zero() => counter.wait_for_change(after, wait).await,
@@ -208,7 +212,7 @@ pub async fn set_counter(
     headers: HeaderMap,
     ApiJson(body): ApiJson<SetRequest>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.get(&path.name)?;
+    let counter = state.counters.open(&path.name)?;
     let expected = if_match(&headers)?;
     let result = match expected.map(i32::try_from) {
         Some(Ok(version)) => counter.compare_and_set(version, body.value).await,
@@ -242,7 +246,7 @@ pub async fn add_to_counter(
     ApiPath(path): ApiPath<CounterPath>,
     ApiJson(body): ApiJson<AddRequest>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.get(&path.name)?;
+    let counter = state.counters.open(&path.name)?;
     let result = counter.add(body.delta).await;
     state.counters.record("add", &result);
     Ok(counter_response(&state, &counter.name, result?))

@@ -59,6 +59,7 @@ pub enum ErrorCode {
     MethodNotAllowed,
     PayloadTooLarge,
     QueueFull,
+    TooManyLeases,
     Overloaded,
     ZookeeperUnavailable,
     ZookeeperRefused,
@@ -93,6 +94,7 @@ impl ErrorCode {
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            TooManyLeases => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
             Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
             ZookeeperRefused => (StatusCode::BAD_GATEWAY, "zookeeper_refused"),
@@ -116,6 +118,7 @@ impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         let retry_after = match code {
             ErrorCode::QueueFull
+            | ErrorCode::TooManyLeases
             | ErrorCode::Overloaded
             | ErrorCode::ZookeeperUnavailable
             | ErrorCode::ShuttingDown
@@ -177,6 +180,10 @@ impl From<QueueError> for ApiError {
                 ErrorCode::QueueNotFound,
                 format!("queue {name:?} is not declared and dynamic queues are disabled (queues_dynamic = false)"),
             ),
+            QueueError::NoSuchQueue(name) => ApiError::new(
+                ErrorCode::QueueNotFound,
+                format!("queue {name:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)"),
+            ),
             QueueError::TooManyQueues(max) => ApiError::new(
                 ErrorCode::QueueNotFound,
                 format!("this zkq already serves {max} dynamic queues (max_dynamic_queues); declare the queue"),
@@ -201,6 +208,10 @@ impl From<QueueError> for ApiError {
             QueueError::LeaseNotFound(receipt) => ApiError::new(
                 ErrorCode::LeaseNotFound,
                 format!("no lease {receipt:?} on this queue; use the zkq-lease header of a lease response"),
+            ),
+            QueueError::TooManyLeases(max) => ApiError::new(
+                ErrorCode::TooManyLeases,
+                format!("the queue has lease.max_per_queue = {max} leases out; ack or nack some, then retry"),
             ),
             QueueError::ShuttingDown => {
                 ApiError::new(ErrorCode::ShuttingDown, "zkq is shutting down; retry on another instance")

@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
@@ -108,10 +109,12 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
                 ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
                 ("zkq-id" = String, description = "Id queues"),
             )),
-        (status = 204, description = "No message arrived within `wait`"),
+        (status = 204, description = "No message arrived within `wait` (also for a dynamic queue whose node does not exist yet: nothing is created)"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
-        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 404, description = "Undeclared queue with dynamic queues disabled", body = ErrorBody),
         (status = 409, description = "The queue has no lock path (simple queues)", body = ErrorBody),
+        (status = 429, description = "The queue has `lease.max_per_queue` leases out (`too_many_leases`)", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
         ZookeeperErrors,
     )
 )]
@@ -120,10 +123,14 @@ pub async fn lease_message(
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<LeaseQuery>,
 ) -> Result<Response, ApiError> {
-    let queue = state.queues.get(&path.queue)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
-    match queue.lease(wait, visibility).await? {
+    let wait_until = Instant::now() + wait;
+    // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
+    let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    match queue.lease(wait_until.saturating_duration_since(Instant::now()), visibility).await? {
         Some((message, grant)) => {
             let mut response = message_response(message);
             let headers = response.headers_mut();
@@ -149,13 +156,13 @@ pub async fn lease_message(
     responses(
         (status = 204, description = "Acknowledged and removed"),
         (status = 400, description = "Bad queue name", body = ErrorBody),
-        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt, or a queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
 pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath>) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.get(&path.queue)?;
+    let queue = state.queues.open_only(&path.queue)?;
     queue.ack(&path.lease).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -167,7 +174,7 @@ pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath
     responses(
         (status = 204, description = "Done"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
-        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt, or a queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -177,7 +184,7 @@ pub async fn nack(
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<NackQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.get(&path.queue)?;
+    let queue = state.queues.open_only(&path.queue)?;
     let mode = match query.mode.unwrap_or_default() {
         NackModeParam::Requeue => NackMode::Requeue,
         NackModeParam::Delete => NackMode::Delete,
@@ -195,7 +202,7 @@ pub async fn nack(
     responses(
         (status = 200, description = "The new expiry", body = ExtendResponse),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
-        (status = 404, description = "Malformed or unknown receipt", body = ErrorBody),
+        (status = 404, description = "Malformed or unknown receipt, or a queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost)", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -205,7 +212,7 @@ pub async fn extend(
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<ExtendQuery>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
-    let queue = state.queues.get(&path.queue)?;
+    let queue = state.queues.open_only(&path.queue)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
     let expires_at = queue.extend(&path.lease, visibility).await?;
     Ok(Json(ExtendResponse { lease: path.lease, expires_at }))

@@ -11,7 +11,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration, parse_duration};
-use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError, QueueRef};
 
 /// Headers a take or lease answers with.
 pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
@@ -79,7 +83,8 @@ pub struct TakeQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PeekQuery {
-    /// How many messages to show (1–1000, default 10).
+    /// How many messages to show (1–1000, default 10). Fewer when their bodies would exceed
+    /// `api.max_peek_bytes` (8 MiB by default); the first message is always shown.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
@@ -172,8 +177,12 @@ fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
     }
 }
 
-fn open(state: &AppState, name: &str) -> Result<std::sync::Arc<Queue>, ApiError> {
-    Ok(state.queues.get(name)?)
+/// A queue to read: 404 `queue_not_found` for a dynamic queue that does not exist (nothing is created).
+async fn existing(state: &AppState, name: &str) -> Result<QueueRef, ApiError> {
+    match state.queues.existing(name, Duration::ZERO).await? {
+        Some(queue) => Ok(queue),
+        None => Err(QueueError::NoSuchQueue(name.to_owned()).into()),
+    }
 }
 
 /// Put a message.
@@ -197,7 +206,7 @@ pub async fn put_message(
     ApiQuery(query): ApiQuery<PutQuery>,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let queue = open(&state, &path.queue)?;
+    let queue = state.queues.open(&path.queue)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     // Both are "not before" bounds: given together, the later one applies.
     let max_delay = state.config.api.max_delay;
@@ -245,9 +254,9 @@ pub async fn put_message(
                 ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
                 ("zkq-id" = String, description = "Id queues"),
             )),
-        (status = 204, description = "No message arrived within `wait`"),
+        (status = 204, description = "No message arrived within `wait` (also for a dynamic queue whose node does not exist yet: nothing is created)"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
-        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 404, description = "Undeclared queue with dynamic queues disabled", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
@@ -256,9 +265,14 @@ pub async fn take_message(
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
-    let queue = open(&state, &path.queue)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    match queue.take(wait).await? {
+    let wait_until = Instant::now() + wait;
+    // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
+    // first put (of any sidecar or Curator producer) without creating anything.
+    let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    match queue.take(wait_until.saturating_duration_since(Instant::now())).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -290,7 +304,7 @@ pub fn message_response(message: Message) -> Response {
     responses(
         (status = 200, description = "The first messages, not removed", body = PeekResponse),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
-        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 404, description = "No such queue: not declared and its node does not exist (reads create nothing), or dynamic queues disabled", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
@@ -299,11 +313,11 @@ pub async fn peek_messages(
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<PeekQuery>,
 ) -> Result<Json<PeekResponse>, ApiError> {
-    let queue = open(&state, &path.queue)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::invalid(format!("`limit` = {limit} must be between 1 and 1000")));
     }
+    let queue = existing(&state, &path.queue).await?;
     let items = queue.peek(usize::try_from(limit).unwrap_or(10)).await?;
     let engine = base64::engine::general_purpose::STANDARD;
     let messages = items
@@ -337,7 +351,7 @@ pub async fn peek_messages(
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "Bad queue name, or a message id with characters ZooKeeper refuses", body = ErrorBody),
-        (status = 404, description = "No such message (or it is locked by a consumer)", body = ErrorBody),
+        (status = 404, description = "No such message (or it is locked by a consumer), or no such queue", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
@@ -345,8 +359,8 @@ pub async fn remove_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<MessagePath>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = open(&state, &path.queue)?;
     refuse_characters("message_id", &path.message_id)?;
+    let queue = existing(&state, &path.queue).await?;
     queue.remove(&path.message_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -358,7 +372,7 @@ pub async fn remove_message(
     responses(
         (status = 200, description = "How many were removed", body = RemovedResponse),
         (status = 400, description = "Bad queue name or missing id", body = ErrorBody),
-        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 404, description = "No such queue: not declared and its node does not exist (reads create nothing), or dynamic queues disabled", body = ErrorBody),
         (status = 409, description = "Not an id queue", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -368,11 +382,11 @@ pub async fn remove_by_id(
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<RemoveQuery>,
 ) -> Result<Json<RemovedResponse>, ApiError> {
-    let queue = open(&state, &path.queue)?;
     let Some(id) = query.id.filter(|id| !id.is_empty()) else {
         return Err(ApiError::invalid("give ?id= to remove every message with that id"));
     };
     refuse_characters("id", &id)?;
+    let queue = existing(&state, &path.queue).await?;
     let removed = queue.remove_by_id(&id).await?;
     Ok(Json(RemovedResponse { removed }))
 }
@@ -400,7 +414,7 @@ async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
     responses(
         (status = 200, description = "The queue", body = QueueSummary),
         (status = 400, description = "Bad queue name", body = ErrorBody),
-        (status = 404, description = "Unknown queue", body = ErrorBody),
+        (status = 404, description = "No such queue: not declared and its node does not exist (reads create nothing), or dynamic queues disabled", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
@@ -408,7 +422,7 @@ pub async fn get_queue(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<QueueSummary>, ApiError> {
-    let queue = open(&state, &path.queue)?;
+    let queue = existing(&state, &path.queue).await?;
     Ok(Json(summary(&queue).await?))
 }
 

@@ -92,6 +92,12 @@ struct State {
     /// Candidates popped by this process's takers whose claim has not ended: a snapshot or an
     /// event does not offer them again meanwhile.
     claiming: HashSet<String>,
+    /// A snapshot was read since the cache was made.
+    read_once: bool,
+    /// Eager caches only: every child name seen (read or put by this process), and those read
+    /// for the first time and not yet checked.
+    known: HashSet<String>,
+    unchecked: Vec<String>,
 }
 
 /// How many deleted names the cache remembers, so that a late local insert does not revive one.
@@ -138,6 +144,9 @@ pub struct ChildrenCache {
     shutdown: CancellationToken,
     /// Owns the lock watches.
     tasks: TaskTracker,
+    /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
+    /// undecodable node is moved there promptly).
+    eager: bool,
 }
 
 impl ChildrenCache {
@@ -148,6 +157,7 @@ impl ChildrenCache {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         tasks: TaskTracker,
+        eager: bool,
     ) -> Arc<ChildrenCache> {
         let state = State { dirty: true, ..State::default() };
         Arc::new(ChildrenCache {
@@ -161,6 +171,7 @@ impl ChildrenCache {
             room: Notify::new(),
             shutdown,
             tasks,
+            eager,
         })
     }
 
@@ -233,10 +244,21 @@ impl ChildrenCache {
                 state.children_bytes += reply_bytes(&item.name);
                 self.publish_size(&mut state);
             }
+            if self.eager {
+                state.known.insert(item.name.clone());
+            }
             self.add_candidate(&mut state, &item.name);
             return;
         }
         state.child_count += 1;
+        if self.eager {
+            state.known.insert(item.name.clone());
+        }
+        if !state.read_once {
+            // Before the first snapshot the candidates would hold only this item, and a take
+            // would hand it out ahead of older ones; the first read (or the watch it arms) has it.
+            return;
+        }
         if names::due_time(&item) > now_epoch_ms() {
             let pos = state.delayed.partition_point(|d| names::compare(self.kind, d, &item).is_lt());
             state.delayed.insert(pos, item);
@@ -271,32 +293,39 @@ impl ChildrenCache {
             return;
         }
         let lock = format!("{lock_dir}/{}", item.name);
+        let owner = format!("queue {}", self.label);
         let (cache, zk) = (self.clone(), zk.clone());
-        self.tasks.spawn(crate::supervise::once(
+        self.tasks.spawn(crate::supervise::until_done(
             crate::supervise::Task::LockWatcher,
+            owner,
             self.metrics.clone(),
-            async move {
-                let released = async {
-                    loop {
-                        let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
-                        match zk.watch_exists(&lock).await {
-                            Ok((Some(_), watch)) => {
-                                if watch.changed().await == WatchEvent::SessionEnded {
-                                    return;
-                                }
-                            },
-                            Ok((None, _)) | Err(_) => return,
-                        }
-                    }
-                };
-                tokio::select! {
-                    _ = cache.shutdown.cancelled() => return,
-                    _ = released => {},
-                }
-                cache.lock().watched_locks.remove(&item.name);
-                cache.reoffer(item);
-            },
+            self.shutdown.clone(),
+            move || cache.clone().await_lock_release(zk.clone(), lock.clone(), item.clone()),
         ));
+    }
+
+    /// One run of a lock watch: waits until `lock` is gone, then offers `item` again. A restart
+    /// after a panic starts over with a fresh read, so no release is missed.
+    async fn await_lock_release(self: Arc<Self>, zk: Zk, lock: String, item: ItemName) {
+        let released = async {
+            loop {
+                let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                match zk.watch_exists(&lock).await {
+                    Ok((Some(_), watch)) => {
+                        if watch.changed().await == WatchEvent::SessionEnded {
+                            return;
+                        }
+                    },
+                    Ok((None, _)) | Err(_) => return,
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            _ = released => {},
+        }
+        self.lock().watched_locks.remove(&item.name);
+        self.reoffer(item);
     }
 
     /// The snapshot may be missing a node this process created without learning its name:
@@ -342,6 +371,11 @@ impl ChildrenCache {
     /// The first candidates without removing them (for introspection).
     pub fn head_candidate(&self) -> Option<ItemName> {
         self.lock().candidates.front().cloned()
+    }
+
+    /// Whether a snapshot has been read since the cache was made.
+    pub fn has_snapshot(&self) -> bool {
+        self.lock().read_once
     }
 
     /// Asks for a fresh snapshot and waits for it (until `deadline`). Used when the snapshot
@@ -466,12 +500,18 @@ impl ChildrenCache {
         state.delayed = delayed;
         state.taken_since_read = 0;
         state.dirty = false;
+        state.read_once = true;
         state.child_count = i64::from(num_children);
         state.children_bytes = bytes;
         state.live = live;
         state.locked = locked;
         let present: HashSet<String> = children.into_iter().collect();
         state.undecodable.retain(|name| present.contains(name));
+        if self.eager {
+            let new: Vec<String> = present.iter().filter(|c| !state.known.contains(*c)).cloned().collect();
+            state.unchecked.extend(new);
+            state.known = present.clone();
+        }
         state.present = if live { present } else { HashSet::new() };
         let n = state.candidates.len();
         Self::wake(&mut state, n);
@@ -553,6 +593,11 @@ impl ChildrenCache {
                     state.children_bytes += reply_bytes(name);
                     self.add_candidate(&mut state, name);
                     self.publish_size(&mut state);
+                    if self.eager && state.known.insert(name.to_owned()) {
+                        // Put by someone else: the undecodable mover reads it once.
+                        state.unchecked.push(name.to_owned());
+                        self.snapshots.send_modify(|n| *n += 1);
+                    }
                 }
             },
             TreeEvent::Deleted(path) => {
@@ -610,8 +655,19 @@ impl ChildrenCache {
     fn mark_dirty(&self) -> bool {
         let mut state = self.lock();
         state.dirty = true;
-        // Re-read at once when it is needed now; otherwise wait until a taker asks.
-        state.candidates.is_empty() && !state.waiters.is_empty()
+        // Re-read at once when it is needed now (or the cache is eager); otherwise wait until a
+        // taker asks.
+        self.eager || (state.candidates.is_empty() && !state.waiters.is_empty())
+    }
+
+    /// Names read for the first time since the last call (eager caches only).
+    pub fn take_unchecked(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().unchecked)
+    }
+
+    /// Changes with every snapshot read.
+    pub fn subscribe_snapshots(&self) -> watch::Receiver<u64> {
+        self.snapshots.subscribe()
     }
 
     fn invalidate(&self) {
@@ -790,7 +846,7 @@ mod tests {
 
     fn cache(kind: QueueKind) -> Arc<ChildrenCache> {
         let metrics = Arc::new(Metrics::new().expect("metrics"));
-        ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new())
+        ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new(), false)
     }
 
     fn fifo_names(range: std::ops::Range<usize>) -> Vec<String> {

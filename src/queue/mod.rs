@@ -10,8 +10,11 @@ mod ops;
 mod take;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -33,6 +36,8 @@ use crate::zk::{ZkError, ZkSession};
 pub enum QueueError {
     InvalidName(String),
     UnknownQueue(String),
+    /// A dynamic queue whose node does not exist: nobody has put to it yet.
+    NoSuchQueue(String),
     TooManyQueues(usize),
     InvalidParameter(String),
     NotForKind(String),
@@ -48,6 +53,8 @@ pub enum QueueError {
     LeaseLost(String),
     /// The receipt is malformed or was never issued.
     LeaseNotFound(String),
+    /// The queue has `lease.max_per_queue` leases out.
+    TooManyLeases(usize),
     ShuttingDown,
     Zk(ZkError),
 }
@@ -70,6 +77,8 @@ pub struct Queue {
     /// Where delivery counts of leased messages live: `{root}/deliveries/{queue}`.
     deliveries_path: String,
     max_message_bytes: usize,
+    max_peek_bytes: usize,
+    max_leases: usize,
     session: ZkSession,
     metrics: Arc<Metrics>,
     cache: Arc<ChildrenCache>,
@@ -80,6 +89,41 @@ pub struct Queue {
     /// before it closes the session.
     background: TaskTracker,
     shutdown: CancellationToken,
+    /// Ends this queue's own tasks (refresher, reaper, sweeper, lock watches) when it is closed.
+    stop: CancellationToken,
+    /// Requests using the queue right now ([`QueueRef`]s alive).
+    users: AtomicUsize,
+    /// When the last request using it ended.
+    last_used: Mutex<Instant>,
+}
+
+/// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
+/// lives (and it has no waiter and no lease).
+pub struct QueueRef(Arc<Queue>);
+
+impl std::ops::Deref for QueueRef {
+    type Target = Arc<Queue>;
+
+    fn deref(&self) -> &Arc<Queue> {
+        &self.0
+    }
+}
+
+impl Drop for QueueRef {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Queue {
+    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.users.load(Ordering::SeqCst) == 0
+            && self.cache.waiting() == 0
+            && self.leases_out() == 0
+            && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
+    }
 }
 
 struct QueueLayout {
@@ -124,28 +168,101 @@ impl QueueService {
             metrics,
             queues: Mutex::new(HashMap::new()),
             dynamic_count: Mutex::new(0),
-            shutdown,
-            tasks,
+            shutdown: shutdown.clone(),
+            tasks: tasks.clone(),
             markers,
             background: TaskTracker::new(),
+        });
+        tasks.spawn({
+            let service = Arc::downgrade(&service);
+            async move { QueueService::run_idle_closer(service, shutdown).await }
         });
         // Declared queues start their caches at once, so their metrics exist from the start.
         let declared: Vec<String> = service.config.queues.keys().cloned().collect();
         for name in declared {
-            if let Err(err) = service.get(&name) {
+            if let Err(err) = service.open(&name) {
                 tracing::error!(queue = %name, error = ?err, "cannot open declared queue");
             }
         }
         service
     }
 
-    /// The queue called `name`, opening it on first use.
-    pub fn get(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
+    /// The queue called `name` for a write (a put), opening it on first use: a dynamic queue
+    /// is created in ZooKeeper by its refresher.
+    pub fn open(&self, name: &str) -> Result<QueueRef, QueueError> {
         check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(name) {
-            return Ok(queue.clone());
+            return Ok(Self::use_queue(queue));
         }
+        let queue = self.start_queue(name)?;
+        let used = Self::use_queue(&queue);
+        queues.insert(name.to_owned(), queue);
+        Ok(used)
+    }
+
+    /// The queue called `name` if this process has it open (declared queues always are); for
+    /// lease steps, which only an open queue can have. Touches nothing.
+    pub fn open_only(&self, name: &str) -> Result<QueueRef, QueueError> {
+        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        match queues.get(name) {
+            Some(queue) => Ok(Self::use_queue(queue)),
+            None if self.config.queues.contains_key(name) => {
+                drop(queues);
+                self.open(name)
+            },
+            None if !self.config.queues_dynamic => Err(QueueError::UnknownQueue(name.to_owned())),
+            None => Err(QueueError::NoSuchQueue(name.to_owned())),
+        }
+    }
+
+    /// The queue called `name` for a read, a take or a lease: never creates anything. A dynamic
+    /// queue this process has not open is opened only once its node exists in ZooKeeper (another
+    /// sidecar or a Curator producer created it): one `exists` read, then, if the node is not
+    /// there, one exists watch until `wait` passes (`None`: still no such queue).
+    pub async fn existing(&self, name: &str, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+        match self.open_only(name) {
+            Err(QueueError::NoSuchQueue(_)) => {},
+            other => return other.map(Some),
+        }
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        let path = self.layout(name).path;
+        let wait_until = Instant::now() + wait;
+        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        loop {
+            let zk = self.session.connected(answer_by).await?;
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            let (stat, watch) = if wait.is_zero() {
+                (zk.exists(&path).await?, None)
+            } else {
+                let (stat, watch) = zk.watch_exists(&path).await?;
+                (stat, Some(watch))
+            };
+            if stat.is_some() {
+                return self.open(name).map(Some);
+            }
+            let Some(watch) = watch else { return Ok(None) };
+            tokio::select! {
+                _ = watch.changed() => {},
+                _ = tokio::time::sleep_until(wait_until) => return Ok(None),
+                _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+            }
+            if Instant::now() >= wait_until {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn use_queue(queue: &Arc<Queue>) -> QueueRef {
+        queue.users.fetch_add(1, Ordering::SeqCst);
+        QueueRef(queue.clone())
+    }
+
+    /// Builds a queue and starts its tasks (the caller inserts it into the map).
+    fn start_queue(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
         let declared = self.config.queues.contains_key(name);
         if !declared {
             if !self.config.queues_dynamic {
@@ -170,13 +287,15 @@ impl QueueService {
                 path: target_layout.path,
             }
         });
+        let stop = self.shutdown.child_token();
         let cache = ChildrenCache::new(
             kind,
             path.clone(),
             name.to_owned(),
             self.metrics.clone(),
-            self.shutdown.clone(),
+            stop.clone(),
             self.tasks.clone(),
+            dead_letter.is_some() && kind != QueueKind::Simple,
         );
         let queue = Arc::new(Queue {
             name: name.to_owned(),
@@ -188,6 +307,8 @@ impl QueueService {
             dead_letter,
             deliveries_path: format!("{}/deliveries/{name}", self.config.zookeeper.root),
             max_message_bytes: self.config.api.max_message_bytes,
+            max_peek_bytes: self.config.api.max_peek_bytes,
+            max_leases: self.config.lease.max_per_queue,
             session: self.session.clone(),
             metrics: self.metrics.clone(),
             cache: cache.clone(),
@@ -195,40 +316,78 @@ impl QueueService {
             markers: self.markers.clone(),
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
+            stop: stop.clone(),
+            users: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
         });
-        // Touch the per-queue series so they are exported (as 0) from the start.
-        for gauge in [&self.metrics.puts_in_flight, &self.metrics.waiting_takers, &self.metrics.queue_children] {
-            gauge.with_label_values(&[name]);
-        }
-        let (session, shutdown, metrics, owner) =
-            (self.session.clone(), self.shutdown.clone(), self.metrics.clone(), format!("queue {name}"));
+        self.metrics.touch_queue(name);
+        let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
             Task::CacheRefresher,
             owner.clone(),
             metrics.clone(),
-            shutdown.clone(),
+            stop.clone(),
             {
-                let (cache, session, shutdown) = (cache.clone(), session.clone(), shutdown.clone());
+                let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
                 let dirs: Vec<String> = lock_path.iter().cloned().chain([self.markers.dir().to_owned()]).collect();
-                move || cache.clone().run(session.clone(), dirs.clone(), lock_path.clone(), shutdown.clone())
+                let lock_path = lock_path.clone();
+                move || cache.clone().run(session.clone(), dirs.clone(), lock_path.clone(), stop.clone())
             },
         ));
-        self.tasks.spawn(supervise::until_shutdown(
-            Task::LeaseReaper,
-            owner.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-            {
-                let (queue, session, shutdown) = (queue.clone(), session.clone(), shutdown.clone());
-                move || queue.clone().run_lease_reaper(session.clone(), shutdown.clone())
-            },
-        ));
-        self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, shutdown.clone(), {
-            let queue = queue.clone();
-            move || queue.clone().run_delivery_count_sweeper(shutdown.clone())
+        self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
+            let (queue, session, stop) = (queue.clone(), session.clone(), stop.clone());
+            move || queue.clone().run_lease_reaper(session.clone(), stop.clone())
         }));
-        queues.insert(name.to_owned(), queue.clone());
+        if queue.dead_letter.is_some() && kind != QueueKind::Simple {
+            self.tasks.spawn(supervise::until_shutdown(
+                Task::UndecodableMover,
+                owner.clone(),
+                metrics.clone(),
+                stop.clone(),
+                {
+                    let (queue, stop) = (queue.clone(), stop.clone());
+                    move || queue.clone().run_undecodable_mover(stop.clone())
+                },
+            ));
+        }
+        self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, stop.clone(), {
+            let (queue, stop) = (queue.clone(), stop.clone());
+            move || queue.clone().run_delivery_count_sweeper(stop.clone())
+        }));
         Ok(queue)
+    }
+
+    /// Closes dynamic queues nobody used for `queue_idle_close`: their tasks end, their cache is
+    /// freed, their metric series are dropped and their slot under `max_dynamic_queues` is
+    /// released. A queue with a request, a waiting taker or a lease out is never closed; the
+    /// next request opens it again.
+    async fn run_idle_closer(service: std::sync::Weak<QueueService>, shutdown: CancellationToken) {
+        let Some(idle) = service.upgrade().map(|s| s.config.queue_idle_close) else { return };
+        let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {},
+            }
+            let Some(service) = service.upgrade() else { return };
+            service.close_idle(idle);
+        }
+    }
+
+    fn close_idle(&self, idle: Duration) {
+        // Under the map lock: `open` counts a new user under it too, so no request can start
+        // using a queue between the check and its removal.
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let idle_names: Vec<String> =
+            queues.values().filter(|q| !q.declared && q.idle_for(idle)).map(|q| q.name.clone()).collect();
+        for name in idle_names {
+            let Some(queue) = queues.remove(&name) else { continue };
+            queue.stop.cancel();
+            self.metrics.forget_queue(&name);
+            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+            *dynamic = dynamic.saturating_sub(1);
+            tracing::debug!(queue = %name, "closed an idle dynamic queue");
+        }
     }
 
     /// Kind, path and lock path of a queue, declared or not.
@@ -274,6 +433,23 @@ impl QueueService {
             released += queue.release_all_leases().await;
         }
         released
+    }
+
+    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`: one
+    /// `exists` per queue, all at once, within `budget`. A queue whose read fails or is late keeps
+    /// its last value. Called by every `/metrics` scrape, so the gauge is as fresh as the scrape.
+    pub async fn sample_depths(&self, budget: Duration) {
+        let Some(zk) = self.session.current() else { return };
+        let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
+        let reads = self.opened().into_iter().map(|queue| {
+            let zk = zk.clone();
+            async move {
+                if let Ok(Some(stat)) = zk.exists(&queue.path).await {
+                    self.metrics.queue_children.with_label_values(&[&queue.name]).set(i64::from(stat.num_children));
+                }
+            }
+        });
+        let _ = tokio::time::timeout(budget, futures::future::join_all(reads)).await;
     }
 
     /// Queues opened so far (declared ones always), sorted by name.

@@ -137,7 +137,8 @@ impl Queue {
         Ok(PutReceipt { message_id: name })
     }
 
-    /// The first `limit` messages in delivery order, without removing them.
+    /// The first `limit` messages in delivery order, without removing them; stops before the
+    /// bodies would exceed `api.max_peek_bytes`, but always shows the first message.
     pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
         let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
         let children = match zk.get_children(&self.path).await {
@@ -148,8 +149,9 @@ impl Queue {
         let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.kind, c)).collect();
         items.sort_by(|a, b| names::compare(self.kind, a, b));
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         for item in items {
-            if out.len() >= limit {
+            if out.len() >= limit || bytes >= self.max_peek_bytes {
                 break;
             }
             let data = match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
@@ -166,9 +168,12 @@ impl Queue {
                 }
             };
             for (index, body) in bodies.into_iter().enumerate() {
-                if out.len() >= limit {
+                let within_budget = bytes.saturating_add(body.len()) <= self.max_peek_bytes;
+                if out.len() >= limit || !(within_budget || out.is_empty()) {
+                    bytes = self.max_peek_bytes;
                     break;
                 }
+                bytes = bytes.saturating_add(body.len());
                 out.push(PeekedItem {
                     message_id: item.name.clone(),
                     item_index: index,
@@ -188,6 +193,10 @@ impl Queue {
             Some(lock_path) => zk.exists(lock_path).await?.map_or(0, |s| i64::from(s.num_children)),
             None => 0,
         };
+        if depth > 0 && !self.cache.has_snapshot() {
+            // Right after the queue opened: the head is known after the first read.
+            self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
+        }
         let oldest_age_ms = match self.cache.head_candidate() {
             Some(head) => zk
                 .exists(&format!("{}/{}", self.path, head.name))

@@ -4,6 +4,15 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
+/// Declares counters: a read of a declared counter creates its seed (as Curator's `start()`),
+/// while a read of an undeclared one that does not exist is 404 and creates nothing.
+fn with_counters(mut config: zkq::config::Config, names: &[&str]) -> zkq::config::Config {
+    for name in names {
+        config.counters.insert((*name).to_owned(), zkq::config::CounterConfig { path: None, seed: 0 });
+    }
+    config
+}
+
 async fn counter(zkq: &TestZkq, name: &str) -> (u16, serde_json::Value, Option<String>) {
     let response = zkq.http.get(zkq.url(&format!("/v1/counters/{name}"))).send().await.expect("get");
     let status = response.status().as_u16();
@@ -24,9 +33,11 @@ async fn set(zkq: &TestZkq, name: &str, value: i32, if_match: Option<&str>) -> (
 async fn zkq_and_curator_shared_count_see_each_others_values() {
     let zk = ZkServer::shared();
     let root = unique_root("counters");
-    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let zkq = TestZkq::start_ready(with_counters(test_config(zk, &root), &["hits"])).await;
     let path = format!("{root}/counters/hits");
 
+    let (status, body, _) = counter(&zkq, "unknown").await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("counter_not_found")), "a read creates nothing");
     let (status, body, etag) = counter(&zkq, "hits").await;
     assert_eq!((status, body["value"].as_i64(), body["version"].as_i64()), (200, Some(0), Some(0)), "seeded with 0");
     assert_eq!(etag.as_deref(), Some("\"0\""));
@@ -46,7 +57,7 @@ async fn zkq_and_curator_shared_count_see_each_others_values() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_and_set_refuses_a_stale_version_and_the_minus_one_version() {
     let zk = ZkServer::shared();
-    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("cas"))).await;
+    let zkq = TestZkq::start_ready(with_counters(test_config(zk, &unique_root("cas")), &["c"])).await;
     let (_, _, etag) = counter(&zkq, "c").await;
     let etag = etag.expect("etag");
     let (status, body) = set(&zkq, "c", 5, Some(&etag)).await;
@@ -73,7 +84,7 @@ async fn compare_and_set_refuses_a_stale_version_and_the_minus_one_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_adds_are_atomic() {
     let zk = ZkServer::shared();
-    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("adds"))).await;
+    let zkq = TestZkq::start_ready(with_counters(test_config(zk, &unique_root("adds")), &["n"])).await;
     let start = counter(&zkq, "n").await.1["value"].as_i64().expect("value");
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..8 {
@@ -95,7 +106,7 @@ async fn concurrent_adds_are_atomic() {
 async fn long_poll_wakes_on_a_curator_set_count() {
     let zk = ZkServer::shared();
     let root = unique_root("counter-poll");
-    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let zkq = TestZkq::start_ready(with_counters(test_config(zk, &root), &["flag"])).await;
     let (_, body, _) = counter(&zkq, "flag").await;
     let version = body["version"].as_i64().expect("version");
     let mut waiters = tokio::task::JoinSet::new();

@@ -379,10 +379,13 @@ async fn a_lost_claim_on_a_put_multi_node_loses_no_item() {
     let take_a = tokio::spawn(async move { take(&http, &api, "q", "2s").await });
     tokio::time::timeout(SOON, lost.fired()).await.expect("A's claim was sent");
     let mut seen: HashMap<String, u32> = HashMap::new();
-    for expected in ["b", "c"] {
+    // B takes the other two (in either order: with another consumer at work, takers spread).
+    for _ in 0..2 {
         let taken = take(&b.http, &b.api, "q", "5s").await;
-        assert_eq!((taken.status, text(&taken.body).as_str()), (200, expected), "B takes {expected}");
-        *seen.entry(expected.to_owned()).or_default() += 1;
+        assert_eq!(taken.status, 200, "B takes one of b, c");
+        let body = text(&taken.body);
+        assert!(body == "b" || body == "c", "B took {body:?}");
+        *seen.entry(body).or_default() += 1;
     }
     proxy.refuse(false);
     let taken_a = take_a.await.expect("join");

@@ -201,6 +201,8 @@ async fn one_put_wakes_exactly_one_of_200_waiters() {
 async fn a_taker_that_leaves_removes_nothing() {
     let zk = ZkServer::shared();
     let zkq = TestZkq::start_ready(test_config(zk, &unique_root("leaver"))).await;
+    zkq.put_ok("q", b"opens the queue").await;
+    assert!(zkq.take_body("q", "0").await.is_some());
     let short = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().expect("client");
     let gone = short.post(zkq.url("/v1/queues/q/take?wait=10s")).send().await;
     assert!(gone.is_err(), "the client gave up");

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Queue, QueueError};
+use super::super::names;
+use super::super::{Queue, QueueError, envelope};
 use super::Step;
 use crate::zk::{Zk, ZkError, ZkSession};
 
@@ -43,6 +44,58 @@ impl Queue {
                         tracing::debug!(queue = %self.name, error = ?err, "could not release an expired lease; retrying");
                         self.update_lease(token, |lease| lease.expires_at = Instant::now() + Duration::from_secs(1));
                     },
+                }
+            }
+        }
+    }
+
+    /// Moves undecodable `queue-` nodes to the dead-letter queue as soon as a snapshot shows
+    /// them (the cache of a queue with a dead-letter queue re-reads on every change): one read
+    /// of each node this process did not put itself, no client request needed.
+    pub(in crate::queue) async fn run_undecodable_mover(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(target) = self.dead_letter.clone() else { return };
+        let mut snapshots = self.cache.subscribe_snapshots();
+        let mut pending: Vec<String> = Vec::new();
+        loop {
+            pending.extend(self.cache.take_unchecked());
+            if pending.is_empty() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = snapshots.changed() => if changed.is_err() { return },
+                }
+                continue;
+            }
+            let Some(zk) = self.session.current() else {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+                }
+                continue;
+            };
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            while let Some(name) = pending.pop() {
+                let Some(item) = names::parse(self.kind, &name) else { continue };
+                let (data, stat) = match zk.get_data(&format!("{}/{}", self.path, name)).await {
+                    Ok(found) => found,
+                    Err(ZkError::NoNode) => continue,
+                    Err(_) => {
+                        pending.push(name); // no ZooKeeper now: try again with the next session
+                        break;
+                    },
+                };
+                if envelope::decode(&data).is_ok_and(|items| !items.is_empty()) {
+                    continue;
+                }
+                let counter = self.counter_path(&name);
+                if let Err(err) = self.dead_letter(&zk, &item, &data, stat.version, Some(&counter), &target).await {
+                    tracing::debug!(queue = %self.name, node = %name, error = %err,
+                        "could not move an undecodable node to the dead-letter queue; a lease will");
+                }
+            }
+            if !pending.is_empty() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {},
                 }
             }
         }

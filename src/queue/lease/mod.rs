@@ -229,9 +229,20 @@ impl Queue {
         })
     }
 
-    /// Checks that leases are possible on this queue.
+    /// Leases out and being claimed.
+    pub(super) fn leases_out(&self) -> usize {
+        let state = self.leases.lock();
+        state.live.len() + state.claiming.len()
+    }
+
+    /// Checks that leases are possible on this queue, and that it has fewer than
+    /// `lease.max_per_queue` out (leases being claimed count too).
     pub fn check_leasable(&self) -> Result<(), QueueError> {
-        self.lock_dir().map(|_| ())
+        self.lock_dir()?;
+        if self.leases_out() >= self.max_leases {
+            return Err(QueueError::TooManyLeases(self.max_leases));
+        }
+        Ok(())
     }
 
     fn counter_path(&self, item: &str) -> String {
