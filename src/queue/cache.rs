@@ -46,6 +46,9 @@ fn reply_bytes(name: &str) -> i64 {
     4 + i64::try_from(name.len()).unwrap_or(i64::MAX / 2)
 }
 
+/// How often a live cache re-reads its child list anyway, in case an event was ever missed.
+const RESYNC_EVERY: Duration = Duration::from_secs(60);
+
 /// Milliseconds since the Unix epoch, the unit of delay-queue names.
 pub fn now_epoch_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
@@ -731,15 +734,7 @@ impl ChildrenCache {
                     Some(dir) => Some(zk.watch_tree(dir).await?),
                     None => None,
                 };
-                let (children, stat) = zk.get_children(&self.path).await?;
-                let locks = match &lock_dir {
-                    Some(dir) => match zk.get_children(dir).await {
-                        Ok((locks, _)) => locks,
-                        Err(ZkError::NoNode) => Vec::new(),
-                        Err(err) => return Err(err),
-                    },
-                    None => Vec::new(),
-                };
+                let (children, stat, locks) = self.read_children(&zk, lock_dir.as_deref()).await?;
                 Ok((queue_watch, lock_watch, children, stat, locks))
             };
             let (mut queue_watch, mut lock_watch) = match watches.await {
@@ -758,6 +753,7 @@ impl ChildrenCache {
                 },
             };
             // Keep the snapshot current from events until a reason to re-read.
+            let mut resync_at = Instant::now() + RESYNC_EVERY;
             loop {
                 let due = self.next_due();
                 let status_changed = async {
@@ -811,6 +807,14 @@ impl ChildrenCache {
                         let mut state = self.lock();
                         self.promote_due(&mut state);
                     },
+                    // A backstop: should an event ever be missed, a message is not stranded.
+                    _ = tokio::time::sleep_until(resync_at) => {
+                        resync_at = Instant::now() + RESYNC_EVERY;
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        if let Ok((children, stat, locks)) = self.read_children(&zk, lock_dir.as_deref()).await {
+                            self.apply_snapshot(children, stat.num_children, Some(locks));
+                        }
+                    },
                     _ = status_changed => {
                         if !session.status().state.is_connected() {
                             self.invalidate();
@@ -820,6 +824,24 @@ impl ChildrenCache {
                 }
             }
         }
+    }
+
+    /// The queue node's children and the lock directory's (empty without one).
+    async fn read_children(
+        &self,
+        zk: &Zk,
+        lock_dir: Option<&str>,
+    ) -> Result<(Vec<String>, crate::zk::NodeStat, Vec<String>), ZkError> {
+        let (children, stat) = zk.get_children(&self.path).await?;
+        let locks = match lock_dir {
+            Some(dir) => match zk.get_children(dir).await {
+                Ok((locks, _)) => locks,
+                Err(ZkError::NoNode) => Vec::new(),
+                Err(err) => return Err(err),
+            },
+            None => Vec::new(),
+        };
+        Ok((children, stat, locks))
     }
 
     async fn pause_until_status_change(
