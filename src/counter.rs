@@ -28,30 +28,37 @@ pub struct Versioned {
     pub version: i32,
 }
 
-/// Why a counter operation failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a counter operation failed. The wording is the domain's; `http/` picks the status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CounterError {
+    #[error("{0}")]
     InvalidName(String),
+    #[error("counter {0:?} is not declared and dynamic counters are disabled (counters_dynamic = false)")]
     UnknownCounter(String),
     /// A dynamic counter whose node does not exist: nobody has set it yet.
+    #[error("counter {0:?} does not exist: nothing set it yet (a set or an add creates it)")]
     NoSuchCounter(String),
+    #[error("this zkq already serves {0} dynamic counters; declare the counter")]
     TooManyCounters(usize),
     /// The node does not hold 4 bytes: not a SharedCount; never overwritten.
-    NotAnInt {
-        len: usize,
-    },
+    #[error("the counter node holds {len} bytes, not a 4-byte SharedCount int; it was left untouched")]
+    NotAnInt { len: usize },
     /// Compare-and-set against a version that changed.
+    #[error("the counter is at version {} (value {})", .0.version, .0.value)]
     VersionMismatch(Versioned),
     /// The expected version is -1, which ZooKeeper reads as "any version" (ZOOKEEPER-4743);
     /// refused, as Curator does.
+    #[error(
+        "the counter's version overflowed to -1, which ZooKeeper treats as \"any version\"; compare-and-set is refused (as Curator does); use an unconditional set"
+    )]
     VersionOverflow,
     /// `add` or `set` lost the compare-and-set race too many times.
+    #[error("too many concurrent writers: every compare-and-set of this write lost; retry")]
     Contention,
     /// The sum does not fit a 32-bit int (SharedCount's type); nothing was written.
-    Overflow {
-        value: i32,
-        delta: i32,
-    },
+    #[error("{value} + {delta} does not fit the counter's 32-bit int; nothing was written")]
+    Overflow { value: i32, delta: i32 },
+    #[error(transparent)]
     Zk(ZkError),
 }
 

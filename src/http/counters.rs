@@ -109,45 +109,19 @@ fn counter_error(err: CounterError) -> Response {
 
 impl From<CounterError> for ApiError {
     fn from(err: CounterError) -> Self {
-        match err {
-            CounterError::InvalidName(why) => ApiError::new(ErrorCode::InvalidName, why),
-            CounterError::UnknownCounter(name) => ApiError::new(
-                ErrorCode::CounterNotFound,
-                format!(
-                    "counter {name:?} is not declared and dynamic counters are disabled (counters_dynamic = false)"
-                ),
-            ),
-            CounterError::NoSuchCounter(name) => ApiError::new(
-                ErrorCode::CounterNotFound,
-                format!("counter {name:?} does not exist: nothing set it yet (a set or an add creates it)"),
-            ),
-            CounterError::TooManyCounters(max) => ApiError::new(
-                ErrorCode::CounterNotFound,
-                format!("this zkq already serves {max} dynamic counters; declare the counter"),
-            ),
-            CounterError::NotAnInt { len } => ApiError::new(
-                ErrorCode::CounterNotAnInt,
-                format!("the counter node holds {len} bytes, not a 4-byte SharedCount int; it was left untouched"),
-            ),
-            CounterError::VersionMismatch(current) => ApiError::new(
-                ErrorCode::VersionMismatch,
-                format!("the counter is at version {} (value {})", current.version, current.value),
-            ),
-            CounterError::VersionOverflow => ApiError::new(
-                ErrorCode::VersionOverflow,
-                "the counter's version overflowed to -1, which ZooKeeper treats as \"any version\"; \
-                 compare-and-set is refused (as Curator does); use an unconditional set",
-            ),
-            CounterError::Contention => ApiError::new(
-                ErrorCode::Contention,
-                "too many concurrent writers: every compare-and-set of this write lost; retry",
-            ),
-            CounterError::Overflow { value, delta } => ApiError::new(
-                ErrorCode::CounterOverflow,
-                format!("{value} + {delta} does not fit the counter's 32-bit int; nothing was written"),
-            ),
-            CounterError::Zk(zk) => zk.into(),
-        }
+        let code = match &err {
+            CounterError::InvalidName(_) => ErrorCode::InvalidName,
+            CounterError::UnknownCounter(_) | CounterError::NoSuchCounter(_) | CounterError::TooManyCounters(_) => {
+                ErrorCode::CounterNotFound
+            },
+            CounterError::NotAnInt { .. } => ErrorCode::CounterNotAnInt,
+            CounterError::VersionMismatch(_) => ErrorCode::VersionMismatch,
+            CounterError::VersionOverflow => ErrorCode::VersionOverflow,
+            CounterError::Contention => ErrorCode::Contention,
+            CounterError::Overflow { .. } => ErrorCode::CounterOverflow,
+            CounterError::Zk(zk) => return zk.clone().into(),
+        };
+        ApiError::new(code, err.to_string())
     }
 }
 

@@ -174,50 +174,23 @@ impl From<ZkError> for ApiError {
 
 impl From<QueueError> for ApiError {
     fn from(err: QueueError) -> Self {
-        match err {
-            QueueError::InvalidName(why) => ApiError::new(ErrorCode::InvalidQueueName, why),
-            QueueError::UnknownQueue(name) => ApiError::new(
-                ErrorCode::QueueNotFound,
-                format!("queue {name:?} is not declared and dynamic queues are disabled (queues_dynamic = false)"),
-            ),
-            QueueError::NoSuchQueue(name) => ApiError::new(
-                ErrorCode::QueueNotFound,
-                format!("queue {name:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)"),
-            ),
-            QueueError::TooManyQueues(max) => ApiError::new(
-                ErrorCode::QueueNotFound,
-                format!("this zkq already serves {max} dynamic queues (max_dynamic_queues); declare the queue"),
-            ),
-            QueueError::InvalidParameter(why) => ApiError::new(ErrorCode::InvalidParameter, why),
-            QueueError::NotForKind(why) => ApiError::new(ErrorCode::ParameterNotForKind, why),
-            QueueError::TooLarge { size, max } => ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("message of {size} bytes is larger than api.max_message_bytes = {max}"),
-            ),
-            QueueError::Full { max_items } => ApiError::new(
-                ErrorCode::QueueFull,
-                format!("the queue holds max_items = {max_items} messages; retry later or raise ?wait="),
-            ),
-            QueueError::MessageNotFound(id) => {
-                ApiError::new(ErrorCode::MessageNotFound, format!("no message {id:?} in this queue"))
+        let code = match &err {
+            QueueError::InvalidName(_) => ErrorCode::InvalidQueueName,
+            QueueError::UnknownQueue(_) | QueueError::NoSuchQueue(_) | QueueError::TooManyQueues(_) => {
+                ErrorCode::QueueNotFound
             },
-            QueueError::LeaseLost(why) => ApiError::new(
-                ErrorCode::LeaseLost,
-                format!("the lease is no longer held: {why}; the message is (or will be) delivered again"),
-            ),
-            QueueError::LeaseNotFound(receipt) => ApiError::new(
-                ErrorCode::LeaseNotFound,
-                format!("no lease {receipt:?} on this queue; use the zkq-lease header of a lease response"),
-            ),
-            QueueError::TooManyLeases(max) => ApiError::new(
-                ErrorCode::TooManyLeases,
-                format!("the queue has lease.max_per_queue = {max} leases out; ack or nack some, then retry"),
-            ),
-            QueueError::ShuttingDown => {
-                ApiError::new(ErrorCode::ShuttingDown, "zkq is shutting down; retry on another instance")
-            },
-            QueueError::Zk(zk) => zk.into(),
-        }
+            QueueError::InvalidParameter(_) => ErrorCode::InvalidParameter,
+            QueueError::NotForKind(_) => ErrorCode::ParameterNotForKind,
+            QueueError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
+            QueueError::Full { .. } => ErrorCode::QueueFull,
+            QueueError::MessageNotFound(_) => ErrorCode::MessageNotFound,
+            QueueError::LeaseLost(_) => ErrorCode::LeaseLost,
+            QueueError::LeaseNotFound(_) => ErrorCode::LeaseNotFound,
+            QueueError::TooManyLeases(_) => ErrorCode::TooManyLeases,
+            QueueError::ShuttingDown => ErrorCode::ShuttingDown,
+            QueueError::Zk(zk) => return zk.clone().into(),
+        };
+        ApiError::new(code, err.to_string())
     }
 }
 

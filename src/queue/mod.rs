@@ -31,31 +31,40 @@ use crate::metrics::Metrics;
 use crate::supervise::{self, Task};
 use crate::zk::{ZkError, ZkSession};
 
-/// Why a queue operation failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
+    #[error("{0}")]
     InvalidName(String),
+    #[error("queue {0:?} is not declared and dynamic queues are disabled (queues_dynamic = false)")]
     UnknownQueue(String),
     /// A dynamic queue whose node does not exist: nobody has put to it yet.
+    #[error("queue {0:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)")]
     NoSuchQueue(String),
+    #[error("this zkq already serves {0} dynamic queues (max_dynamic_queues); declare the queue")]
     TooManyQueues(usize),
+    #[error("{0}")]
     InvalidParameter(String),
+    #[error("{0}")]
     NotForKind(String),
-    TooLarge {
-        size: usize,
-        max: usize,
-    },
-    Full {
-        max_items: u32,
-    },
+    #[error("message of {size} bytes is larger than api.max_message_bytes = {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("the queue holds max_items = {max_items} messages; retry later or raise ?wait=")]
+    Full { max_items: u32 },
+    #[error("no message {0:?} in this queue")]
     MessageNotFound(String),
-    /// The lease is no longer held (expired, acked, nacked, its session lost, another zkq).
+    /// The lease is no longer held (expired, acked, nacked, its session lost).
+    #[error("the lease is no longer held: {0}; the message is (or will be) delivered again")]
     LeaseLost(String),
-    /// The receipt is malformed or was never issued.
+    /// The receipt is malformed or was never issued by this process.
+    #[error("no lease {0:?} on this queue; use the zkq-lease header of a lease response")]
     LeaseNotFound(String),
     /// The queue has `lease.max_per_queue` leases out.
+    #[error("the queue has lease.max_per_queue = {0} leases out; ack or nack some, then retry")]
     TooManyLeases(usize),
+    #[error("zkq is shutting down; retry on another instance")]
     ShuttingDown,
+    #[error(transparent)]
     Zk(ZkError),
 }
 
@@ -181,7 +190,7 @@ impl QueueService {
         let declared: Vec<String> = service.config.queues.keys().cloned().collect();
         for name in declared {
             if let Err(err) = service.open(&name) {
-                tracing::error!(queue = %name, error = ?err, "cannot open declared queue");
+                tracing::error!(queue = %name, error = %err, "cannot open declared queue");
             }
         }
         service

@@ -41,7 +41,7 @@ impl Queue {
                     Ok(()) | Err(QueueError::LeaseLost(_)) => {},
                     Err(err) => {
                         // No ZooKeeper now: keep the lease (its receipt is spent) and try again soon.
-                        tracing::debug!(queue = %self.name, error = ?err, "could not release an expired lease; retrying");
+                        tracing::debug!(queue = %self.name, error = %err, "could not release an expired lease; retrying");
                         self.update_lease(token, |lease| lease.expires_at = Instant::now() + Duration::from_secs(1));
                     },
                 }
