@@ -67,37 +67,48 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// Registers each metric the moment it is made, so no second list has to agree with the first.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    fn add<M: prometheus::core::Collector + Clone + 'static>(&self, metric: M) -> Result<M, prometheus::Error> {
+        self.0.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+}
+
 impl Metrics {
     /// Creates and registers every metric. Fails only on a programming error (duplicate name).
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        let reg = Registrar(&registry);
 
-        let build_info = IntGaugeVec::new(
+        let build_info = reg.add(IntGaugeVec::new(
             Opts::new("zkq_build_info", "Always 1; the version label says which zkq is running."),
             &["version"],
-        )?;
+        )?)?;
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
 
-        let zk_connection_state = IntGaugeVec::new(
+        let zk_connection_state = reg.add(IntGaugeVec::new(
             Opts::new(
                 "zkq_zookeeper_connection_state",
                 "1 for the current ZooKeeper connection state (Curator's model), 0 for the others.",
             ),
             &["state"],
-        )?;
+        )?)?;
         for state in CONNECTION_STATES {
             zk_connection_state.with_label_values(&[state]).set(0);
         }
 
-        let background_task_restarts = IntCounterVec::new(
+        let background_task_restarts = reg.add(IntCounterVec::new(
             Opts::new(
                 "zkq_background_task_restarts_total",
                 "Background tasks restarted after a panic or an unexpected end (each one is a bug).",
             ),
             &["task"],
-        )?;
+        )?)?;
         for task in crate::supervise::Task::ALL {
             background_task_restarts.with_label_values(&[task.as_str()]);
         }
@@ -106,188 +117,152 @@ impl Metrics {
             background_task_restarts,
             build_info,
             zk_connection_state,
-            zk_session_expirations: IntCounter::new(
+            zk_session_expirations: reg.add(IntCounter::new(
                 "zkq_zookeeper_session_expirations_total",
                 "ZooKeeper sessions lost (expired or closed by the server); their ephemeral nodes are gone.",
-            )?,
-            zk_reconnects: IntCounter::new(
+            )?)?,
+            zk_reconnects: reg.add(IntCounter::new(
                 "zkq_zookeeper_reconnects_total",
                 "Times the connection came back to the same session after a suspension.",
-            )?,
-            zk_requests: IntCounterVec::new(
+            )?)?,
+            zk_requests: reg.add(IntCounterVec::new(
                 Opts::new("zkq_zookeeper_requests_total", "ZooKeeper requests by operation and outcome."),
                 &["operation", "outcome"],
-            )?,
-            zk_request_duration: HistogramVec::new(
+            )?)?,
+            zk_request_duration: reg.add(HistogramVec::new(
                 HistogramOpts::new("zkq_zookeeper_request_duration_seconds", "ZooKeeper request latency by operation.")
                     .buckets(LATENCY_BUCKETS.to_vec()),
                 &["operation"],
-            )?,
-            http_requests: IntCounterVec::new(
+            )?)?,
+            http_requests: reg.add(IntCounterVec::new(
                 Opts::new("zkq_http_requests_total", "HTTP requests by route template, method and status."),
                 &["route", "method", "status"],
-            )?,
-            http_request_duration: HistogramVec::new(
+            )?)?,
+            http_request_duration: reg.add(HistogramVec::new(
                 HistogramOpts::new(
                     "zkq_http_request_duration_seconds",
                     "HTTP request latency by route template and method.",
                 )
                 .buckets(LATENCY_BUCKETS.to_vec()),
                 &["route", "method"],
-            )?,
-            puts_in_flight: IntGaugeVec::new(
+            )?)?,
+            puts_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),
                 &["queue"],
-            )?,
-            queue_children: IntGaugeVec::new(
+            )?)?,
+            queue_children: reg.add(IntGaugeVec::new(
                 Opts::new(
                     "zkq_queue_children",
                     "Children of the queue node (its depth): read at every scrape, else the last value seen.",
                 ),
                 &["queue"],
-            )?,
-            messages_put: IntCounterVec::new(
+            )?)?,
+            messages_put: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_put_total", "Messages stored in ZooKeeper by a put."),
                 &["queue"],
-            )?,
-            messages_taken: IntCounterVec::new(
+            )?)?,
+            messages_taken: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_taken_total", "Messages removed from the queue and handed out by a take."),
                 &["queue"],
-            )?,
-            waiting_takers: IntGaugeVec::new(
+            )?)?,
+            waiting_takers: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_waiting_takers", "Long-polling takes currently waiting for a message."),
                 &["queue"],
-            )?,
-            undecodable_messages: IntCounterVec::new(
+            )?)?,
+            undecodable_messages: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_undecodable_messages_total",
                     "queue- nodes skipped because they do not hold Curator's envelope (never deleted).",
                 ),
                 &["queue"],
-            )?,
-            messages_leased: IntCounterVec::new(
+            )?)?,
+            messages_leased: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_leased_total", "Messages handed out under a lease (deliveries)."),
                 &["queue"],
-            )?,
-            messages_acked: IntCounterVec::new(
+            )?)?,
+            messages_acked: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_acked_total", "Leased messages acknowledged and removed."),
                 &["queue"],
-            )?,
-            messages_nacked: IntCounterVec::new(
+            )?)?,
+            messages_nacked: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_nacked_total", "Leased messages nacked, by mode (requeue, delete, keep)."),
                 &["queue", "mode"],
-            )?,
-            messages_expired: IntCounterVec::new(
+            )?)?,
+            messages_expired: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_messages_expired_total",
                     "Leases whose visibility timeout passed; their messages are delivered again.",
                 ),
                 &["queue"],
-            )?,
-            messages_dead_lettered: IntCounterVec::new(
+            )?)?,
+            messages_dead_lettered: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_messages_dead_lettered_total",
                     "Messages moved to the dead-letter queue (past max_deliveries, or undecodable).",
                 ),
                 &["queue"],
-            )?,
-            leases_extended: IntCounterVec::new(
+            )?)?,
+            leases_extended: reg.add(IntCounterVec::new(
                 Opts::new("zkq_leases_extended_total", "Lease extensions (heartbeats)."),
                 &["queue"],
-            )?,
-            leases_in_flight: IntGaugeVec::new(
+            )?)?,
+            leases_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_leases_in_flight", "Leases held by this zkq: messages being processed."),
                 &["queue"],
-            )?,
-            children_reads: IntCounterVec::new(
+            )?)?,
+            children_reads: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_children_reads_total",
                     "Full getChildren reads of a queue (cache refreshes); compare with messages taken.",
                 ),
                 &["queue"],
-            )?,
-            children_bytes: IntGaugeVec::new(
+            )?)?,
+            children_bytes: reg.add(IntGaugeVec::new(
                 Opts::new(
                     "zkq_queue_children_bytes",
                     "Size in bytes of the queue's child list as a getChildren reply (4 + name length per child); \
                      Curator's consumers fail once it exceeds jute.maxbuffer (1 MiB by default).",
                 ),
                 &["queue"],
-            )?,
-            claim_attempts: IntCounterVec::new(
+            )?)?,
+            claim_attempts: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_claim_attempts_total",
                     "Claims of a candidate by takes and leases, by outcome: won, lost (another consumer changed \
                      it first), gone (already removed), locked (a consumer holds its lock).",
                 ),
                 &["queue", "outcome"],
-            )?,
-            candidates_pruned: IntCounterVec::new(
+            )?)?,
+            candidates_pruned: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_candidates_pruned_total",
                     "Cached candidates dropped because a ZooKeeper event said another consumer removed or locked \
                      them (each one a claim not tried).",
                 ),
                 &["queue"],
-            )?,
-            put_outcome_unknown: IntCounterVec::new(
+            )?)?,
+            put_outcome_unknown: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_put_outcome_unknown_total",
                     "Puts whose connection dropped mid-request and whose outcome could not be determined.",
                 ),
                 &["queue"],
-            )?,
-            counter_operations: IntCounterVec::new(
+            )?)?,
+            counter_operations: reg.add(IntCounterVec::new(
                 Opts::new("zkq_counter_operations_total", "Shared counter operations by operation and outcome."),
                 &["operation", "outcome"],
-            )?,
-            counter_waiting_polls: IntGauge::new(
+            )?)?,
+            counter_waiting_polls: reg.add(IntGauge::new(
                 "zkq_shared_count_polls_waiting",
                 "Counter long-polls (GET with wait and after_version) waiting for a change.",
-            )?,
-            shutdown_duration: Histogram::with_opts(
+            )?)?,
+            shutdown_duration: reg.add(Histogram::with_opts(
                 HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
-            )?,
+            )?)?,
             registry,
         };
-        metrics.register_all()?;
         Ok(metrics)
-    }
-
-    fn register_all(&self) -> Result<(), prometheus::Error> {
-        let r = &self.registry;
-        r.register(Box::new(self.build_info.clone()))?;
-        r.register(Box::new(self.zk_connection_state.clone()))?;
-        r.register(Box::new(self.zk_session_expirations.clone()))?;
-        r.register(Box::new(self.zk_reconnects.clone()))?;
-        r.register(Box::new(self.zk_requests.clone()))?;
-        r.register(Box::new(self.zk_request_duration.clone()))?;
-        r.register(Box::new(self.http_requests.clone()))?;
-        r.register(Box::new(self.http_request_duration.clone()))?;
-        r.register(Box::new(self.puts_in_flight.clone()))?;
-        r.register(Box::new(self.queue_children.clone()))?;
-        r.register(Box::new(self.messages_put.clone()))?;
-        r.register(Box::new(self.messages_taken.clone()))?;
-        r.register(Box::new(self.waiting_takers.clone()))?;
-        r.register(Box::new(self.undecodable_messages.clone()))?;
-        r.register(Box::new(self.children_reads.clone()))?;
-        r.register(Box::new(self.messages_leased.clone()))?;
-        r.register(Box::new(self.messages_acked.clone()))?;
-        r.register(Box::new(self.messages_nacked.clone()))?;
-        r.register(Box::new(self.messages_expired.clone()))?;
-        r.register(Box::new(self.messages_dead_lettered.clone()))?;
-        r.register(Box::new(self.leases_extended.clone()))?;
-        r.register(Box::new(self.leases_in_flight.clone()))?;
-        r.register(Box::new(self.children_bytes.clone()))?;
-        r.register(Box::new(self.claim_attempts.clone()))?;
-        r.register(Box::new(self.candidates_pruned.clone()))?;
-        r.register(Box::new(self.put_outcome_unknown.clone()))?;
-        r.register(Box::new(self.shutdown_duration.clone()))?;
-        r.register(Box::new(self.counter_operations.clone()))?;
-        r.register(Box::new(self.counter_waiting_polls.clone()))?;
-        r.register(Box::new(self.background_task_restarts.clone()))?;
-        Ok(())
     }
 
     /// Every per-queue series of `queue`, exported at 0 from the moment the queue opens, so
