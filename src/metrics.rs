@@ -67,6 +67,43 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The series of one queue (see [`Metrics::queue`]).
+#[derive(Clone)]
+pub struct QueueMetrics {
+    pub puts_in_flight: IntGauge,
+    pub queue_children: IntGauge,
+    pub children_bytes: IntGauge,
+    pub waiting_takers: IntGauge,
+    pub leases_in_flight: IntGauge,
+    pub messages_put: IntCounter,
+    pub messages_taken: IntCounter,
+    pub undecodable_messages: IntCounter,
+    pub children_reads: IntCounter,
+    pub messages_leased: IntCounter,
+    pub messages_acked: IntCounter,
+    pub messages_expired: IntCounter,
+    pub messages_dead_lettered: IntCounter,
+    pub leases_extended: IntCounter,
+    pub put_outcome_unknown: IntCounter,
+    pub candidates_pruned: IntCounter,
+    nacked: [IntCounter; 3],
+    claims: [IntCounter; 4],
+}
+
+impl QueueMetrics {
+    /// `zkq_messages_nacked_total` of a mode in [`NACK_MODES`].
+    pub fn nacked(&self, mode: &str) -> &IntCounter {
+        let index = NACK_MODES.iter().position(|m| *m == mode).unwrap_or(0);
+        &self.nacked[index]
+    }
+
+    /// `zkq_claim_attempts_total` of an outcome in [`CLAIM_OUTCOMES`].
+    pub fn claim(&self, outcome: &str) -> &IntCounter {
+        let index = CLAIM_OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0);
+        &self.claims[index]
+    }
+}
+
 /// Registers each metric the moment it is made, so no second list has to agree with the first.
 struct Registrar<'a>(&'a Registry);
 
@@ -265,17 +302,29 @@ impl Metrics {
         Ok(metrics)
     }
 
-    /// Every per-queue series of `queue`, exported at 0 from the moment the queue opens, so
-    /// `rate()` and absent-series alerts work before the first event.
-    pub fn touch_queue(&self, queue: &str) {
-        for gauge in [&self.puts_in_flight, &self.queue_children, &self.waiting_takers, &self.leases_in_flight] {
-            gauge.with_label_values(&[queue]);
-        }
-        for counter in self.queue_counters() {
-            counter.with_label_values(&[queue]);
-        }
-        for mode in NACK_MODES {
-            self.messages_nacked.with_label_values(&[queue, mode]);
+    /// The series of `queue`, resolved once when the queue opens; each exists (at 0) from then
+    /// on, so `rate()` and absent-series alerts work before the first event.
+    pub fn queue(&self, queue: &str) -> QueueMetrics {
+        let q = &[queue];
+        QueueMetrics {
+            puts_in_flight: self.puts_in_flight.with_label_values(q),
+            queue_children: self.queue_children.with_label_values(q),
+            children_bytes: self.children_bytes.with_label_values(q),
+            waiting_takers: self.waiting_takers.with_label_values(q),
+            leases_in_flight: self.leases_in_flight.with_label_values(q),
+            messages_put: self.messages_put.with_label_values(q),
+            messages_taken: self.messages_taken.with_label_values(q),
+            undecodable_messages: self.undecodable_messages.with_label_values(q),
+            children_reads: self.children_reads.with_label_values(q),
+            messages_leased: self.messages_leased.with_label_values(q),
+            messages_acked: self.messages_acked.with_label_values(q),
+            messages_expired: self.messages_expired.with_label_values(q),
+            messages_dead_lettered: self.messages_dead_lettered.with_label_values(q),
+            leases_extended: self.leases_extended.with_label_values(q),
+            put_outcome_unknown: self.put_outcome_unknown.with_label_values(q),
+            candidates_pruned: self.candidates_pruned.with_label_values(q),
+            nacked: NACK_MODES.map(|mode| self.messages_nacked.with_label_values(&[queue, mode])),
+            claims: CLAIM_OUTCOMES.map(|outcome| self.claim_attempts.with_label_values(&[queue, outcome])),
         }
     }
 

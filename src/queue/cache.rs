@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, QueueMetrics};
 use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many of the first candidates a contended queue picks from at random.
@@ -116,7 +116,7 @@ struct WaiterGuard<'a> {
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        self.cache.metrics.waiting_takers.with_label_values(&[&self.cache.label]).dec();
+        self.cache.qm.waiting_takers.dec();
         if self.woken {
             return;
         }
@@ -136,6 +136,8 @@ pub struct ChildrenCache {
     path: String,
     label: String,
     metrics: Arc<Metrics>,
+    /// This queue's series, resolved once.
+    qm: QueueMetrics,
     state: Mutex<State>,
     /// Asks the refresher for a new snapshot.
     refresh: Notify,
@@ -163,7 +165,9 @@ impl ChildrenCache {
         eager: bool,
     ) -> Arc<ChildrenCache> {
         let state = State { dirty: true, ..State::default() };
+        let qm = metrics.queue(&label);
         Arc::new(ChildrenCache {
+            qm,
             kind,
             path,
             label,
@@ -358,7 +362,7 @@ impl ChildrenCache {
     pub fn mark_undecodable(&self, name: &str) -> bool {
         let first = self.lock().undecodable.insert(name.to_owned());
         if first {
-            self.metrics.undecodable_messages.with_label_values(&[&self.label]).inc();
+            self.qm.undecodable_messages.inc();
         }
         first
     }
@@ -426,7 +430,7 @@ impl ChildrenCache {
             }
             id
         };
-        self.metrics.waiting_takers.with_label_values(&[&self.label]).inc();
+        self.qm.waiting_takers.inc();
         let mut guard = WaiterGuard { cache: self, id, woken: false };
         guard.woken = tokio::select! {
             r = rx => r.is_ok(),
@@ -520,7 +524,7 @@ impl ChildrenCache {
         Self::wake(&mut state, n);
         self.publish_size(&mut state);
         drop(state);
-        self.metrics.children_reads.with_label_values(&[&self.label]).inc();
+        self.qm.children_reads.inc();
         self.room.notify_waiters();
         self.snapshots.send_modify(|n| *n += 1);
     }
@@ -528,8 +532,8 @@ impl ChildrenCache {
     /// Exports the child count and the child list's size; warns once when the list outgrows
     /// what a Curator consumer can read.
     fn publish_size(&self, state: &mut State) {
-        self.metrics.queue_children.with_label_values(&[&self.label]).set(state.child_count);
-        self.metrics.children_bytes.with_label_values(&[&self.label]).set(state.children_bytes);
+        self.qm.queue_children.set(state.child_count);
+        self.qm.children_bytes.set(state.children_bytes);
         if state.children_bytes > JUTE_MAXBUFFER && !state.over_limit_warned {
             state.over_limit_warned = true;
             tracing::warn!(queue = %self.label, children = state.child_count, bytes = state.children_bytes,
@@ -621,7 +625,7 @@ impl ChildrenCache {
                 state.undecodable.remove(name);
                 if self.remove_candidate(&mut state, name) {
                     state.contended_at = Some(Instant::now());
-                    self.metrics.candidates_pruned.with_label_values(&[&self.label]).inc();
+                    self.qm.candidates_pruned.inc();
                 }
                 drop(state);
                 self.room.notify_waiters();
@@ -642,7 +646,7 @@ impl ChildrenCache {
                 state.locked.insert(name.to_owned());
                 if self.remove_candidate(&mut state, name) {
                     state.contended_at = Some(Instant::now());
-                    self.metrics.candidates_pruned.with_label_values(&[&self.label]).inc();
+                    self.qm.candidates_pruned.inc();
                 }
             },
             TreeEvent::Deleted(path) => {

@@ -27,7 +27,7 @@ pub use names::ItemMeta;
 pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 
 use crate::config::{Config, QueueKind, check_name};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
 use crate::zk::{ZkError, ZkSession};
 
@@ -89,7 +89,8 @@ pub struct Queue {
     max_peek_bytes: usize,
     max_leases: usize,
     session: ZkSession,
-    metrics: Arc<Metrics>,
+    /// This queue's series, resolved once.
+    qm: QueueMetrics,
     cache: Arc<ChildrenCache>,
     leases: LeaseTable,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
@@ -319,7 +320,7 @@ impl QueueService {
             max_peek_bytes: self.config.api.max_peek_bytes,
             max_leases: self.config.lease.max_per_queue,
             session: self.session.clone(),
-            metrics: self.metrics.clone(),
+            qm: self.metrics.queue(name),
             cache: cache.clone(),
             leases: LeaseTable::default(),
             markers: self.markers.clone(),
@@ -329,7 +330,6 @@ impl QueueService {
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
         });
-        self.metrics.touch_queue(name);
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
             Task::CacheRefresher,
@@ -454,7 +454,7 @@ impl QueueService {
             let zk = zk.clone();
             async move {
                 if let Ok(Some(stat)) = zk.exists(&queue.path).await {
-                    self.metrics.queue_children.with_label_values(&[&queue.name]).set(i64::from(stat.num_children));
+                    queue.qm.queue_children.set(i64::from(stat.num_children));
                 }
             }
         });

@@ -106,7 +106,7 @@ impl Queue {
             return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
         }
         let meta = self.meta_for(&options)?;
-        let _in_flight = GaugeGuard::new(self.metrics.puts_in_flight.with_label_values(&[&self.name]));
+        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(options.wait);
         if let Some(max_items) = self.max_items
             && !self.cache.room_for(max_items, Instant::now() + options.wait).await
@@ -126,14 +126,14 @@ impl Queue {
         };
         let created = created.inspect_err(|err| {
             if *err == ZkError::OutcomeUnknown {
-                self.metrics.put_outcome_unknown.with_label_values(&[&self.name]).inc();
+                self.qm.put_outcome_unknown.inc();
             }
         })?;
         let name = created.rsplit('/').next().unwrap_or(&created).to_owned();
         if let Some(item) = names::parse(self.kind, &name) {
             self.cache.insert_local(item);
         }
-        self.metrics.messages_put.with_label_values(&[&self.name]).inc();
+        self.qm.messages_put.inc();
         Ok(PutReceipt { message_id: name })
     }
 

@@ -140,7 +140,7 @@ impl Queue {
             let Some(candidate) = self.cache.pop() else {
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
-                    let _waiting = GaugeGuard::new(self.metrics.waiting_takers.with_label_values(&[&self.name]));
+                    let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
                     let refreshed = tokio::select! {
                         r = self.cache.refreshed(answer_by) => r,
                         _ = caller.closed() => return Ok(None),
@@ -165,7 +165,7 @@ impl Queue {
             let Some(zk) = self.session.current() else {
                 // Suspended: nothing is handed out from memory; wait for the session.
                 self.cache.push_front(candidate);
-                let _waiting = GaugeGuard::new(self.metrics.waiting_takers.with_label_values(&[&self.name]));
+                let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
                 let connected = tokio::select! {
                     c = self.session.connected(answer_by) => c,
                     _ = caller.closed() => return Ok(None),
@@ -195,18 +195,18 @@ impl Queue {
                 _ => None,
             };
             if let Some(outcome) = outcome {
-                self.metrics.claim_attempts.with_label_values(&[&self.name, outcome]).inc();
+                self.qm.claim(outcome).inc();
                 if outcome != "won" {
                     self.cache.contended();
                 }
             }
             match claimed {
                 Ok(Claim::Taken(message)) => {
-                    self.metrics.messages_taken.with_label_values(&[&self.name]).inc();
+                    self.qm.messages_taken.inc();
                     return Ok(Some((message, None)));
                 },
                 Ok(Claim::Leased(message, grant)) => {
-                    self.metrics.messages_leased.with_label_values(&[&self.name]).inc();
+                    self.qm.messages_leased.inc();
                     return Ok(Some((message, Some(grant))));
                 },
                 Ok(Claim::Locked) => {

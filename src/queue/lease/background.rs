@@ -108,7 +108,7 @@ impl Queue {
         let stale = before - state.live.len();
         drop(state);
         if stale > 0 {
-            self.metrics.leases_in_flight.with_label_values(&[&self.name]).sub(i64::try_from(stale).unwrap_or(0));
+            self.qm.leases_in_flight.sub(i64::try_from(stale).unwrap_or(0));
             tracing::warn!(queue = %self.name, leases = stale, "session lost: its leases are void");
         }
     }

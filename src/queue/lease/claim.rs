@@ -155,7 +155,7 @@ impl Queue {
         };
         self.leases.lock().live.insert(token, lease);
         self.leases.changed.notify_one();
-        self.metrics.leases_in_flight.with_label_values(&[&self.name]).inc();
+        self.qm.leases_in_flight.inc();
         Ok(LeaseClaim::Granted(message, grant))
     }
 

@@ -85,7 +85,7 @@ impl Queue {
         }
         self.markers.applied(marker);
         self.cache.removed_local();
-        self.metrics.messages_dead_lettered.with_label_values(&[&self.name]).inc();
+        self.qm.messages_dead_lettered.inc();
         tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
             "moved a message to the dead-letter queue");
         Ok(LeaseClaim::Lost)

@@ -283,7 +283,7 @@ impl Queue {
     fn end_lease(&self, token: u128) -> Option<Lease> {
         let lease = self.leases.lock().live.remove(&token);
         if lease.is_some() {
-            self.metrics.leases_in_flight.with_label_values(&[&self.name]).dec();
+            self.qm.leases_in_flight.dec();
         }
         lease
     }

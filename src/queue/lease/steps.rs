@@ -82,7 +82,7 @@ impl Queue {
         if !updated {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
-        self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]).inc();
+        self.qm.nacked(mode.as_str()).inc();
         Ok(())
     }
 
@@ -107,7 +107,7 @@ impl Queue {
         if !self.update_lease(token, |lease| lease.expires_at = Instant::now() + visibility) {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
-        self.metrics.leases_extended.with_label_values(&[&self.name]).inc();
+        self.qm.leases_extended.inc();
         Ok(epoch_ms_after(visibility))
     }
 
@@ -288,13 +288,10 @@ impl Queue {
             },
             Effect::Release => self.cache.reoffer(lease.item.clone()),
         }
-        let metric = |mode: NackMode| self.metrics.messages_nacked.with_label_values(&[&self.name, mode.as_str()]);
         match step {
-            Step::Ack => self.metrics.messages_acked.with_label_values(&[&self.name]).inc(),
-            Step::Nack { mode, .. } => metric(mode).inc(),
-            Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => {
-                self.metrics.messages_expired.with_label_values(&[&self.name]).inc()
-            },
+            Step::Ack => self.qm.messages_acked.inc(),
+            Step::Nack { mode, .. } => self.qm.nacked(mode.as_str()).inc(),
+            Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => self.qm.messages_expired.inc(),
             Step::Expire | Step::Abandon | Step::Shutdown => {},
         }
     }
