@@ -94,6 +94,52 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// Reads the counter: at once, or (with `after_version` and a non-zero `wait`) once its
+    /// version differs. Counted in `zkq_counter_operations_total{operation="get"}`.
+    pub async fn fetch(
+        self: &Arc<Self>,
+        after_version: Option<i32>,
+        wait: Duration,
+    ) -> Result<Versioned, CounterError> {
+        let result = match after_version {
+            Some(after) if !wait.is_zero() => self.wait_for_change(after, wait).await,
+            _ => self.get().await,
+        };
+        self.record("get", &result);
+        result
+    }
+
+    /// Sets the counter; with `expected` a compare-and-set against that version (one no znode
+    /// can have never matches). Counted as `set` or `compare_and_set`.
+    pub async fn write(&self, expected: Option<i64>, value: i32) -> Result<Versioned, CounterError> {
+        let result = match expected.map(i32::try_from) {
+            Some(Ok(version)) => self.compare_and_set(version, value).await,
+            Some(Err(_)) => self.get().await.and_then(|current| Err(CounterError::VersionMismatch(current))),
+            None => self.set(value).await,
+        };
+        self.record(if expected.is_some() { "compare_and_set" } else { "set" }, &result);
+        result
+    }
+
+    /// Adds `delta` atomically. Counted as `add`.
+    pub async fn add(&self, delta: i32) -> Result<Versioned, CounterError> {
+        let result = self.add_with_retries(delta).await;
+        self.record("add", &result);
+        result
+    }
+
+    fn record(&self, operation: &'static str, result: &Result<Versioned, CounterError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(CounterError::VersionMismatch(_)) => "version_mismatch",
+            Err(CounterError::Contention) => "contention",
+            Err(CounterError::Overflow { .. }) => "overflow",
+            Err(CounterError::Zk(_)) => "zookeeper_error",
+            Err(_) => "refused",
+        };
+        self.metrics.counter_operations.with_label_values(&[operation, outcome]).inc();
+    }
+
     fn zk_deadline(&self) -> Instant {
         Instant::now() + self.session.request_timeout()
     }
@@ -134,18 +180,14 @@ impl Counter {
     }
 
     /// The current value, read from ZooKeeper.
-    pub async fn get(&self) -> Result<Versioned, CounterError> {
+    async fn get(&self) -> Result<Versioned, CounterError> {
         let zk = self.zk().await?;
         self.read(&zk).await
     }
 
     /// Waits until the version differs from `after_version` (or `wait` passes), then answers
     /// the value. All waiters of a counter share one data watch.
-    pub async fn wait_for_change(
-        self: &Arc<Self>,
-        after_version: i32,
-        wait: Duration,
-    ) -> Result<Versioned, CounterError> {
+    async fn wait_for_change(self: &Arc<Self>, after_version: i32, wait: Duration) -> Result<Versioned, CounterError> {
         self.start_watching();
         let deadline = Instant::now() + wait;
         let mut rx = self.latest.subscribe();
@@ -231,7 +273,7 @@ impl Counter {
     }
 
     /// Sets the value unconditionally (Curator's `setCount`).
-    pub async fn set(&self, value: i32) -> Result<Versioned, CounterError> {
+    async fn set(&self, value: i32) -> Result<Versioned, CounterError> {
         let zk = self.zk().await?;
         // Never overwrite data that is not a SharedCount.
         // Changed since our check: the last writer wins anyway, as with Curator's setCount, but
@@ -248,7 +290,7 @@ impl Counter {
     }
 
     /// Compare-and-set (Curator's `trySetCount`): succeeds only if the version is `expected`.
-    pub async fn compare_and_set(&self, expected: i32, value: i32) -> Result<Versioned, CounterError> {
+    async fn compare_and_set(&self, expected: i32, value: i32) -> Result<Versioned, CounterError> {
         if expected == -1 {
             return Err(CounterError::VersionOverflow);
         }
@@ -265,7 +307,7 @@ impl Counter {
     }
 
     /// Adds atomically with a bounded compare-and-set loop.
-    pub async fn add(&self, delta: i32) -> Result<Versioned, CounterError> {
+    async fn add_with_retries(&self, delta: i32) -> Result<Versioned, CounterError> {
         let zk = self.zk().await?;
         for attempt in 0..ADD_ATTEMPTS {
             let current = self.read(&zk).await?;
@@ -366,19 +408,6 @@ impl CounterService {
         self.metrics.counter_operations.with_label_values(&["open", "ok"]).inc();
         counters.insert(name.to_owned(), counter.clone());
         Ok(counter)
-    }
-
-    /// Records the outcome of one counter operation.
-    pub fn record(&self, operation: &'static str, result: &Result<Versioned, CounterError>) {
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(CounterError::VersionMismatch(_)) => "version_mismatch",
-            Err(CounterError::Contention) => "contention",
-            Err(CounterError::Overflow { .. }) => "overflow",
-            Err(CounterError::Zk(_)) => "zookeeper_error",
-            Err(_) => "refused",
-        };
-        self.metrics.counter_operations.with_label_values(&[operation, outcome]).inc();
     }
 }
 

@@ -157,12 +157,8 @@ pub async fn get_counter(
 ) -> Result<Response, ApiError> {
     let counter = state.counters.existing(&path.name).await?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    let result = match query.after_version {
-        Some(after) if !wait.is_zero() => counter.wait_for_change(after, wait).await,
-        _ => counter.get().await,
-    };
-    state.counters.record("get", &result);
-    Ok(counter_response(&state, &counter.name, result?))
+    let current = counter.fetch(query.after_version, wait).await?;
+    Ok(counter_response(&state, &counter.name, current))
 }
 
 /// Set a counter; with `If-Match` it is a compare-and-set.
@@ -188,14 +184,7 @@ pub async fn set_counter(
 ) -> Result<Response, ApiError> {
     let counter = state.counters.open(&path.name)?;
     let expected = if_match(&headers)?;
-    let result = match expected.map(i32::try_from) {
-        Some(Ok(version)) => counter.compare_and_set(version, body.value).await,
-        // A version no znode can have: it cannot match the current one.
-        Some(Err(_)) => counter.get().await.and_then(|current| Err(CounterError::VersionMismatch(current))),
-        None => counter.set(body.value).await,
-    };
-    state.counters.record(if expected.is_some() { "compare_and_set" } else { "set" }, &result);
-    Ok(match result {
+    Ok(match counter.write(expected, body.value).await {
         Ok(current) => counter_response(&state, &counter.name, current),
         Err(err) => counter_error(err),
     })
@@ -221,7 +210,6 @@ pub async fn add_to_counter(
     ApiJson(body): ApiJson<AddRequest>,
 ) -> Result<Response, ApiError> {
     let counter = state.counters.open(&path.name)?;
-    let result = counter.add(body.delta).await;
-    state.counters.record("add", &result);
-    Ok(counter_response(&state, &counter.name, result?))
+    let current = counter.add(body.delta).await?;
+    Ok(counter_response(&state, &counter.name, current))
 }
