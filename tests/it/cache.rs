@@ -70,3 +70,63 @@ async fn after_a_zookeeper_restart_a_put_by_another_client_wakes_a_waiting_take(
     assert_eq!(response.bytes().await.expect("body").as_ref(), b"from another client");
     zkq.stop().await;
 }
+
+/// Leases and acks `queue` on `zkq` with `consumers` clients until a lease answers 204.
+async fn drain_with_leases(zkq: &TestZkq, queue: &str, consumers: usize) -> usize {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..consumers {
+        let (http, lease_url, base) = (
+            zkq.http.clone(),
+            zkq.url(&format!("/v1/queues/{queue}/leases?wait=1s")),
+            zkq.url(&format!("/v1/queues/{queue}/leases/")),
+        );
+        tasks.spawn(async move {
+            let mut acked = 0;
+            loop {
+                let leased = http.post(&lease_url).send().await.expect("lease");
+                if leased.status() == 204 {
+                    return acked;
+                }
+                assert_eq!(leased.status(), 200);
+                let receipt = leased.headers()["zkq-lease"].to_str().expect("receipt").to_owned();
+                let ack = http.delete(format!("{base}{receipt}")).send().await.expect("ack");
+                assert_eq!(ack.status(), 204);
+                acked += 1;
+            }
+        });
+    }
+    tasks.join_all().await.into_iter().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_draining_one_queue_with_leases_rarely_collide() {
+    let zk = ZkServer::shared();
+    let root = unique_root("two-drain");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let total = 200;
+    for i in 0..total {
+        a.put_ok("d", format!("m{i}").as_bytes()).await;
+    }
+    let (on_a, on_b) = tokio::join!(drain_with_leases(&a, "d", 4), drain_with_leases(&b, "d", 4));
+    assert_eq!(on_a + on_b, total, "every message acked once");
+    let (ma, mb) = (a.metrics().await, b.metrics().await);
+    let outcome = |text: &str, outcome: &str| -> f64 {
+        let series = format!("zkq_claim_attempts_total{{outcome=\"{outcome}\",queue=\"d\"}}");
+        let alt = format!("zkq_claim_attempts_total{{queue=\"d\",outcome=\"{outcome}\"}}");
+        text.lines()
+            .filter(|l| l.starts_with(&series) || l.starts_with(&alt))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    };
+    let won = outcome(&ma, "won") + outcome(&mb, "won");
+    let failed: f64 = ["lost", "gone", "locked"].iter().map(|o| outcome(&ma, o) + outcome(&mb, o)).sum();
+    println!(
+        "two sidecars, {total} messages: {on_a} + {on_b} acked, {won} claims won, {failed} failed ({:.3} per message)",
+        failed / total as f64
+    );
+    assert_eq!(won, total as f64, "one won claim per message");
+    assert!(failed / (total as f64) < 0.5, "{failed} failed claims for {total} messages");
+    a.stop().await;
+    b.stop().await;
+}
