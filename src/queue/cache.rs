@@ -152,6 +152,8 @@ pub struct ChildrenCache {
     /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
     /// undecodable node is moved there promptly).
     eager: bool,
+    /// Full reads of the child list made for peeks while not live: one at a time.
+    full_reads: tokio::sync::Semaphore,
 }
 
 impl ChildrenCache {
@@ -179,6 +181,7 @@ impl ChildrenCache {
             shutdown,
             tasks,
             eager,
+            full_reads: tokio::sync::Semaphore::new(1),
         })
     }
 
@@ -383,6 +386,39 @@ impl ChildrenCache {
     /// Whether a snapshot has been read since the cache was made.
     pub fn has_snapshot(&self) -> bool {
         self.lock().read_once
+    }
+
+    /// The first `n` children of the queue in delivery order (locked and not-yet-due ones
+    /// included, as a peek shows them), from the live cache; `None` when the cache is not live
+    /// (no session yet, or reconnecting): then only a full read knows them.
+    pub fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
+        let state = self.lock();
+        if !state.live {
+            return None;
+        }
+        let kind = self.kind;
+        // A bounded insertion sort: memory stays O(n) however deep the queue is.
+        let mut first: Vec<ItemName> = Vec::with_capacity(n.min(state.present.len()));
+        for name in &state.present {
+            // Kinds ordered by the name itself are filtered without parsing (no allocation).
+            let by_name = matches!(kind, QueueKind::Fifo | QueueKind::Priority | QueueKind::Simple);
+            if by_name && first.len() >= n && first.last().is_some_and(|last| name.as_str() >= last.name.as_str()) {
+                continue;
+            }
+            let Some(item) = names::parse(kind, name) else { continue };
+            let pos = first.partition_point(|c| names::compare(kind, c, &item).is_lt());
+            if pos < n {
+                first.insert(pos, item);
+                first.truncate(n);
+            }
+        }
+        Some(first)
+    }
+
+    /// One full read of the child list at a time per queue (peeks while the cache is not live):
+    /// the others wait for the permit instead of all reading a deep queue at once.
+    pub async fn full_read_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.full_reads.acquire().await.ok()
     }
 
     /// Asks for a fresh snapshot and waits for it (until `deadline`). Used when the snapshot

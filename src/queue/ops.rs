@@ -1,5 +1,6 @@
 //! Put, take, peek, remove and introspection on one queue.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -139,8 +140,70 @@ impl Queue {
 
     /// The first `limit` messages in delivery order, without removing them; stops before the
     /// bodies would exceed `api.max_peek_bytes`, but always shows the first message.
+    ///
+    /// The order comes from the children cache while it is live (no child list is read), and
+    /// only the nodes shown are read. When the cache is not live, one full read of the child list
+    /// serves it, one at a time per queue.
     pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
         let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut read: HashSet<String> = HashSet::new();
+        // A few more than asked, for nodes taken between the order and their read.
+        let mut want = limit.saturating_add(8);
+        loop {
+            let (order, complete) = match self.cache.peek_order(want) {
+                Some(order) => {
+                    let complete = order.len() < want;
+                    (order, complete)
+                },
+                None => (self.peek_order_from_zookeeper(&zk).await?, true),
+            };
+            for item in order {
+                if out.len() >= limit || bytes >= self.max_peek_bytes {
+                    return Ok(out);
+                }
+                if !read.insert(item.name.clone()) {
+                    continue;
+                }
+                let data = match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
+                    Ok((data, _)) => data,
+                    Err(ZkError::NoNode) => continue,
+                    Err(err) => return Err(err.into()),
+                };
+                let bodies = if self.kind == QueueKind::Simple {
+                    vec![data]
+                } else {
+                    match envelope::decode(&data) {
+                        Ok(bodies) => bodies,
+                        Err(_) => continue,
+                    }
+                };
+                for (index, body) in bodies.into_iter().enumerate() {
+                    let within_budget = bytes.saturating_add(body.len()) <= self.max_peek_bytes;
+                    if out.len() >= limit || !(within_budget || out.is_empty()) {
+                        return Ok(out);
+                    }
+                    bytes = bytes.saturating_add(body.len());
+                    out.push(PeekedItem {
+                        message_id: item.name.clone(),
+                        item_index: index,
+                        body,
+                        meta: item.meta.clone(),
+                    });
+                }
+            }
+            if complete || out.len() >= limit {
+                return Ok(out);
+            }
+            // Nodes vanished under us: look further.
+            want = want.saturating_mul(4);
+        }
+    }
+
+    /// Every child in delivery order, from one full read (one such read at a time per queue).
+    async fn peek_order_from_zookeeper(&self, zk: &Zk) -> Result<Vec<ItemName>, QueueError> {
+        let _permit = self.cache.full_read_permit().await;
         let children = match zk.get_children(&self.path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(Vec::new()),
@@ -148,41 +211,7 @@ impl Queue {
         };
         let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.kind, c)).collect();
         items.sort_by(|a, b| names::compare(self.kind, a, b));
-        let mut out = Vec::new();
-        let mut bytes = 0usize;
-        for item in items {
-            if out.len() >= limit || bytes >= self.max_peek_bytes {
-                break;
-            }
-            let data = match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
-                Ok((data, _)) => data,
-                Err(ZkError::NoNode) => continue,
-                Err(err) => return Err(err.into()),
-            };
-            let bodies = if self.kind == QueueKind::Simple {
-                vec![data]
-            } else {
-                match envelope::decode(&data) {
-                    Ok(bodies) => bodies,
-                    Err(_) => continue,
-                }
-            };
-            for (index, body) in bodies.into_iter().enumerate() {
-                let within_budget = bytes.saturating_add(body.len()) <= self.max_peek_bytes;
-                if out.len() >= limit || !(within_budget || out.is_empty()) {
-                    bytes = self.max_peek_bytes;
-                    break;
-                }
-                bytes = bytes.saturating_add(body.len());
-                out.push(PeekedItem {
-                    message_id: item.name.clone(),
-                    item_index: index,
-                    body,
-                    meta: item.meta.clone(),
-                });
-            }
-        }
-        Ok(out)
+        Ok(items)
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.

@@ -108,9 +108,11 @@ impl Queue {
                 let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
                 if let Err(Ok(Some((message, grant)))) = tx.send(result) {
                     // The caller left after the message was claimed: give it back.
+                    // Boxed, like the claims below: the task's own future stays small while it
+                    // only waits (10,000 waiting takes are 10,000 such tasks).
                     match grant {
-                        Some(grant) => queue.abandon_lease(&grant.receipt).await,
-                        None => queue.put_back(message).await,
+                        Some(grant) => Box::pin(queue.abandon_lease(&grant.receipt)).await,
+                        None => Box::pin(queue.put_back(message)).await,
                     }
                 }
             },
@@ -177,14 +179,16 @@ impl Queue {
             // Each claim gets the full request timeout, whatever is left of the taker's wait.
             let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
             let claimed = match how {
-                Acquire::Take => self.claim(&zk, &candidate, caller).await,
-                Acquire::Lease(visibility) => self.claim_lease(&zk, &candidate, visibility).await.map(|c| match c {
-                    LeaseClaim::Granted(message, grant) => Claim::Leased(message, grant),
-                    LeaseClaim::Lost => Claim::Lost,
-                    LeaseClaim::Gone => Claim::Gone,
-                    LeaseClaim::Locked => Claim::Locked,
-                    LeaseClaim::Undecodable => Claim::Undecodable,
-                }),
+                Acquire::Take => Box::pin(self.claim(&zk, &candidate, caller)).await,
+                Acquire::Lease(visibility) => {
+                    Box::pin(self.claim_lease(&zk, &candidate, visibility)).await.map(|c| match c {
+                        LeaseClaim::Granted(message, grant) => Claim::Leased(message, grant),
+                        LeaseClaim::Lost => Claim::Lost,
+                        LeaseClaim::Gone => Claim::Gone,
+                        LeaseClaim::Locked => Claim::Locked,
+                        LeaseClaim::Undecodable => Claim::Undecodable,
+                    })
+                },
             };
             self.cache.claim_ended(&candidate.name);
             let outcome = match &claimed {

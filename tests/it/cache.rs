@@ -1,0 +1,132 @@
+//! The event-driven children cache against real ZooKeeper: what it saves and what it survives.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// The sum of every `zkq_zookeeper_requests_total` series of one operation (any outcome).
+fn zk_requests(metrics: &str, operation: &str) -> f64 {
+    let prefix = format!("zkq_zookeeper_requests_total{{operation=\"{operation}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peeks_take_their_order_from_the_cache_not_from_a_child_list_read_each() {
+    let zk = ZkServer::shared();
+    let root = unique_root("peek-cache");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    // A take on the empty queue returns only after the cache read the queue once.
+    let empty = zkq.take("p", "0s").await;
+    assert_eq!(empty.status(), 204);
+    let mut first = String::new();
+    for i in 0..50 {
+        let id = zkq.put_ok("p", format!("message {i}").as_bytes()).await;
+        if i == 0 {
+            first = id;
+        }
+    }
+    let before = zk_requests(&zkq.metrics().await, "get_children");
+    for _ in 0..20 {
+        let response = zkq.http.get(zkq.url("/v1/queues/p/messages?limit=1")).send().await.expect("peek");
+        assert_eq!(response.status(), 200);
+        let peek: serde_json::Value = response.json().await.expect("json");
+        let messages = peek["messages"].as_array().expect("messages");
+        assert_eq!(messages.len(), 1, "{peek}");
+        assert_eq!(messages[0]["message_id"], first.as_str(), "{peek}");
+    }
+    let after = zk_requests(&zkq.metrics().await, "get_children");
+    println!("20 peeks with limit=1 on 50 messages: {} getChildren", after - before);
+    assert!(after - before <= 2.0, "20 peeks cost {} getChildren", after - before);
+    zkq.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_zookeeper_restart_a_put_by_another_client_wakes_a_waiting_take() {
+    let zk = ZkServer::start();
+    let root = unique_root("watch-restart");
+    let zkq = TestZkq::start_ready(test_config(&zk, &root)).await;
+    assert_eq!(zkq.take("w", "0s").await.status(), 204, "the queue exists and its cache is live");
+    zk.restart();
+    zkq.wait_ready().await;
+    // The take waits on the cache alone: only a tree-watch event can wake it.
+    let waiting = {
+        let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/w/take?wait=20s"));
+        tokio::spawn(async move { http.post(url).send().await.expect("take") })
+    };
+    eventually(Duration::from_secs(20), "the take waits", || async {
+        zkq.metrics().await.contains("zkq_waiting_takers{queue=\"w\"} 1")
+    })
+    .await;
+    let direct = zk_client(&zk).await;
+    let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let body = zkq::queue::envelope::encode([b"from another client".as_slice()]);
+    direct.create(&format!("{root}/queues/w/queue-"), &body, &options).await.expect("direct put");
+    let response = waiting.await.expect("join");
+    assert_eq!(response.status(), 200, "the direct put wakes the waiting take");
+    assert_eq!(response.bytes().await.expect("body").as_ref(), b"from another client");
+    zkq.stop().await;
+}
+
+/// Leases and acks `queue` on `zkq` with `consumers` clients until a lease answers 204.
+async fn drain_with_leases(zkq: &TestZkq, queue: &str, consumers: usize) -> usize {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..consumers {
+        let (http, lease_url, base) = (
+            zkq.http.clone(),
+            zkq.url(&format!("/v1/queues/{queue}/leases?wait=1s")),
+            zkq.url(&format!("/v1/queues/{queue}/leases/")),
+        );
+        tasks.spawn(async move {
+            let mut acked = 0;
+            loop {
+                let leased = http.post(&lease_url).send().await.expect("lease");
+                if leased.status() == 204 {
+                    return acked;
+                }
+                assert_eq!(leased.status(), 200);
+                let receipt = leased.headers()["zkq-lease"].to_str().expect("receipt").to_owned();
+                let ack = http.delete(format!("{base}{receipt}")).send().await.expect("ack");
+                assert_eq!(ack.status(), 204);
+                acked += 1;
+            }
+        });
+    }
+    tasks.join_all().await.into_iter().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_draining_one_queue_with_leases_rarely_collide() {
+    let zk = ZkServer::shared();
+    let root = unique_root("two-drain");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let total = 200;
+    for i in 0..total {
+        a.put_ok("d", format!("m{i}").as_bytes()).await;
+    }
+    let (on_a, on_b) = tokio::join!(drain_with_leases(&a, "d", 4), drain_with_leases(&b, "d", 4));
+    assert_eq!(on_a + on_b, total, "every message acked once");
+    let (ma, mb) = (a.metrics().await, b.metrics().await);
+    let outcome = |text: &str, outcome: &str| -> f64 {
+        let series = format!("zkq_claim_attempts_total{{outcome=\"{outcome}\",queue=\"d\"}}");
+        let alt = format!("zkq_claim_attempts_total{{queue=\"d\",outcome=\"{outcome}\"}}");
+        text.lines()
+            .filter(|l| l.starts_with(&series) || l.starts_with(&alt))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    };
+    let won = outcome(&ma, "won") + outcome(&mb, "won");
+    let failed: f64 = ["lost", "gone", "locked"].iter().map(|o| outcome(&ma, o) + outcome(&mb, o)).sum();
+    println!(
+        "two sidecars, {total} messages: {on_a} + {on_b} acked, {won} claims won, {failed} failed ({:.3} per message)",
+        failed / total as f64
+    );
+    assert_eq!(won, total as f64, "one won claim per message");
+    assert!(failed / (total as f64) < 0.5, "{failed} failed claims for {total} messages");
+    a.stop().await;
+    b.stop().await;
+}
