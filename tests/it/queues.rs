@@ -474,3 +474,23 @@ async fn takes_lose_nothing_across_zookeeper_restarts() {
     let unique: HashSet<&String> = taken.iter().collect();
     assert_eq!(unique.len(), taken.len(), "a message was taken twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_look_at_a_deep_queue_after_a_start_knows_the_age_of_its_head() {
+    let zk = ZkServer::shared();
+    let root = unique_root("first-info");
+    let direct = zk_client(zk).await;
+    let path = format!("{root}/queues/deep");
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.mkdir(&path, &persistent).await.expect("queue node");
+    let body = zkq::queue::envelope::encode([b"old".as_slice()]);
+    for _ in 0..500 {
+        direct.create(&format!("{path}/queue-"), &body, &sequential).await.expect("message");
+    }
+    // A fresh zkq that never saw this queue: its first look opens it.
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let info = json(zkq.http.get(zkq.url("/v1/queues/deep")).send().await.expect("info")).await;
+    assert_eq!(info["depth"], 500, "{info}");
+    assert!(info["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "the head's age is known: {info}");
+}
