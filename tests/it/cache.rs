@@ -49,7 +49,10 @@ async fn after_a_zookeeper_restart_a_put_by_another_client_wakes_a_waiting_take(
     let zk = ZkServer::start();
     let root = unique_root("watch-restart");
     let zkq = TestZkq::start_ready(test_config(&zk, &root)).await;
-    assert_eq!(zkq.take("w", "0s").await.status(), 204, "the queue exists and its cache is live");
+    // Only a write creates a queue: open it with a put, then empty it.
+    zkq.put_ok("w", b"open").await;
+    assert_eq!(zkq.take_body("w", "5s").await.as_deref(), Some(b"open".as_slice()));
+    assert_eq!(zkq.take("w", "0s").await.status(), 204, "the queue exists, empty, and its cache is live");
     zk.restart();
     zkq.wait_ready().await;
     // The take waits on the cache alone: only a tree-watch event can wake it.
