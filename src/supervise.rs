@@ -66,7 +66,32 @@ pub async fn until_shutdown<F, Fut>(
     owner: String,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    make: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    supervise(task, owner, metrics, shutdown, make, false).await;
+}
+
+/// Runs a task that may finish on its own (one watch on one node) until it finishes or
+/// `shutdown`: a run that panics is logged, counted and started again after a backoff, so a bug
+/// in one run cannot leave its work undone. A run that returns is done.
+pub async fn until_done<F, Fut>(task: Task, owner: String, metrics: Arc<Metrics>, shutdown: CancellationToken, make: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    supervise(task, owner, metrics, shutdown, make, true).await;
+}
+
+async fn supervise<F, Fut>(
+    task: Task,
+    owner: String,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
     mut make: F,
+    returning_is_done: bool,
 ) where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
@@ -75,7 +100,7 @@ pub async fn until_shutdown<F, Fut>(
     loop {
         let started = Instant::now();
         let outcome = AssertUnwindSafe(make()).catch_unwind().await;
-        if shutdown.is_cancelled() {
+        if shutdown.is_cancelled() || (returning_is_done && outcome.is_ok()) {
             return;
         }
         let why = match &outcome {
@@ -88,40 +113,6 @@ pub async fn until_shutdown<F, Fut>(
         metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
         tracing::error!(task = task.as_str(), owner = %owner, why = %why,
             restart_in_ms = backoff.as_millis() as u64, "background task stopped; restarting it (this is a bug)");
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {},
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
-/// Runs a task that may finish on its own (one watch on one node) until it finishes or
-/// `shutdown`: a run that panics is logged, counted and started again after a backoff, so a bug
-/// in one run cannot leave its work undone. A run that returns is done.
-pub async fn until_done<F, Fut>(
-    task: Task,
-    owner: String,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    mut make: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        let started = Instant::now();
-        let Err(panic) = AssertUnwindSafe(make()).catch_unwind().await else { return };
-        if shutdown.is_cancelled() {
-            return;
-        }
-        if started.elapsed() > MAX_BACKOFF {
-            backoff = FIRST_BACKOFF;
-        }
-        metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
-        tracing::error!(task = task.as_str(), owner = %owner, why = %panic_message(panic.as_ref()),
-            restart_in_ms = backoff.as_millis() as u64, "background task panicked; restarting it (this is a bug)");
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {},
