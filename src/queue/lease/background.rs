@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::names;
 use super::super::{Queue, QueueError, envelope};
-use super::Step;
+use super::{Step, due_leases};
 use crate::zk::{Zk, ZkError, ZkSession};
 
 impl Queue {
@@ -19,7 +19,15 @@ impl Queue {
     pub(in crate::queue) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
         let mut status = session.subscribe();
         loop {
-            let next = self.leases.lock().live.values().map(|l| l.expires_at).min();
+            let next = {
+                let state = self.leases.lock();
+                let now = Instant::now();
+                // A lease already due wakes the reaper at once; otherwise the next expiry does.
+                match due_leases(state.live.iter().map(|(t, l)| (*t, l.expires_at)), now) {
+                    (due, _) if !due.is_empty() => Some(now),
+                    (_, next) => next,
+                }
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.leases.changed.notified() => continue,
@@ -34,8 +42,10 @@ impl Queue {
                 _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
             }
             let now = Instant::now();
-            let due: Vec<u128> =
-                self.leases.lock().live.iter().filter(|(_, l)| l.expires_at <= now).map(|(t, _)| *t).collect();
+            let due = {
+                let state = self.leases.lock();
+                due_leases(state.live.iter().map(|(t, l)| (*t, l.expires_at)), now).0
+            };
             for token in due {
                 match self.run_step(token, Step::Expire).await {
                     Ok(()) | Err(QueueError::LeaseLost(_)) => {},

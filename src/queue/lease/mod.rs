@@ -136,6 +136,71 @@ impl Lease {
     fn item_path(&self, queue_path: &str) -> String {
         format!("{queue_path}/{}", self.item.name)
     }
+
+    fn view(&self) -> LeaseView {
+        LeaseView { open: self.open, expires_at: self.expires_at, unresolved: self.unresolved.is_some() }
+    }
+}
+
+/// What a receipt check needs to know of a live lease of the receipt's session.
+#[derive(Debug, Clone, Copy)]
+struct LeaseView {
+    open: bool,
+    expires_at: Instant,
+    unresolved: bool,
+}
+
+/// Why a receipt cannot take a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReceiptRefused {
+    /// Nacked with a delay, or expired and being released (409).
+    BeingReleased,
+    /// Its visibility passed (409).
+    Expired,
+    /// Issued here, and ended (409).
+    Ended,
+    /// Malformed, or never issued by this process (404).
+    NotFound,
+}
+
+impl ReceiptRefused {
+    fn into_error(self, receipt_text: &str) -> QueueError {
+        let lost = |why: &str| QueueError::LeaseLost(why.to_owned());
+        match self {
+            ReceiptRefused::BeingReleased => lost("the lease was nacked or expired and is being released"),
+            ReceiptRefused::Expired => lost("the lease's visibility timeout passed"),
+            ReceiptRefused::Ended => lost("the lease ended: it was acked, nacked or expired, or its session was lost"),
+            ReceiptRefused::NotFound => QueueError::LeaseNotFound(receipt_text.to_owned()),
+        }
+    }
+}
+
+/// Whether a receipt may take a step now: `lease` is its live lease (of the receipt's session),
+/// `issued` whether this process issued the receipt at all.
+fn receipt_check(lease: Option<LeaseView>, issued: bool, now: Instant) -> Result<(), ReceiptRefused> {
+    match lease {
+        // A step whose answer was lost may be retried whatever happened since.
+        Some(lease) if lease.unresolved => Ok(()),
+        Some(lease) if !lease.open => Err(ReceiptRefused::BeingReleased),
+        Some(lease) if lease.expires_at <= now => Err(ReceiptRefused::Expired),
+        Some(_) => Ok(()),
+        None if issued => Err(ReceiptRefused::Ended),
+        None => Err(ReceiptRefused::NotFound),
+    }
+}
+
+/// The leases whose time is up at `now`, and when the next one is.
+fn due_leases<'a>(leases: impl Iterator<Item = (u128, Instant)> + 'a, now: Instant) -> (Vec<u128>, Option<Instant>) {
+    let mut due = Vec::new();
+    let mut next: Option<Instant> = None;
+    for (token, expires_at) in leases {
+        if expires_at <= now {
+            due.push(token);
+        } else {
+            next = Some(next.map_or(expires_at, |n| n.min(expires_at)));
+        }
+    }
+    (due, next)
 }
 
 #[derive(Default)]
@@ -256,27 +321,10 @@ impl Queue {
             return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
         };
         let state = self.leases.lock();
-        match state.live.get(&token) {
-            Some(lease) if lease.zk.session_id() == session_id => {
-                // A step whose answer was lost may be retried whatever happened since.
-                if lease.unresolved.is_some() {
-                    return Ok(token);
-                }
-                if !lease.open {
-                    return Err(QueueError::LeaseLost(
-                        "the lease was nacked or expired and is being released".to_owned(),
-                    ));
-                }
-                if lease.expires_at <= Instant::now() {
-                    return Err(QueueError::LeaseLost("the lease's visibility timeout passed".to_owned()));
-                }
-                Ok(token)
-            },
-            _ if self.leases.key.issued(session_id, token) => Err(QueueError::LeaseLost(
-                "the lease ended: it was acked, nacked or expired, or its session was lost".to_owned(),
-            )),
-            _ => Err(QueueError::LeaseNotFound(receipt_text.to_owned())),
-        }
+        let lease = state.live.get(&token).filter(|lease| lease.zk.session_id() == session_id).map(Lease::view);
+        receipt_check(lease, self.leases.key.issued(session_id, token), Instant::now())
+            .map(|()| token)
+            .map_err(|check| check.into_error(receipt_text))
     }
 
     /// Ends a lease in the table (its lock is gone or about to be).
@@ -301,5 +349,51 @@ impl Queue {
             self.leases.changed.notify_one();
         }
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn live(open: bool, expires_in: Duration, unresolved: bool) -> Option<LeaseView> {
+        Some(LeaseView { open, expires_at: Instant::now() + expires_in, unresolved })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_receipt_steps_while_its_lease_is_open_and_visible_or_a_lost_answer_awaits_its_retry() {
+        let visible = live(true, Duration::from_secs(30), false);
+        assert_eq!(receipt_check(visible, true, Instant::now()), Ok(()));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(receipt_check(visible, true, Instant::now()), Err(ReceiptRefused::Expired), "visibility passed");
+        assert_eq!(
+            receipt_check(live(false, Duration::from_secs(30), false), true, Instant::now()),
+            Err(ReceiptRefused::BeingReleased)
+        );
+        // An ack whose answer was lost is retried with the same receipt even after its visibility.
+        let unresolved = live(true, Duration::from_secs(1), true);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(receipt_check(unresolved, true, Instant::now()), Ok(()));
+        assert_eq!(receipt_check(None, true, Instant::now()), Err(ReceiptRefused::Ended), "issued here, ended: 409");
+        assert_eq!(receipt_check(None, false, Instant::now()), Err(ReceiptRefused::NotFound), "never issued: 404");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reaper_sees_exactly_the_leases_whose_time_is_up_and_when_the_next_one_is() {
+        let start = Instant::now();
+        let leases = [
+            (1, start + Duration::from_secs(10)),
+            (2, start + Duration::from_secs(5)),
+            (3, start + Duration::from_secs(20)),
+        ];
+        assert_eq!(due_leases(leases.into_iter(), Instant::now()), (vec![], Some(start + Duration::from_secs(5))));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let (mut due, next) = due_leases(leases.into_iter(), Instant::now());
+        due.sort_unstable();
+        assert_eq!((due, next), (vec![1, 2], Some(start + Duration::from_secs(20))));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(due_leases(leases.into_iter(), Instant::now()).1, None);
     }
 }
