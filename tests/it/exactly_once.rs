@@ -521,3 +521,33 @@ async fn shutdown_waits_for_the_put_back_of_a_message_whose_taker_left() {
     }
     assert_eq!(bodies, [b"precious".to_vec()], "the message was put back, once");
 }
+
+/// A DELETE of a message whose queue's lock directory is missing, while another client creates
+/// that directory at that very moment, removes the message: it never answers 404 for a message
+/// that exists. (The old code looked at the directory after its transaction failed and, finding
+/// it there, called the message missing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_racing_the_lock_directorys_creation_removes_the_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-delete-race");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let id = a.put_ok("q", b"doomed").await;
+    let direct = zk_client(zk).await;
+    let locks = format!("{root}/locks/q");
+    // The queue's cache creates the directory when the queue opens; then it is removed by hand.
+    eventually(SOON, "the lock directory exists", || async {
+        direct.check_stat(&locks).await.ok().flatten().is_some()
+    })
+    .await;
+    direct.delete(&locks, None).await.expect("the lock directory goes");
+    // Hold whatever zkq sends after its failed transaction; meanwhile someone creates the directory.
+    let held = proxy.arm(&[op::EXISTS, op::CREATE, op::CREATE2, op::CREATE_CONTAINER], Fault::Hold);
+    let (http, url) = (a.http.clone(), a.url(&format!("/v1/queues/q/messages/{id}")));
+    let delete = tokio::spawn(async move { http.delete(url).send().await.expect("delete").status().as_u16() });
+    tokio::time::timeout(SOON, held.held()).await.expect("zkq looked at the directory");
+    ensure_path(&direct, &locks).await;
+    held.release_deliver();
+    assert_eq!(delete.await.expect("join"), 204, "the message exists: it is removed, not reported missing");
+    assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty());
+}
