@@ -103,25 +103,30 @@ pub fn api_router(state: AppState) -> Router {
         )
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(body_limit, refuse_declared_oversize));
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests));
-    let router = router.layer(middleware::from_fn_with_state(in_flight, shed_when_overloaded));
-    with_common_layers(router, &state).with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+    let guard = Guard {
+        state: state.clone(),
+        in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
+        body_limit: Some(body_limit),
+    };
+    with_layers(router, guard, Some(body_limit)).with_state(state)
 }
 
-/// Request ids outermost (an incoming `x-request-id` is kept, else one is made; either way it is
-/// echoed and every log line of the request carries it), then request metrics, then a panic guard
-/// that still answers in the API's shape.
-fn with_common_layers(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+/// Every layer in one `Router::layer` call: each call wraps every route in a boxed service of its
+/// own, and a waiting long-poll holds each box for as long as it waits (see "Memory per
+/// connection" in docs/architecture.md). Outermost first: request ids (an incoming `x-request-id`
+/// is kept, else one is made; either way it is echoed and every log line of the request carries
+/// it), then [`guard`] (metrics, shedding, declared size), then a panic guard that still answers
+/// in the API's shape, then the body limit.
+fn with_layers(router: Router<AppState>, guard: Guard, body_limit: Option<usize>) -> Router<AppState> {
     use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
     router.layer(
         tower::ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(PropagateRequestIdLayer::x_request_id())
-            .layer(middleware::from_fn_with_state(state.clone(), track_requests))
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response)),
+            .layer(middleware::from_fn_with_state(guard, guard_request))
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
+            .option_layer(body_limit.map(DefaultBodyLimit::max)),
     )
 }
 
@@ -138,7 +143,8 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    with_common_layers(router, &state).with_state(state)
+    let guard = Guard { state: state.clone(), in_flight: None, body_limit: None };
+    with_layers(router, guard, None).with_state(state)
 }
 
 async fn not_found() -> ApiError {
@@ -149,40 +155,46 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
 }
 
-/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
-/// (long-polls included): shedding keeps memory bounded and answers fast instead of queueing.
-async fn shed_when_overloaded(
-    State(in_flight): State<Arc<tokio::sync::Semaphore>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match in_flight.try_acquire() {
-        Ok(_permit) => next.run(request).await,
-        Err(_) => ApiError::new(
-            ErrorCode::Overloaded,
-            "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
-        )
-        .into_response(),
-    }
+/// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
+/// oversize bodies; the admin listener only counts its requests.
+#[derive(Clone)]
+struct Guard {
+    state: AppState,
+    /// `api.max_concurrent_requests` permits (long-polls included).
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    /// `api.max_message_bytes`.
+    body_limit: Option<usize>,
 }
 
-/// 413 at once for a body declared (`Content-Length`) larger than the limit, before anything reads
-/// it: hyper sends `100 Continue` only when the body is first read, so a client that sent
-/// `Expect: 100-continue` is told to stop instead of being asked to upload the body.
-async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let declared = request
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
-        return ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body is larger than {limit} bytes (api.max_message_bytes)"),
-        )
-        .into_response();
+/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
+/// (shedding keeps memory bounded and answers fast instead of queueing); 413 at once for a body
+/// declared (`Content-Length`) larger than the limit, before anything reads it (hyper sends
+/// `100 Continue` only when the body is first read, so a client that sent
+/// `Expect: 100-continue` is told to stop instead of being asked to upload the body).
+fn refusal(guard: &Guard, request: &Request) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    if let Some(limit) = guard.body_limit {
+        let declared = request
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is larger than {limit} bytes (api.max_message_bytes)"),
+            ));
+        }
     }
-    next.run(request).await
+    match &guard.in_flight {
+        Some(in_flight) => match in_flight.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) => Err(ApiError::new(
+                ErrorCode::Overloaded,
+                "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
+            )),
+        },
+        None => Ok(None),
+    }
 }
 
 /// The `method` label: the standard methods, and `other` for any other token a client sends
@@ -203,8 +215,10 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-/// Counts and times every request by route template (never the raw path: bounded labels).
-async fn track_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Counts and times every request by route template (never the raw path: bounded labels), and
+/// answers the [`refusal`]s before the handler runs. One middleware for all of it: each
+/// middleware boxes the rest of the stack's future, and a waiting long-poll holds every box.
+async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let route =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = method_label(request.method());
@@ -212,10 +226,18 @@ async fn track_requests(State(state): State<AppState>, request: Request, next: N
     // Set (kept or made) by the request-id layer; every log line of the request carries it.
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let span = tracing::info_span!("request", id = %request_id, %method, %route);
-    let response = next.run(request).instrument(span).await;
+    let response = match refusal(&guard, &request) {
+        Ok(permit) => {
+            let response = next.run(request).instrument(span).await;
+            drop(permit);
+            response
+        },
+        Err(refused) => refused.into_response(),
+    };
     let status = response.status();
-    state.metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
-    state.metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
+    let metrics = &guard.state.metrics;
+    metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
+    metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
     } else {
