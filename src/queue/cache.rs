@@ -39,7 +39,7 @@ pub const SPREAD_WINDOW: usize = 64;
 const CONTENTION_MEMORY: Duration = Duration::from_secs(5);
 
 /// Java's default `jute.maxbuffer`: a getChildren reply larger than this fails in Curator.
-pub const JUTE_MAXBUFFER: i64 = 0xfffff;
+const JUTE_MAXBUFFER: i64 = crate::config::JUTE_MAXBUFFER_BYTES as i64;
 
 /// Bytes a child name costs in a getChildren reply.
 fn reply_bytes(name: &str) -> i64 {

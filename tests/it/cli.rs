@@ -156,3 +156,24 @@ async fn readme_quickstart_commands_work() {
     assert!(outputs[2].contains("\"kind\":\"fifo\""), "describe: {}", outputs[2]);
     assert!(outputs[3].contains("\"messages\":[]"), "peek after the take: {}", outputs[3]);
 }
+
+/// Declared queues without `max_items` get a recommendation that keeps their child list readable
+/// by Curator consumers (within Java's default `jute.maxbuffer`); a queue with one gets none.
+#[test]
+fn check_config_recommends_max_items_for_declared_queues_without_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("zkq.toml");
+    std::fs::write(
+        &file,
+        "[queues.orders]\nkind = \"priority\"\n\n[queues.bounded]\nkind = \"fifo\"\nmax_items = 1000\n",
+    )
+    .expect("write config");
+    let output = zkq().arg("--config").arg(&file).arg("check-config").output().expect("runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    let advice: Vec<&str> = text.lines().filter(|l| l.contains("recommended max_items")).collect();
+    assert_eq!(advice.len(), 1, "{text}");
+    assert!(advice[0].contains("queues.orders.max_items"), "{text}");
+    // 90% of Java's default jute.maxbuffer (0xfffff) over 4 + 25 bytes per priority item name.
+    assert!(advice[0].ends_with(&format!("recommended max_items = {}", 0xfffff * 9 / 10 / 29)), "{text}");
+}

@@ -394,6 +394,14 @@ pub async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<Stri
     names
 }
 
+/// The value of one exact series (`name{labels}`) in Prometheus text, if present.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() { "-".to_owned() } else { bytes.iter().map(|b| format!("{b:02x}")).collect() }
 }
