@@ -18,6 +18,7 @@
 //! Waiters are served first come, first served, and a new item wakes one waiter.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +30,7 @@ use tokio_util::task::TaskTracker;
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
-use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession};
+use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
 
 /// How many of the first candidates a contended queue picks from at random.
 pub const SPREAD_WINDOW: usize = 64;
@@ -154,6 +155,13 @@ pub struct ChildrenCache {
     eager: bool,
     /// Full reads of the child list made for peeks while not live: one at a time.
     full_reads: tokio::sync::Semaphore,
+    /// Barriers ([`ChildrenCache::barrier`]): the highest one asked for, the highest one the
+    /// refresher started, and the highest one finished.
+    barrier_wanted: AtomicU64,
+    barrier_started: AtomicU64,
+    barrier_done: watch::Sender<u64>,
+    /// Asks the refresher to run the barriers asked for.
+    barrier: Notify,
 }
 
 impl ChildrenCache {
@@ -182,6 +190,10 @@ impl ChildrenCache {
             tasks,
             eager,
             full_reads: tokio::sync::Semaphore::new(1),
+            barrier_wanted: AtomicU64::new(0),
+            barrier_started: AtomicU64::new(0),
+            barrier_done: watch::channel(0).0,
+            barrier: Notify::new(),
         })
     }
 
@@ -428,6 +440,60 @@ impl ChildrenCache {
         rx.borrow_and_update();
         self.refresh.notify_one();
         matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(())))
+    }
+
+    /// Waits (until `deadline`) until every change ZooKeeper made before this call is in the
+    /// snapshot: the refresher `sync`s the queue path, then applies the events that arrived
+    /// before the answer (ZooKeeper sends a session's watch events in order with its replies).
+    /// One barrier serves every caller that asked before it started, so many takers about to
+    /// answer "empty" share one `sync`. Returns false if it did not finish in time (ZooKeeper
+    /// unreachable): the caller does not know that the queue is empty.
+    pub async fn barrier(&self, deadline: Instant) -> bool {
+        let mut done = self.barrier_done.subscribe();
+        // A barrier already running may have started before this call: wait for the next one.
+        let want = self.barrier_started.load(Ordering::SeqCst) + 1;
+        self.barrier_wanted.fetch_max(want, Ordering::SeqCst);
+        self.barrier.notify_one();
+        loop {
+            if *done.borrow_and_update() >= want {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, done.changed()).await {
+                Ok(Ok(())) => {},
+                _ => return false,
+            }
+        }
+    }
+
+    /// Runs the barriers asked for so far as one: `sync`, then the events queued before its
+    /// answer. A failed `sync` finishes nothing; its callers answer 503 at their deadline.
+    async fn run_barrier(&self, zk: &Zk, queue_watch: &mut ZkTreeWatch, locks: Option<(&str, &mut ZkTreeWatch)>) {
+        let want = self.barrier_wanted.load(Ordering::SeqCst);
+        if want <= self.barrier_started.load(Ordering::SeqCst) {
+            return;
+        }
+        self.barrier_started.store(want, Ordering::SeqCst);
+        if let Err(err) = zk.sync(&self.path).await {
+            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed");
+            return;
+        }
+        while let Some(event) = queue_watch.ready() {
+            if event == TreeEvent::ConnectionLost {
+                self.invalidate();
+                return;
+            }
+            self.on_queue_event(&event);
+        }
+        if let Some((dir, watch)) = locks {
+            while let Some(event) = watch.ready() {
+                if event == TreeEvent::ConnectionLost {
+                    self.invalidate();
+                    return;
+                }
+                self.on_lock_event(dir, &event);
+            }
+        }
+        self.barrier_done.send_modify(|done| *done = (*done).max(want));
     }
 
     /// Waits until `max_items` leaves room, or `deadline`. Returns whether there is room.
@@ -835,6 +901,11 @@ impl ChildrenCache {
                         if let Some(dir) = &lock_dir {
                             self.on_lock_event(dir, &event);
                         }
+                    },
+                    _ = self.barrier.notified() => {
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
+                        self.run_barrier(&zk, &mut queue_watch, locks).await;
                     },
                     _ = self.refresh.notified() => {
                         if self.is_dirty() {

@@ -132,6 +132,8 @@ impl Queue {
         let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
         let gone = CancellationToken::new();
         let mut first_wait = true;
+        // Whether a barrier after the request arrived found the snapshot without a candidate.
+        let mut vouched = false;
         loop {
             if caller.is_closed() {
                 return Ok(None);
@@ -154,7 +156,21 @@ impl Queue {
                     return Err(ZkError::Unavailable.into());
                 }
                 if Instant::now() >= wait_until {
-                    return Ok(None);
+                    if vouched {
+                        return Ok(None);
+                    }
+                    // "Empty" only once the snapshot holds every change made before now: a put
+                    // acknowledged just before this request may not have reached us as an event.
+                    let confirmed = tokio::select! {
+                        c = self.cache.barrier(answer_by) => c,
+                        _ = caller.closed() => return Ok(None),
+                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    };
+                    if !confirmed {
+                        return Err(ZkError::Unavailable.into());
+                    }
+                    vouched = true;
+                    continue;
                 }
                 tokio::select! {
                     _ = self.cache.wait_for_item(wait_until, &gone, first_wait) => {},

@@ -494,3 +494,69 @@ async fn the_first_look_at_a_deep_queue_after_a_start_knows_the_age_of_its_head(
     assert_eq!(info["depth"], 500, "{info}");
     assert!(info["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "the head's age is known: {info}");
 }
+
+/// A 204 means empty: a message another sidecar acknowledged before the take arrived is taken
+/// by a take that does not wait, every time, although it reaches this sidecar only as a
+/// ZooKeeper event. (Each miss would be a consumer that stops early, "drained" but not empty.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_without_wait_sees_every_put_acknowledged_before_it() {
+    let zk = ZkServer::shared();
+    let root = unique_root("no-false-empty");
+    let taker = TestZkq::start_ready(test_config(zk, &root)).await;
+    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
+    // The taker's cache is live (it has read the queue once) before the race starts.
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    for i in 0..300 {
+        let body = format!("message {i}");
+        producer.put_ok("q", body.as_bytes()).await;
+        let taken = taker.take_body("q", "0s").await;
+        assert_eq!(taken.as_deref(), Some(body.as_bytes()), "put {i} was acknowledged, then the take said empty");
+    }
+    // And 204 still answers an empty queue at once.
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    taker.stop().await;
+    producer.stop().await;
+}
+
+/// "Drain until the first 204" takes every message: 16 takers with `wait=0s`, each stopping at
+/// its first 204, on a queue another sidecar has just filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_stops_at_the_first_204_takes_every_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("drain-to-204");
+    let taker = std::sync::Arc::new(TestZkq::start_ready(test_config(zk, &root)).await);
+    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    let total = 1000;
+    use futures::StreamExt;
+    futures::stream::iter(0..total)
+        .map(|i| {
+            let producer = &producer;
+            async move { producer.put_ok("q", format!("m{i}").as_bytes()).await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let mut drains = Vec::new();
+    for _ in 0..16 {
+        let taker = taker.clone();
+        drains.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(body) = taker.take_body("q", "0s").await {
+                got.push(body);
+            }
+            got
+        }));
+    }
+    let mut taken = Vec::new();
+    for drain in drains {
+        taken.extend(drain.await.expect("drain"));
+    }
+    taken.sort();
+    taken.dedup();
+    assert_eq!(taken.len(), total, "a drain that stops at the first 204 left messages behind");
+    producer.stop().await;
+    if let Ok(taker) = std::sync::Arc::try_unwrap(taker) {
+        taker.stop().await;
+    }
+}
