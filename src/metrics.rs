@@ -56,6 +56,7 @@ pub struct Metrics {
     pub candidates_pruned: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
     pub shutdown_duration: Histogram,
+    pub group_commit_units: Histogram,
     pub counter_operations: IntCounterVec,
     pub counter_waiting_polls: IntGauge,
     pub background_task_restarts: IntCounterVec,
@@ -296,6 +297,13 @@ impl Metrics {
             shutdown_duration: reg.add(Histogram::with_opts(
                 HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
+            )?)?,
+            group_commit_units: reg.add(Histogram::with_opts(
+                HistogramOpts::new(
+                    "zkq_group_commit_units",
+                    "Writes (a put, a batch put) sent to ZooKeeper together in one transaction.",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1000.0]),
             )?)?,
             registry,
         };

@@ -29,7 +29,7 @@ pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
-use crate::zk::{ZkError, ZkSession};
+use crate::zk::{GroupCommit, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +95,8 @@ pub struct Queue {
     leases: LeaseTable,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
+    /// Puts in flight together go to ZooKeeper as one transaction (shared by every queue).
+    group: Arc<GroupCommit>,
     /// Claims and their settlement (put-backs, unknown outcomes); shutdown waits for these
     /// before it closes the session.
     background: TaskTracker,
@@ -152,6 +154,7 @@ pub struct QueueService {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     markers: Arc<ClaimMarkers>,
+    group: Arc<GroupCommit>,
     background: TaskTracker,
 }
 
@@ -172,6 +175,7 @@ impl QueueService {
             let (markers, shutdown) = (markers.clone(), shutdown.clone());
             async move { markers.run_stale_sweeper(shutdown).await }
         });
+        let group = GroupCommit::new(metrics.clone());
         let service = Arc::new(QueueService {
             config,
             session,
@@ -181,6 +185,7 @@ impl QueueService {
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             markers,
+            group,
             background: TaskTracker::new(),
         });
         tasks.spawn({
@@ -324,6 +329,7 @@ impl QueueService {
             cache: cache.clone(),
             leases: LeaseTable::default(),
             markers: self.markers.clone(),
+            group: self.group.clone(),
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
             stop: stop.clone(),

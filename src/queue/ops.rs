@@ -9,7 +9,7 @@ use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
-use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
 
 /// What a put asks for beyond the body.
 #[derive(Debug, Clone, Default)]
@@ -100,42 +100,71 @@ impl Queue {
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+        let wait = options.wait;
+        let mut receipts = self.put_many(vec![(body, options)], wait).await?;
+        receipts.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))
+    }
+
+    /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
+    /// flight, [`GroupCommit`](crate::zk::GroupCommit)); the receipts are in the same order. With
+    /// `max_items`, waits up to `wait` until there is room for all of them.
+    pub async fn put_many(
+        &self,
+        messages: Vec<(&[u8], PutOptions)>,
+        wait: Duration,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        if body.len() > self.max_message_bytes {
-            return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+        let mut ops = Vec::with_capacity(messages.len());
+        for (body, options) in &messages {
+            if body.len() > self.max_message_bytes {
+                return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+            }
+            let meta = self.meta_for(options)?;
+            let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
+            ops.push(TxnOp::Create { path: prefix, data: self.encode(body), mode: NodeMode::PersistentSequential });
         }
-        let meta = self.meta_for(&options)?;
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
-        let deadline = self.deadline_for(options.wait);
-        if let Some(max_items) = self.max_items
-            && !self.cache.room_for(max_items, Instant::now() + options.wait).await
-        {
-            return Err(QueueError::Full { max_items });
+        let deadline = self.deadline_for(wait);
+        if let Some(max_items) = self.max_items {
+            let count = u32::try_from(ops.len()).unwrap_or(u32::MAX);
+            // Room for all: fewer than `max_items - count + 1` children now.
+            let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
+            let room = match below {
+                Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
+                None => false,
+            };
+            if !room {
+                return Err(QueueError::Full { max_items });
+            }
         }
         let zk = self.session.connected(deadline).await?;
-        let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
-        let data = self.encode(body);
-        let created = match zk.create(&prefix, &data, NodeMode::PersistentSequential).await {
-            Err(ZkError::NoNode) => {
+        let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
+            Err(err) if err.error == ZkError::NoNode => {
                 // The queue node was removed under us: recreate it the way Curator does, once.
                 zk.ensure_path(&self.path).await?;
-                zk.create(&prefix, &data, NodeMode::PersistentSequential).await
+                self.group.submit(&self.background, &zk, ops).await
             },
             other => other,
         };
-        let created = created.inspect_err(|err| {
-            if *err == ZkError::OutcomeUnknown {
+        let created = created.map_err(|err| {
+            if err.error == ZkError::OutcomeUnknown {
                 self.qm.put_outcome_unknown.inc();
             }
+            err.error
         })?;
-        let name = created.rsplit('/').next().unwrap_or(&created).to_owned();
-        if let Some(item) = names::parse(self.kind, &name) {
-            self.cache.insert_local(item);
+        let mut receipts = Vec::with_capacity(created.len());
+        for result in created {
+            let TxnResult::Created(path) = result else { continue };
+            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+            if let Some(item) = names::parse(self.kind, &name) {
+                self.cache.insert_local(item);
+            }
+            self.qm.messages_put.inc();
+            receipts.push(PutReceipt { message_id: name });
         }
-        self.qm.messages_put.inc();
-        Ok(PutReceipt { message_id: name })
+        Ok(receipts)
     }
 
     /// The first `limit` messages in delivery order, without removing them; stops before the

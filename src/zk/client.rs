@@ -187,6 +187,11 @@ impl Zk {
         self.client.session_id().0
     }
 
+    /// When calls on this handle give up: its deadline, or the request timeout from now.
+    pub fn deadline(&self) -> Instant {
+        self.call_deadline()
+    }
+
     fn call_deadline(&self) -> Instant {
         let by_timeout = Instant::now() + self.request_timeout;
         self.deadline.map_or(by_timeout, |d| d.min(by_timeout))

@@ -5,8 +5,10 @@
 
 mod client;
 mod error;
+mod group;
 mod session;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
+pub use group::GroupCommit;
 pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};
