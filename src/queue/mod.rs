@@ -105,6 +105,8 @@ pub struct Queue {
     users: AtomicUsize,
     /// When the last request using it ended.
     last_used: Mutex<Instant>,
+    /// The head seen by the last age reading and since when it waits (epoch ms).
+    head_seen: Mutex<Option<(String, i64)>>,
 }
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
@@ -329,6 +331,7 @@ impl QueueService {
             stop: stop.clone(),
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            head_seen: Mutex::new(None),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
@@ -444,10 +447,12 @@ impl QueueService {
         released
     }
 
-    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`: one
-    /// `exists` per queue, all at once, within `budget`. A queue whose read fails or is late keeps
-    /// its last value. Called by every `/metrics` scrape, so the gauge is as fresh as the scrape.
-    pub async fn sample_depths(&self, budget: Duration) {
+    /// Sets `zkq_queue_children` and `zkq_queue_oldest_message_age_seconds` of every open queue
+    /// from ZooKeeper: one `exists` of the queue node per queue, plus one of its head when the head
+    /// changed since the last scrape, all at once, within `budget`. A queue whose read fails or is
+    /// late keeps its last values. Called by every `/metrics` scrape, so the gauges are as fresh as
+    /// the scrape.
+    pub async fn sample_for_scrape(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
@@ -455,6 +460,10 @@ impl QueueService {
             async move {
                 if let Ok(Some(stat)) = zk.exists(&queue.path).await {
                     queue.qm.queue_children.set(i64::from(stat.num_children));
+                }
+                if let Ok(since) = queue.head_waiting_since(&zk).await {
+                    let age_ms = since.map_or(0, |since| (now_epoch_ms() - since).max(0));
+                    queue.qm.oldest_message_age.set(age_ms as f64 / 1000.0);
                 }
             }
         });
