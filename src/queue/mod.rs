@@ -7,6 +7,7 @@ pub mod envelope;
 mod lease;
 pub(crate) mod names;
 mod ops;
+pub mod survey;
 mod take;
 
 use std::collections::HashMap;
@@ -138,10 +139,35 @@ impl Queue {
     }
 }
 
-struct QueueLayout {
-    kind: QueueKind,
-    path: String,
-    lock_path: Option<String>,
+/// Where a queue lives and how its nodes are named.
+pub(crate) struct QueueLayout {
+    pub kind: QueueKind,
+    pub path: String,
+    pub lock_path: Option<String>,
+}
+
+/// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
+/// a fifo queue at `{root}/queues/{name}` locked at `{root}/locks/{name}`.
+pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
+    let root = &config.zookeeper.root;
+    match config.queues.get(name) {
+        Some(declared) => QueueLayout {
+            kind: declared.kind,
+            path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+            lock_path: match (&declared.lock_path, declared.kind) {
+                (Some(lock_path), _) => Some(lock_path.clone()),
+                (None, QueueKind::Simple) => None,
+                (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                // An attached Curator queue without a lock path: its consumers use none.
+                (None, _) => None,
+            },
+        },
+        None => QueueLayout {
+            kind: QueueKind::Fifo,
+            path: format!("{root}/queues/{name}"),
+            lock_path: Some(format!("{root}/locks/{name}")),
+        },
+    }
 }
 
 /// All queues this process serves; dynamic ones are created on first use.
@@ -404,25 +430,7 @@ impl QueueService {
 
     /// Kind, path and lock path of a queue, declared or not.
     fn layout(&self, name: &str) -> QueueLayout {
-        let root = &self.config.zookeeper.root;
-        match self.config.queues.get(name) {
-            Some(declared) => QueueLayout {
-                kind: declared.kind,
-                path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
-                lock_path: match (&declared.lock_path, declared.kind) {
-                    (Some(lock_path), _) => Some(lock_path.clone()),
-                    (None, QueueKind::Simple) => None,
-                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
-                    // An attached Curator queue without a lock path: its consumers use none.
-                    (None, _) => None,
-                },
-            },
-            None => QueueLayout {
-                kind: QueueKind::Fifo,
-                path: format!("{root}/queues/{name}"),
-                lock_path: Some(format!("{root}/locks/{name}")),
-            },
-        }
+        queue_layout(&self.config, name)
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
