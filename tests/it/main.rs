@@ -19,6 +19,7 @@ mod exactly_once;
 mod hardening;
 mod harness;
 mod leases;
+mod opskit;
 mod proxy;
 mod queues;
 mod session;
