@@ -13,9 +13,16 @@ fn help_documents_every_flag() {
     let output = zkq().arg("--help").output().expect("runs");
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
-    for flag in
-        ["--config", "--zk-connect", "--zk-root", "--api-listen", "--admin-listen", "--log-format", "check-config"]
-    {
+    for flag in [
+        "--config",
+        "--zk-connect",
+        "--zk-root",
+        "--api-listen",
+        "--admin-listen",
+        "--log-format",
+        "check-config",
+        "inspect",
+    ] {
         assert!(text.contains(flag), "--help lacks {flag}:\n{text}");
     }
 }
