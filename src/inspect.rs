@@ -194,17 +194,20 @@ async fn survey_and_print(
         complete,
         took_ms: started.elapsed().as_millis(),
     };
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => text + "\n",
             Err(err) => {
                 eprintln!("zkq inspect: cannot render JSON: {err}");
                 return EXIT_INCOMPLETE;
             },
         }
     } else {
-        print!("{}", render_text(&report, args.queue.is_some()));
-    }
+        render_text(&report, args.queue.is_some())
+    };
+    // A reader that went away (`| head`) is not an error worth a panic.
+    let mut stdout = std::io::stdout().lock();
+    let _ = std::io::Write::write_all(&mut stdout, text.as_bytes()).and_then(|()| std::io::Write::flush(&mut stdout));
     if complete {
         0
     } else {
