@@ -35,6 +35,10 @@ enum Command {
     Openapi,
     /// Exit 0 if this configuration's zkq answers /readyz with 200 (for container health checks).
     Healthcheck,
+    /// Show every queue in ZooKeeper (declared, and under {root}/queues): kind, depth, oldest message,
+    /// locks and their sessions, redeliveries, child-list size, undecodable nodes. Read-only; exit 1
+    /// when ZooKeeper is unreachable or the report is incomplete.
+    Inspect(zkq::inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         },
         Command::Openapi => ExitCode::SUCCESS,
         Command::Healthcheck => healthcheck(&config),
+        Command::Inspect(args) => ExitCode::from(zkq::inspect::run(&config, &args)),
         Command::Run => run(config),
     }
 }

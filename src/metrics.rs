@@ -7,8 +7,8 @@
 #![allow(clippy::disallowed_types, reason = "src/metrics.rs owns the metrics registry")]
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// The labels of `zkq_zookeeper_connection_state`, one series each.
@@ -28,6 +28,7 @@ pub struct Metrics {
     registry: Registry,
 
     pub build_info: IntGaugeVec,
+    pub ready: IntGauge,
     pub zk_connection_state: IntGaugeVec,
     pub zk_session_expirations: IntCounter,
     pub zk_reconnects: IntCounter,
@@ -39,6 +40,7 @@ pub struct Metrics {
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
+    pub oldest_message_age: GaugeVec,
     pub messages_put: IntCounterVec,
     pub messages_taken: IntCounterVec,
     pub waiting_takers: IntGaugeVec,
@@ -73,6 +75,7 @@ impl std::fmt::Debug for Metrics {
 pub struct QueueMetrics {
     pub puts_in_flight: IntGauge,
     pub queue_children: IntGauge,
+    pub oldest_message_age: Gauge,
     pub children_bytes: IntGauge,
     pub waiting_takers: IntGauge,
     pub leases_in_flight: IntGauge,
@@ -154,6 +157,11 @@ impl Metrics {
         let metrics = Metrics {
             background_task_restarts,
             build_info,
+            ready: reg.add(IntGauge::new(
+                "zkq_ready",
+                "1 while /readyz answers 200 (ZooKeeper session connected, not shutting down), else 0; set at every \
+                 scrape.",
+            )?)?,
             zk_connection_state,
             zk_session_expirations: reg.add(IntCounter::new(
                 "zkq_zookeeper_session_expirations_total",
@@ -192,6 +200,14 @@ impl Metrics {
                 Opts::new(
                     "zkq_queue_children",
                     "Children of the queue node (its depth): read at every scrape, else the last value seen.",
+                ),
+                &["queue"],
+            )?)?,
+            oldest_message_age: reg.add(GaugeVec::new(
+                Opts::new(
+                    "zkq_queue_oldest_message_age_seconds",
+                    "How long the next message to deliver has waited (since its creation, or since it became due \
+                     in a delay queue); 0 when none is waiting. Read at every scrape.",
                 ),
                 &["queue"],
             )?)?,
@@ -317,6 +333,7 @@ impl Metrics {
         QueueMetrics {
             puts_in_flight: self.puts_in_flight.with_label_values(q),
             queue_children: self.queue_children.with_label_values(q),
+            oldest_message_age: self.oldest_message_age.with_label_values(q),
             children_bytes: self.children_bytes.with_label_values(q),
             waiting_takers: self.waiting_takers.with_label_values(q),
             leases_in_flight: self.leases_in_flight.with_label_values(q),
@@ -348,6 +365,7 @@ impl Metrics {
         ] {
             let _ = gauge.remove_label_values(&[queue]);
         }
+        let _ = self.oldest_message_age.remove_label_values(&[queue]);
         for counter in self.queue_counters() {
             let _ = counter.remove_label_values(&[queue]);
         }

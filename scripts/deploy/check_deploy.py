@@ -33,6 +33,9 @@ LIB = ROOT / "helm" / "zkq-sidecar"
 DEMO = ROOT / "helm" / "zkq-demo"
 CI_VALUES = DEMO / "ci"
 DEPLOY = ROOT / "scripts" / "deploy"
+MONITORING = ROOT / "helm" / "monitoring"
+DASHBOARD_TPL = LIB / "templates" / "_dashboard.tpl"
+OPERATIONS = ROOT / "docs" / "operations.md"
 KUBE_VERSION = "1.30.0"
 RELEASE = "demo"
 NAMESPACE = "zkq-demo"
@@ -141,12 +144,64 @@ def build_dependencies() -> None:
 
 
 def sync() -> None:
-    """Refresh the demo schema's `zkq` part from helm/zkq-sidecar."""
+    """Refresh the demo schema's `zkq` part from helm/zkq-sidecar, the library's dashboard template
+    from helm/monitoring/zkq-dashboard.json, and helm/monitoring/zkq-alerts.yaml from the library's
+    rules rendered with their default values."""
     demo_schema_path = DEMO / "values.schema.json"
     demo_schema = json.loads(demo_schema_path.read_text())
     demo_schema["properties"]["zkq"] = json.loads((LIB / "values.schema.json").read_text())["properties"]["zkq"]
     demo_schema_path.write_text(json.dumps(demo_schema, indent=2) + "\n")
     print(f"synced properties.zkq of {demo_schema_path.relative_to(ROOT)}")
+    DASHBOARD_TPL.write_text(dashboard_template())
+    print(f"synced {DASHBOARD_TPL.relative_to(ROOT)} from helm/monitoring/zkq-dashboard.json")
+    (MONITORING / "zkq-alerts.yaml").write_text(plain_rules())
+    print("synced helm/monitoring/zkq-alerts.yaml from the library's rules with their default values")
+
+
+def dashboard_template() -> str:
+    """The library template holding helm/monitoring/zkq-dashboard.json verbatim: Grafana's `{{label}}`
+    legends are escaped as `{{ "{{" }}` so Helm prints them as they are."""
+    text = (MONITORING / "zkq-dashboard.json").read_text().rstrip("\n")
+    escaped = re.sub(r"\{\{|\}\}", lambda m: '{{ "%s" }}' % m.group(0), text)
+    return (
+        "{{/*\nzkq-sidecar.dashboardJson: helm/monitoring/zkq-dashboard.json, verbatim. GENERATED from that file by\n"
+        "scripts/check-deploy.sh --sync: edit the JSON, not this (the check fails when they differ).\n*/}}\n"
+        '{{- define "zkq-sidecar.dashboardJson" -}}\n' + escaped + "\n{{- end -}}\n"
+    )
+
+
+def probe_render(template: str, values: dict[str, Any] | None = None) -> str:
+    """Renders `template` in a probe chart that depends on the library (the library's named
+    templates are only usable from an including chart)."""
+    lib_chart = load_yaml(LIB / "Chart.yaml")
+    probe = ROOT / "target" / "deploy-check" / "probe"
+    if probe.exists():
+        shutil.rmtree(probe)
+    (probe / "templates").mkdir(parents=True)
+    (probe / "charts").mkdir()
+    shutil.copytree(LIB, probe / "charts" / "zkq-sidecar")
+    (probe / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: probe\nversion: 0.0.0\n"
+        f"dependencies:\n  - name: zkq-sidecar\n    version: {lib_chart['version']}\n    repository: file://x\n"
+    )
+    (probe / "templates" / "probe.yaml").write_text(template)
+    with helm.Chart.load(probe) as chart:
+        out = render(chart, values or {})
+    return out["probe/templates/probe.yaml"]
+
+
+def plain_rules() -> str:
+    """helm/monitoring/zkq-alerts.yaml: the library's rule groups with the chart's default thresholds."""
+    groups = probe_render('{{ include "zkq-sidecar.alertGroups" . }}\n')
+    return (
+        "# zkq's alerting rules, for a Prometheus without the operator (rule_files). GENERATED from\n"
+        "# helm/zkq-sidecar/templates/_monitoring.tpl with the chart's default thresholds by\n"
+        "# scripts/check-deploy.sh --sync; do not edit (the check fails when they differ). Change thresholds\n"
+        "# here by editing a copy, or render the chart with your values. Tests: zkq-alerts.test.yaml.\n"
+        "# Runbook: docs/operations.md, one section per alert.\n"
+        + groups.rstrip("\n")
+        + "\n"
+    )
 
 
 def check_consistency() -> None:
@@ -189,22 +244,12 @@ def check_consistency() -> None:
     )
     # The library's documented values.yaml must equal the defaults its templates apply: render a
     # probe chart that includes the library and prints zkq-sidecar.values with no user values.
-    probe = ROOT / "target" / "deploy-check" / "probe"
-    if probe.exists():
-        shutil.rmtree(probe)
-    (probe / "templates").mkdir(parents=True)
-    (probe / "charts").mkdir()
-    shutil.copytree(LIB, probe / "charts" / "zkq-sidecar")
-    (probe / "Chart.yaml").write_text(
-        "apiVersion: v2\nname: probe\nversion: 0.0.0\n"
-        f"dependencies:\n  - name: zkq-sidecar\n    version: {lib_chart['version']}\n    repository: file://x\n"
-    )
-    (probe / "templates" / "values.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n"
-        '  values: {{ include "zkq-sidecar.values" . | quote }}\n'
-    )
-    with helm.Chart.load(probe) as chart:
-        out = render(chart, {})
+    out = {
+        "probe/templates/values.yaml": probe_render(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n"
+            '  values: {{ include "zkq-sidecar.values" . | quote }}\n'
+        )
+    }
     defaults = yaml.safe_load(yaml.safe_load(out["probe/templates/values.yaml"])["data"]["values"])
     C.ok(
         "library values.yaml `zkq` == defaults applied by the templates (zkq-sidecar.defaults)",
@@ -313,19 +358,28 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     kinds = [d["kind"] for _, d in docs]
     outdir.mkdir(parents=True, exist_ok=True)
 
-    core = manifest_text(rendered, lambda d: d.get("apiVersion") != "monitoring.coreos.com/v1")
-    monitors = manifest_text(rendered, lambda d: d.get("apiVersion") == "monitoring.coreos.com/v1")
+    def is_dashboard(d: dict[str, Any]) -> bool:
+        return d.get("kind") == "ConfigMap" and "zkq.json" in (d.get("data") or {})
+
+    def is_crd(d: dict[str, Any]) -> bool:
+        return d.get("apiVersion") == "monitoring.coreos.com/v1"
+
+    core = manifest_text(rendered, lambda d: not is_crd(d) and not is_dashboard(d))
+    monitors = manifest_text(rendered, lambda d: d.get("kind") == "PodMonitor")
+    rules = manifest_text(rendered, lambda d: d.get("kind") == "PrometheusRule")
+    dashboard = manifest_text(rendered, is_dashboard)
     (outdir / "manifests.yaml").write_text(core)
-    if monitors:
-        (outdir / "podmonitor.yaml").write_text(monitors)
+    for file, text in [("podmonitor.yaml", monitors), ("prometheusrule.yaml", rules), ("dashboard.yaml", dashboard)]:
+        if text:
+            (outdir / file).write_text(text)
     (outdir / "NOTES.txt").write_text(rendered.get("zkq-demo/templates/NOTES.txt", ""))
 
     # Schema validation of every rendered object.
+    core_kinds = [d["kind"] for _, d in docs if not is_crd(d) and not is_dashboard(d)]
     res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(outdir / "manifests.yaml")])
-    n_core = len([k for k in kinds if k != "PodMonitor"])
     C.ok(
-        f"kubernetes-validate --strict -k {KUBE_VERSION}: {n_core} objects ({', '.join(k for k in kinds if k != 'PodMonitor')})",
-        res.returncode == 0 and res.stdout.count("passed") == n_core,
+        f"kubernetes-validate --strict -k {KUBE_VERSION}: {len(core_kinds)} objects ({', '.join(core_kinds)})",
+        res.returncode == 0 and res.stdout.count("passed") == len(core_kinds),
         (res.stdout + res.stderr).strip(),
     )
     pod_monitors = [d for _, d in docs if d["kind"] == "PodMonitor"]
@@ -339,15 +393,22 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         errors = [e.message for pm in pod_monitors for e in jsonschema.Draft7Validator(schema).iter_errors(pm)]
         C.ok(f"PodMonitor valid against the minimal local schema ({len(pod_monitors)} object)", not errors, "; ".join(errors))
 
-    # yamllint on Helm's output.
+    # yamllint on Helm's output. Alert descriptions and the dashboard's JSON are long single
+    # lines, so those two objects are linted without the line-length rule.
     files = [str(outdir / "manifests.yaml")] + ([str(outdir / "podmonitor.yaml")] if monitors else [])
     res = run([str(venv_bin / "yamllint"), "-s", "-c", str(DEPLOY / "yamllint.yaml"), *files])
     C.ok("yamllint (strict) on the rendered manifests", res.returncode == 0, (res.stdout + res.stderr).strip())
+    long_lines = [str(outdir / f) for f, text in [("prometheusrule.yaml", rules), ("dashboard.yaml", dashboard)] if text]
+    if long_lines:
+        res = run([str(venv_bin / "yamllint"), "-s", "-d", yamllint_long_lines(), *long_lines])
+        C.ok("yamllint (strict, any line length) on the rendered PrometheusRule and dashboard ConfigMap",
+             res.returncode == 0, (res.stdout + res.stderr).strip())
+    check_monitoring_objects(docs, zkq_values, outdir, venv_bin, is_dashboard)
 
     # Structure.
     deployments = [d for _, d in docs if d["kind"] == "Deployment"]
-    configmaps = [d for _, d in docs if d["kind"] == "ConfigMap"]
-    C.ok("renders exactly one Deployment and one ConfigMap", len(deployments) == 1 and len(configmaps) == 1, str(kinds))
+    configmaps = [d for _, d in docs if d["kind"] == "ConfigMap" and not is_dashboard(d)]
+    C.ok("renders exactly one Deployment and one zkq.toml ConfigMap", len(deployments) == 1 and len(configmaps) == 1, str(kinds))
     C.ok("renders no Secret (credentials are referenced, never rendered)", "Secret" not in kinds)
     if len(deployments) != 1 or len(configmaps) != 1:
         return {}
@@ -563,6 +624,167 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     return annotations
 
 
+def yamllint_long_lines() -> str:
+    """The rendered-manifest yamllint rules without the line-length rule."""
+    rules = load_yaml(DEPLOY / "yamllint.yaml")
+    rules["rules"]["line-length"] = "disable"
+    return json.dumps(rules)
+
+
+def promtool() -> str | None:
+    return shutil.which("promtool")
+
+
+def promtool_check_groups(groups: dict[str, Any], path: Path) -> subprocess.CompletedProcess[str] | None:
+    """`promtool check rules` on `groups` written as a rules file at `path`."""
+    path.write_text(yaml.safe_dump(groups, sort_keys=False, width=1000))
+    tool = promtool()
+    return run([tool, "check", "rules", str(path)]) if tool else None
+
+
+def check_monitoring_objects(docs: list[tuple[str, dict[str, Any]]], zkq_values: dict[str, Any], outdir: Path,
+                             venv_bin: Path, is_dashboard: Callable[[dict[str, Any]], bool]) -> None:
+    """The PrometheusRule and the dashboard ConfigMap of one rendering, when enabled."""
+    rule_objects = [d for _, d in docs if d["kind"] == "PrometheusRule"]
+    settings = zkq_values["prometheusRule"]
+    if not settings["enabled"]:
+        C.ok("no PrometheusRule (zkq.prometheusRule.enabled=false)", not rule_objects)
+    else:
+        pr = rule_objects[0] if rule_objects else {}
+        C.ok(
+            "one PrometheusRule carrying the chart's labels and zkq.prometheusRule.labels",
+            len(rule_objects) == 1
+            and pr["metadata"]["labels"].get("app.kubernetes.io/name") == "zkq"
+            and all(pr["metadata"]["labels"].get(k) == v for k, v in settings["labels"].items()),
+            str(pr.get("metadata")),
+        )
+        spec = pr.get("spec", {})
+        res = promtool_check_groups(spec, outdir / "prometheusrule-spec.yaml")
+        C.ok("promtool check rules on the PrometheusRule's spec", res is not None and res.returncode == 0,
+             "promtool missing (Debian's prometheus package)" if res is None else (res.stdout + res.stderr).strip())
+        rules = [r for g in spec.get("groups", []) for r in g.get("rules", [])]
+        wanted = {ALERTS[k] for k, a in settings["alerts"].items() if a["enabled"]}
+        C.ok(f"exactly the enabled alerts ({len(wanted)})", {r["alert"] for r in rules} == wanted,
+             str(sorted(r["alert"] for r in rules)))
+        selector = settings["selector"]
+        C.ok(
+            f"every selector of every rule carries zkq.prometheusRule.selector ({selector or 'none'})",
+            all(expr_selectors_carry(r["expr"], selector) for r in rules),
+            "\n".join(r["expr"] for r in rules),
+        )
+        alerts = settings["alerts"]
+        by_name = {r["alert"]: r for r in rules}
+        backlog = by_name.get("ZkqQueueBacklogGrowing")
+        if backlog:
+            C.ok(
+                f"thresholds come from values (backlog > {alerts['backlogGrowing']['minDepth']} over "
+                f"{alerts['backlogGrowing']['window']}, for {alerts['backlogGrowing']['for']})",
+                f"> {alerts['backlogGrowing']['minDepth']}\n" in backlog["expr"]
+                and f"[{alerts['backlogGrowing']['window']}]" in backlog["expr"]
+                and backlog["for"] == alerts["backlogGrowing"]["for"],
+                backlog["expr"],
+            )
+        C.ok(
+            "every alert: severity and zkq.prometheusRule.alertLabels, runbook_url = runbookUrl#<alert>",
+            all(
+                r["labels"].get("severity")
+                and all(r["labels"].get(k) == v for k, v in settings["alertLabels"].items())
+                and r["annotations"]["runbook_url"] == f"{settings['runbookUrl']}#{r['alert'].lower()}"
+                for r in rules
+            ),
+        )
+    dashboards = [d for _, d in docs if is_dashboard(d)]
+    if not zkq_values["dashboard"]["enabled"]:
+        C.ok("no dashboard ConfigMap (zkq.dashboard.enabled=false)", not dashboards)
+        return
+    res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(outdir / "dashboard.yaml")])
+    C.ok(f"dashboard ConfigMap valid for Kubernetes {KUBE_VERSION} (strict)",
+         res.returncode == 0 and res.stdout.count("passed") == 1, (res.stdout + res.stderr).strip())
+    cm = dashboards[0] if dashboards else {}
+    labels = cm.get("metadata", {}).get("labels", {})
+    try:
+        shipped = json.loads(cm.get("data", {}).get("zkq.json", ""))
+    except json.JSONDecodeError as e:
+        shipped = {"error": str(e)}
+    C.ok(
+        "one dashboard ConfigMap labelled for Grafana's sidecar (zkq.dashboard.labels), holding helm/monitoring/zkq-dashboard.json",
+        len(dashboards) == 1
+        and all(labels.get(k) == v for k, v in zkq_values["dashboard"]["labels"].items())
+        and all(cm["metadata"].get("annotations", {}).get(k) == v for k, v in zkq_values["dashboard"]["annotations"].items())
+        and shipped == json.loads((MONITORING / "zkq-dashboard.json").read_text()),
+        str(cm.get("metadata")),
+    )
+
+
+# The chart's alert keys and the alerts they render.
+ALERTS = {
+    "backlogGrowing": "ZkqQueueBacklogGrowing",
+    "oldestMessage": "ZkqOldestMessageTooOld",
+    "leasesExpiring": "ZkqLeasesExpiring",
+    "deadLetters": "ZkqDeadLettersArriving",
+    "claimConflicts": "ZkqClaimConflictsHigh",
+    "childListLarge": "ZkqChildListTooLarge",
+    "putsFailing": "ZkqPutsFailing",
+    "sessionLost": "ZkqZookeeperSessionLost",
+    "disconnected": "ZkqZookeeperDisconnected",
+    "notReady": "ZkqNotReady",
+}
+
+
+def expr_selectors_carry(expr: str, selector: str) -> bool:
+    """Whether every zkq_* selector in `expr` holds `selector` (an empty selector: trivially)."""
+    if not selector:
+        return True
+    # Label values may hold braces (route="/v1/queues/{queue}/messages"): match quoted strings whole.
+    selectors = re.findall(r'\bzkq_[a-z_]+(\{(?:[^}"]|"[^"]*")*\})?', expr)
+    return bool(selectors) and all(selector in sel for sel in selectors)
+
+
+def check_monitoring(venv_bin: Path) -> None:
+    """The plain rules file, its promtool tests, the dashboard file and the runbook they link to."""
+    C.section("monitoring: helm/monitoring (rules, their tests, the dashboard) and docs/operations.md")
+    C.ok(
+        "helm/zkq-sidecar/templates/_dashboard.tpl holds helm/monitoring/zkq-dashboard.json",
+        DASHBOARD_TPL.exists() and DASHBOARD_TPL.read_text() == dashboard_template(),
+        "run scripts/check-deploy.sh --sync",
+    )
+    file_json = json.loads((MONITORING / "zkq-dashboard.json").read_text())
+    rendered_json = json.loads(probe_render('{{ include "zkq-sidecar.dashboardJson" . }}\n'))
+    C.ok("the library renders the dashboard JSON unchanged ({{label}} legends included)", rendered_json == file_json)
+    rules_path = MONITORING / "zkq-alerts.yaml"
+    C.ok(
+        "helm/monitoring/zkq-alerts.yaml == the library's rules rendered with the chart's default thresholds",
+        rules_path.read_text() == plain_rules(),
+        "run scripts/check-deploy.sh --sync",
+    )
+    tool = promtool()
+    if not C.ok("promtool is installed (Debian's prometheus package)", tool is not None):
+        return
+    res = run([tool, "check", "rules", str(rules_path)])
+    C.ok("promtool check rules helm/monitoring/zkq-alerts.yaml", res.returncode == 0, (res.stdout + res.stderr).strip())
+    tests_path = MONITORING / "zkq-alerts.test.yaml"
+    res = run([tool, "test", "rules", str(tests_path)])
+    C.ok("promtool test rules helm/monitoring/zkq-alerts.test.yaml", res.returncode == 0, (res.stdout + res.stderr).strip())
+    rules = [r for g in load_yaml(rules_path)["groups"] for r in g["rules"]]
+    alerts = {r["alert"] for r in rules}
+    C.ok(f"the rules file holds every alert the chart knows ({len(ALERTS)})", alerts == set(ALERTS.values()), str(sorted(alerts)))
+    cases = [t for test in load_yaml(tests_path)["tests"] for t in test.get("alert_rule_test", [])]
+    fires = {t["alertname"] for t in cases if t.get("exp_alerts")}
+    quiet = {t["alertname"] for t in cases if t.get("exp_alerts") == []}
+    C.ok("every alert has a unit test where it fires and one where it does not",
+         alerts <= fires and alerts <= quiet, f"no firing test: {sorted(alerts - fires)}; no quiet test: {sorted(alerts - quiet)}")
+    runbook = OPERATIONS.read_text() if OPERATIONS.exists() else ""
+    anchors = {h.strip().lower() for h in re.findall(r"^### (Zkq\w+)\s*$", runbook, re.M)}
+    C.ok(
+        "every alert has its section in docs/operations.md (### <alert name>), and its runbook_url points there",
+        all(r["alert"].lower() in anchors and r["annotations"]["runbook_url"].endswith("#" + r["alert"].lower()) for r in rules),
+        f"sections: {sorted(anchors)}",
+    )
+    res = run([str(venv_bin / "yamllint"), "-s", "-d", yamllint_long_lines().replace('"present": true', '"present": false'),
+               str(rules_path), str(tests_path)])
+    C.ok("yamllint (strict, any line length) on the rules file and its tests", res.returncode == 0, (res.stdout + res.stderr).strip())
+
+
 def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
     out = ROOT / "target" / "deploy-check"
     annotations: dict[str, dict[str, str]] = {}
@@ -602,6 +824,8 @@ def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
             ("the same port for api and admin",
              {"zkq": {"config": {"api": {"listen": "127.0.0.1:9090"}}}}, KUBE_VERSION, "different ports"),
             ("a native sidecar on Kubernetes 1.28", {}, "1.28.0", "nativeSidecar"),
+            ("a rule selector that is not PromQL label matchers",
+             {"zkq": {"prometheusRule": {"enabled": True, "selector": "namespace=orders"}}}, KUBE_VERSION, "selector"),
         ]
         for label, values, kube, needle in refusals:
             try:
@@ -705,6 +929,7 @@ def main() -> int:
     lint_charts()
     check_values_files(venv_bin)
     check_renders(zkq_bin, venv_bin)
+    check_monitoring(venv_bin)
     check_readme_example(venv_bin)
     print(f"\ndeploy checks: {C.passed} passed, {len(C.failed)} failed")
     for what in C.failed:

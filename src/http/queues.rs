@@ -132,10 +132,26 @@ pub struct QueueSummary {
     pub oldest_message_age_ms: Option<i64>,
 }
 
-/// All queues this zkq has opened.
+/// The queues this zkq has opened, or (with `all=true`) every queue in ZooKeeper.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct QueueList {
     pub queues: Vec<QueueSummary>,
+    /// With `all=true`: queues that exist but are not listed (beyond the 1000-queue limit, in a
+    /// `{root}/queues` list of more than 100,000 names, or not read before the request's deadline);
+    /// 0 otherwise.
+    pub omitted: usize,
+}
+
+/// Query parameters of the queue list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// `true`: every queue in ZooKeeper, not only those this zkq has open: the declared queues and
+    /// every child of `{root}/queues`, sorted by name. Bounded like `zkq inspect`: at most 1000
+    /// queues (declared ones always), child lists of up to 100,000 names, 8 queues read at once,
+    /// all within `zookeeper.request_timeout`. A queue this zkq does not have open shows 0
+    /// `waiting_takers`; its `kind` is the declared one, or `fifo` (how zkq serves an undeclared queue).
+    pub all: Option<bool>,
 }
 
 /// One message seen by a peek.
@@ -426,18 +442,95 @@ pub async fn get_queue(
     Ok(Json(summary(&queue).await?))
 }
 
-/// List the queues this zkq serves (declared ones and dynamic ones opened so far).
+/// List the queues this zkq serves (declared ones and dynamic ones opened so far), or every queue
+/// in ZooKeeper with `all=true`.
 #[utoipa::path(
     get, path = "/v1/queues", tag = "queues",
+    params(ListQuery),
     responses(
         (status = 200, description = "The queues", body = QueueList),
+        (status = 400, description = "Bad parameter", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
-pub async fn list_queues(State(state): State<AppState>) -> Result<Json<QueueList>, ApiError> {
-    let mut queues = Vec::new();
-    for queue in state.queues.opened() {
-        queues.push(summary(&queue).await?);
+pub async fn list_queues(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<QueueList>, ApiError> {
+    if !query.all.unwrap_or(false) {
+        let mut queues = Vec::new();
+        for queue in state.queues.opened() {
+            queues.push(summary(&queue).await?);
+        }
+        return Ok(Json(QueueList { queues, omitted: 0 }));
     }
-    Ok(Json(QueueList { queues }))
+    list_all_queues(&state).await.map(Json)
+}
+
+/// Queues read at once by `GET /v1/queues?all=true`.
+const LIST_ALL_IN_FLIGHT: usize = 8;
+
+/// Every declared queue and every child of `{root}/queues`: queues this zkq has open from their own
+/// state, the others from a bounded survey summary (no node is created, no queue opened).
+async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
+    use crate::queue::survey::{self, Detail, SurveyLimits};
+    use futures::StreamExt;
+
+    let deadline = Instant::now() + state.session.request_timeout();
+    let zk = state.session.connected(deadline).await.map_err(QueueError::from)?.with_deadline(deadline);
+    let limits = SurveyLimits::default();
+    let located = survey::locate(&zk, &state.config, &limits).await.map_err(QueueError::from)?;
+    let open: std::collections::HashMap<String, std::sync::Arc<Queue>> =
+        state.queues.opened().into_iter().map(|q| (q.name.clone(), q)).collect();
+    enum Listed {
+        Shown(QueueSummary),
+        /// Not read before the deadline (or a read failed).
+        Late,
+        /// Removed since `{root}/queues` was read.
+        Gone,
+    }
+    let answers: Vec<Result<Listed, QueueError>> = futures::stream::iter(located.queues)
+        .map(|location| {
+            let (zk, open) = (&zk, &open);
+            async move {
+                if let Some(queue) = open.get(&location.name) {
+                    return summary(queue).await.map(Listed::Shown);
+                }
+                // Read as zkq serves it: an undeclared queue is fifo, whatever its names say.
+                let kind = location.kind.unwrap_or(crate::config::QueueKind::Fifo);
+                let location = survey::QueueLocation { kind: Some(kind), ..location };
+                let report = survey::examine(zk, &location, &limits, Detail::Summary, deadline).await;
+                if !report.errors.is_empty() {
+                    return Ok(Listed::Late);
+                }
+                if !report.exists {
+                    return Ok(Listed::Gone);
+                }
+                Ok(Listed::Shown(QueueSummary {
+                    kind: kind.as_str().to_owned(),
+                    name: location.name,
+                    path: location.path,
+                    lock_path: location.lock_path,
+                    max_items: None,
+                    declared: location.declared,
+                    depth: report.depth,
+                    in_flight: report.locks.map_or(0, |l| l.held),
+                    waiting_takers: 0,
+                    oldest_message_age_ms: report.oldest_message_age_ms,
+                }))
+            }
+        })
+        .buffered(LIST_ALL_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut queues = Vec::with_capacity(answers.len());
+    let mut omitted = located.omitted;
+    for answer in answers {
+        match answer? {
+            Listed::Shown(summary) => queues.push(summary),
+            Listed::Late => omitted += 1,
+            Listed::Gone => {},
+        }
+    }
+    Ok(QueueList { queues, omitted })
 }

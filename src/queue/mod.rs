@@ -7,6 +7,7 @@ pub mod envelope;
 mod lease;
 pub(crate) mod names;
 mod ops;
+pub mod survey;
 mod take;
 
 use std::collections::HashMap;
@@ -107,6 +108,8 @@ pub struct Queue {
     users: AtomicUsize,
     /// When the last request using it ended.
     last_used: Mutex<Instant>,
+    /// The head seen by the last age reading and since when it waits (epoch ms).
+    head_seen: Mutex<Option<(String, i64)>>,
 }
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
@@ -138,10 +141,35 @@ impl Queue {
     }
 }
 
-struct QueueLayout {
-    kind: QueueKind,
-    path: String,
-    lock_path: Option<String>,
+/// Where a queue lives and how its nodes are named.
+pub(crate) struct QueueLayout {
+    pub kind: QueueKind,
+    pub path: String,
+    pub lock_path: Option<String>,
+}
+
+/// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
+/// a fifo queue at `{root}/queues/{name}` locked at `{root}/locks/{name}`.
+pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
+    let root = &config.zookeeper.root;
+    match config.queues.get(name) {
+        Some(declared) => QueueLayout {
+            kind: declared.kind,
+            path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+            lock_path: match (&declared.lock_path, declared.kind) {
+                (Some(lock_path), _) => Some(lock_path.clone()),
+                (None, QueueKind::Simple) => None,
+                (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                // An attached Curator queue without a lock path: its consumers use none.
+                (None, _) => None,
+            },
+        },
+        None => QueueLayout {
+            kind: QueueKind::Fifo,
+            path: format!("{root}/queues/{name}"),
+            lock_path: Some(format!("{root}/locks/{name}")),
+        },
+    }
 }
 
 /// All queues this process serves; dynamic ones are created on first use.
@@ -335,6 +363,7 @@ impl QueueService {
             stop: stop.clone(),
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            head_seen: Mutex::new(None),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
@@ -407,25 +436,7 @@ impl QueueService {
 
     /// Kind, path and lock path of a queue, declared or not.
     fn layout(&self, name: &str) -> QueueLayout {
-        let root = &self.config.zookeeper.root;
-        match self.config.queues.get(name) {
-            Some(declared) => QueueLayout {
-                kind: declared.kind,
-                path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
-                lock_path: match (&declared.lock_path, declared.kind) {
-                    (Some(lock_path), _) => Some(lock_path.clone()),
-                    (None, QueueKind::Simple) => None,
-                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
-                    // An attached Curator queue without a lock path: its consumers use none.
-                    (None, _) => None,
-                },
-            },
-            None => QueueLayout {
-                kind: QueueKind::Fifo,
-                path: format!("{root}/queues/{name}"),
-                lock_path: Some(format!("{root}/locks/{name}")),
-            },
-        }
+        queue_layout(&self.config, name)
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
@@ -450,10 +461,12 @@ impl QueueService {
         released
     }
 
-    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`: one
-    /// `exists` per queue, all at once, within `budget`. A queue whose read fails or is late keeps
-    /// its last value. Called by every `/metrics` scrape, so the gauge is as fresh as the scrape.
-    pub async fn sample_depths(&self, budget: Duration) {
+    /// Sets `zkq_queue_children` and `zkq_queue_oldest_message_age_seconds` of every open queue
+    /// from ZooKeeper: one `exists` of the queue node per queue, plus one of its head when the head
+    /// changed since the last scrape, all at once, within `budget`. A queue whose read fails or is
+    /// late keeps its last values. Called by every `/metrics` scrape, so the gauges are as fresh as
+    /// the scrape.
+    pub async fn sample_for_scrape(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
@@ -461,6 +474,10 @@ impl QueueService {
             async move {
                 if let Ok(Some(stat)) = zk.exists(&queue.path).await {
                     queue.qm.queue_children.set(i64::from(stat.num_children));
+                }
+                if let Ok(since) = queue.head_waiting_since(&zk).await {
+                    let age_ms = since.map_or(0, |since| (now_epoch_ms() - since).max(0));
+                    queue.qm.oldest_message_age.set(age_ms as f64 / 1000.0);
                 }
             }
         });

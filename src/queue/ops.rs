@@ -255,14 +255,30 @@ impl Queue {
             // Right after the queue opened: the head is known after the first read.
             self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
         }
-        let oldest_age_ms = match self.cache.head_candidate() {
-            Some(head) => zk
-                .exists(&format!("{}/{}", self.path, head.name))
-                .await?
-                .map(|s| (super::now_epoch_ms() - s.ctime).max(0)),
-            None => None,
-        };
+        let oldest_age_ms = self.head_waiting_since(&zk).await?.map(|since| (super::now_epoch_ms() - since).max(0));
         Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), oldest_age_ms })
+    }
+
+    /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay
+    /// queue the time it became due; `None` when no message is waiting. The head's time is read
+    /// once per head (one `exists`), so scrapes of a queue whose head does not move cost nothing.
+    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<Option<i64>, QueueError> {
+        let Some(head) = self.cache.head_candidate() else { return Ok(None) };
+        {
+            let seen = self.head_seen.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((name, since)) = &*seen
+                && *name == head.name
+            {
+                return Ok(Some(*since));
+            }
+        }
+        let Some(stat) = zk.exists(&format!("{}/{}", self.path, head.name)).await? else {
+            // Taken or removed since the cache proposed it: nothing is known to wait.
+            return Ok(None);
+        };
+        let since = stat.ctime.max(names::due_time(&head));
+        *self.head_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((head.name, since));
+        Ok(Some(since))
     }
 
     /// Removes one message by its node name; respects locks held by others.

@@ -20,6 +20,7 @@ mod exactly_once;
 mod hardening;
 mod harness;
 mod leases;
+mod opskit;
 mod proxy;
 mod queues;
 mod session;

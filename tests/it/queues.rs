@@ -384,6 +384,56 @@ async fn queue_listing_describes_declared_and_dynamic_queues() {
     assert!(queues[1]["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0));
 }
 
+/// `?all=true` lists every queue under the root, also those this zkq never opened (another
+/// sidecar's, a Curator producer's), and opens or creates nothing doing so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_all_shows_every_queue_under_the_root_without_opening_or_creating_anything() {
+    let zk = ZkServer::shared();
+    let root = unique_root("listing-all");
+    let other = TestZkq::start_ready(test_config(zk, &root)).await;
+    other.put_ok("from-zkq", b"1").await;
+    other.put_ok("from-zkq", b"2").await;
+    Curator::run(zk, &["put", "fifo", &format!("{root}/queues/from-curator"), "6869"]).await;
+
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "declared", QueueKind::Priority, Some(&format!("{root}/app/q")), None);
+    let zkq = TestZkq::start_ready(config).await;
+    let opened = json(zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list")).await;
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["queues"].as_array().expect("array").iter().filter_map(|q| q["name"].as_str().map(str::to_owned)).collect()
+    };
+    assert_eq!(names(&opened), ["declared"], "without all: only what this zkq has open");
+
+    let direct = zk_client(zk).await;
+    let mut dirs_before = Vec::new();
+    for dir in ["queues", "locks", "deliveries"] {
+        dirs_before.push(children(&direct, &format!("{root}/{dir}")).await);
+    }
+    let all = json(zkq.http.get(zkq.url("/v1/queues?all=true")).send().await.expect("list all")).await;
+    assert_eq!(names(&all), ["declared", "from-curator", "from-zkq"], "{all}");
+    assert_eq!(all["omitted"], 0);
+    let by_name = |name: &str| all["queues"].as_array().and_then(|q| q.iter().find(|q| q["name"] == name)).cloned();
+    let from_zkq = by_name("from-zkq").expect("from-zkq");
+    assert_eq!(from_zkq["depth"], 2);
+    assert_eq!(from_zkq["kind"], "fifo");
+    assert_eq!(from_zkq["declared"], false);
+    assert_eq!(from_zkq["waiting_takers"], 0);
+    assert!(from_zkq["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "{from_zkq}");
+    assert_eq!(by_name("from-curator").expect("from-curator")["depth"], 1);
+    assert_eq!(by_name("declared").expect("declared")["kind"], "priority");
+
+    let opened = json(zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list")).await;
+    assert_eq!(names(&opened), ["declared"], "listing all opened no queue");
+    let mut dirs_after = Vec::new();
+    for dir in ["queues", "locks", "deliveries"] {
+        dirs_after.push(children(&direct, &format!("{root}/{dir}")).await);
+    }
+    assert_eq!(dirs_after, dirs_before, "listing all created nothing");
+
+    let refused = zkq.http.get(zkq.url("/v1/queues?all=maybe")).send().await.expect("list");
+    assert_error(refused, 400, "invalid_parameter").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_credentials_open_acl_protected_queues_and_their_absence_is_a_clear_error() {
     let zk = ZkServer::shared();

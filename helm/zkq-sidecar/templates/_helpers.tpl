@@ -64,6 +64,66 @@ podMonitor:
   scrapeTimeout: 10s
   labels: {}
   selector: {}
+prometheusRule:
+  enabled: false
+  labels: {}
+  alertLabels: {}
+  selector: ""
+  runbookUrl: docs/operations.md
+  alerts:
+    backlogGrowing:
+      enabled: true
+      severity: warning
+      minDepth: 1000
+      window: 30m
+      for: 15m
+    oldestMessage:
+      enabled: true
+      severity: warning
+      maxAgeSeconds: 900
+      for: 5m
+    leasesExpiring:
+      enabled: true
+      severity: warning
+      ratio: 0.05
+      for: 10m
+    deadLetters:
+      enabled: true
+      severity: warning
+      window: 10m
+      for: 0m
+    claimConflicts:
+      enabled: true
+      severity: warning
+      perMessage: 1
+      for: 15m
+    childListLarge:
+      enabled: true
+      severity: warning
+      bytes: 943718
+      for: 5m
+    putsFailing:
+      enabled: true
+      severity: critical
+      ratio: 0.01
+      for: 5m
+    sessionLost:
+      enabled: true
+      severity: warning
+      window: 10m
+    disconnected:
+      enabled: true
+      severity: warning
+      for: 1m
+    notReady:
+      enabled: true
+      severity: critical
+      for: 5m
+dashboard:
+  enabled: false
+  labels:
+    grafana_dashboard: "1"
+  annotations: {}
 config:
   zookeeper:
     connect: ""
