@@ -100,6 +100,12 @@ pub struct ApiConfig {
     pub idle_timeout: Duration,
     /// Message bytes one peek answers at most (at least one message is always shown).
     pub max_peek_bytes: usize,
+    /// Messages one batch request (batch put, `?max=` take or lease, batch ack) carries at most.
+    pub max_batch: usize,
+    /// Message bytes of one batch put, and of one batch take or lease answer (at least one
+    /// message is always taken); a batch put is one ZooKeeper transaction, which must stay under
+    /// the server's `jute.maxbuffer` (1 MiB by default).
+    pub max_batch_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -265,6 +271,8 @@ impl Default for ApiConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_peek_bytes: 8 * 1024 * 1024,
+            max_batch: 100,
+            max_batch_bytes: 512 * 1024,
         }
     }
 }
@@ -503,6 +511,16 @@ impl Config {
         }
         if self.api.max_peek_bytes == 0 {
             return Err(invalid("api.max_peek_bytes", 0, "at least 1"));
+        }
+        if !(1..=1000).contains(&self.api.max_batch) {
+            return Err(invalid("api.max_batch", self.api.max_batch, "between 1 and 1000"));
+        }
+        if !(1024..=768 * 1024).contains(&self.api.max_batch_bytes) {
+            return Err(invalid(
+                "api.max_batch_bytes",
+                self.api.max_batch_bytes,
+                "between 1024 and 786432 (a batch put is one transaction under ZooKeeper's 1 MiB request limit)",
+            ));
         }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
         check_duration(

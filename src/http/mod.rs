@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
 
 mod admin;
+pub mod batch;
 pub mod counters;
 pub mod error;
 mod extract;
@@ -66,6 +67,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(queues::list_queues))
         .routes(routes!(queues::get_queue))
         .routes(routes!(queues::put_message, queues::peek_messages, queues::remove_by_id))
+        .routes(routes!(batch::put_batch))
+        .routes(routes!(batch::ack_batch))
         .routes(routes!(queues::remove_message))
         .routes(routes!(queues::take_message))
         .routes(routes!(leases::lease_message))
@@ -92,7 +95,7 @@ pub fn openapi_json() -> String {
 pub fn api_router(state: AppState) -> Router {
     let (router, openapi) = api_routes().split_for_parts();
     let spec = openapi_json();
-    let body_limit = state.config.api.max_message_bytes;
+    let limits = BodyLimits::of(&state.config);
     let router = router
         .route(
             "/openapi.json",
@@ -107,9 +110,9 @@ pub fn api_router(state: AppState) -> Router {
     let guard = Guard {
         state: state.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
-        body_limit: Some(body_limit),
+        body_limits: Some(limits),
     };
-    with_layers(router, guard, Some(body_limit)).with_state(state)
+    with_layers(router, guard, Some(limits.message.max(limits.batch))).with_state(state)
 }
 
 /// Every layer in one `Router::layer` call: each call wraps every route in a boxed service of its
@@ -143,7 +146,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    let guard = Guard { state: state.clone(), in_flight: None, body_limit: None };
+    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None };
     with_layers(router, guard, None).with_state(state)
 }
 
@@ -162,8 +165,26 @@ struct Guard {
     state: AppState,
     /// `api.max_concurrent_requests` permits (long-polls included).
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
-    /// `api.max_message_bytes`.
-    body_limit: Option<usize>,
+    body_limits: Option<BodyLimits>,
+}
+
+/// Largest request bodies of the API, in bytes.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    /// `api.max_message_bytes`: every route but the batch put.
+    message: usize,
+    /// A batch put: `api.max_batch_bytes` of bodies in base64 (4/3), and up to 1 KiB of JSON and
+    /// kind fields per message.
+    batch: usize,
+}
+
+impl BodyLimits {
+    fn of(config: &Config) -> BodyLimits {
+        let api = &config.api;
+        let batch =
+            api.max_batch_bytes.div_ceil(3).saturating_mul(4).saturating_add(api.max_batch.saturating_mul(1024));
+        BodyLimits { message: api.max_message_bytes, batch }
+    }
 }
 
 /// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
@@ -171,8 +192,17 @@ struct Guard {
 /// declared (`Content-Length`) larger than the limit, before anything reads it (hyper sends
 /// `100 Continue` only when the body is first read, so a client that sent
 /// `Expect: 100-continue` is told to stop instead of being asked to upload the body).
-fn refusal(guard: &Guard, request: &Request) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
-    if let Some(limit) = guard.body_limit {
+fn refusal(
+    guard: &Guard,
+    route: &str,
+    request: &Request,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    if let Some(limits) = guard.body_limits {
+        let (limit, key) = if route == batch::BATCH_PUT_ROUTE {
+            (limits.batch, "api.max_batch_bytes, as base64 in JSON")
+        } else {
+            (limits.message, "api.max_message_bytes")
+        };
         let declared = request
             .headers()
             .get(axum::http::header::CONTENT_LENGTH)
@@ -181,7 +211,7 @@ fn refusal(guard: &Guard, request: &Request) -> Result<Option<tokio::sync::Owned
         if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
             return Err(ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("the body is larger than {limit} bytes (api.max_message_bytes)"),
+                format!("the body is larger than {limit} bytes ({key})"),
             ));
         }
     }
@@ -226,7 +256,7 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
     // Set (kept or made) by the request-id layer; every log line of the request carries it.
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let span = tracing::info_span!("request", id = %request_id, %method, %route);
-    let response = match refusal(&guard, &request) {
+    let response = match refusal(&guard, &route, &request) {
         Ok(permit) => {
             let response = next.run(request).instrument(span).await;
             drop(permit);

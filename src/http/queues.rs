@@ -77,6 +77,10 @@ pub struct TakeQuery {
     /// cut to `take.max_wait`, 20s by default).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
+    /// Take up to this many messages (1 to `api.max_batch`) and answer them as JSON: `wait`
+    /// applies to the first, the rest are whatever is there at once.
+    #[param(minimum = 1)]
+    pub max: Option<u32>,
 }
 
 /// Query parameters of a peek.
@@ -224,11 +228,39 @@ pub async fn put_message(
 ) -> Result<Response, ApiError> {
     let queue = state.queues.open(&path.queue)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    // Both are "not before" bounds: given together, the later one applies.
+    let fields =
+        KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
+    let options = put_options(&state, fields, wait)?;
+    let receipt = queue.put(&body, options).await?;
+    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// A message's kind fields as a client gives them (query parameters of a put, or one message
+/// of a batch put).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct KindFields {
+    /// Priority queues only: lower is delivered first (int32, default 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    #[serde(default)]
+    pub deliver_at: Option<i64>,
+    /// Id queues only (required there): the message's id.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
+/// "not before" bounds: given together, the later one applies.
+pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
     let max_delay = state.config.api.max_delay;
     let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
     let now = crate::queue::now_epoch_ms();
-    let after_delay = match &query.delay {
+    let after_delay = match &fields.delay {
         Some(delay) => {
             let delay = parse_duration("delay", delay)?;
             if delay > max_delay {
@@ -242,20 +274,17 @@ pub async fn put_message(
         },
         None => None,
     };
-    if query.deliver_at.is_some_and(|at| at <= 0) {
+    if fields.deliver_at.is_some_and(|at| at <= 0) {
         return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
     }
-    if query.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
+    if fields.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
         return Err(ApiError::invalid(format!(
             "`deliver_at` is further away than api.max_delay = {}",
             humantime::format_duration(max_delay)
         )));
     }
-    let deliver_at = after_delay.max(query.deliver_at);
-    let options = PutOptions { priority: query.priority, deliver_at, id: query.id, wait };
-    let receipt = queue.put(&body, options).await?;
-    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let deliver_at = after_delay.max(fields.deliver_at);
+    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait })
 }
 
 /// Take the head message (removes it).
@@ -263,7 +292,8 @@ pub async fn put_message(
     post, path = "/v1/queues/{queue}/take", tag = "queues",
     params(QueuePath, TakeQuery),
     responses(
-        (status = 200, description = "The message body, raw", content_type = "application/octet-stream", body = Vec<u8>,
+        (status = 200, description = "The message body, raw; with `max`, JSON with up to `max` messages (base64 bodies)",
+            content((Vec<u8> = "application/octet-stream"), (super::batch::DeliveredMessages = "application/json")),
             headers(
                 ("zkq-message-id" = String, description = "Node name of the message"),
                 ("zkq-priority" = i32, description = "Priority queues"),
@@ -282,13 +312,19 @@ pub async fn take_message(
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
+    let max = query.max.map(|max| super::batch::check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
     // first put (of any sidecar or Curator producer) without creating anything.
     let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    match queue.take(wait_until.saturating_duration_since(Instant::now())).await? {
+    let wait = wait_until.saturating_duration_since(Instant::now());
+    if let Some(max) = max {
+        let taken = queue.take_many(wait, max, state.config.api.max_batch_bytes).await?;
+        return Ok(super::batch::delivered(taken.into_iter().map(|message| (message, None)).collect()));
+    }
+    match queue.take(wait).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }

@@ -29,7 +29,7 @@ the spec of the PrometheusRule). Thresholds come from zkq.prometheusRule.alerts.
 {{- $a := $r.alerts -}}
 {{- $s := $r.selector -}}
 {{- $by := "namespace, job, queue" -}}
-{{- $put := `route="/v1/queues/{queue}/messages",method="POST"` -}}
+{{- $put := `route=~"/v1/queues/[{]queue[}]/(messages|batch)",method="POST"` -}}
 groups:
   - name: zkq-queues
     rules:
