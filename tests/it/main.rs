@@ -21,5 +21,6 @@ mod harness;
 mod leases;
 mod proxy;
 mod queues;
+mod secure;
 mod session;
 mod shutdown;
