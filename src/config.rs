@@ -1291,6 +1291,122 @@ mod tests {
     }
 
     #[test]
+    fn secrets_never_appear_in_debug_output_or_check_config() {
+        let file = write_toml(
+            "[zookeeper]\nauth_digest = \"svc:hunter2\"\n[zookeeper.sasl]\nmechanism = \"DIGEST-MD5\"\n\
+             username = \"app\"\npassword = \"sasl-pass-42\"\n",
+        );
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let config = Config::load_with_env(&overrides, HashMap::new()).expect("valid");
+        for text in [format!("{config:?}"), format!("{:?}", config.zookeeper), config.to_redacted_toml()] {
+            assert!(!text.contains("hunter2") && !text.contains("sasl-pass-42"), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        assert_eq!(config.zookeeper.sasl.password.as_ref().map(Secret::expose), Some("sasl-pass-42"));
+        assert_eq!(config.node_acl(), NodeAcl::CreatorAll, "credentials make nodes creator-only");
+    }
+
+    #[test]
+    fn acl_entries_parse_as_zookeepers_cli_writes_them() {
+        let hash = digest_hash("app:secret");
+        let entry = AclEntry::parse(&format!("digest:app:{hash}:cdrwa")).expect("digest");
+        assert_eq!((entry.scheme.as_str(), entry.id.as_str(), entry.perms), ("digest", &*format!("app:{hash}"), 31));
+        assert_eq!(AclEntry::parse("world:anyone:r").expect("world").perms, acl_perms::READ);
+        assert_eq!(AclEntry::parse("auth::cdrwa").expect("auth").id, "");
+        assert!(AclEntry::parse("ip:10.0.0.0/8:rw").is_ok());
+        assert!(AclEntry::parse("x509:CN=app,O=shop:cdrw").is_ok());
+        for bad in [
+            "world:anyone",
+            "world:someone:r",
+            "auth:app:cdrwa",
+            "digest:app:short:cdrwa",
+            "digest::AAAAAAAAAAAAAAAAAAAAAAAAAAA=:r",
+            "ip:10.0.0.0/33:r",
+            "ip:not-an-ip:r",
+            "world:anyone:rx",
+            "world:anyone:rr",
+            "world:anyone:",
+            "kerberos:app:r",
+            "sasl::r",
+        ] {
+            assert!(AclEntry::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+        // What ZooKeeper's own DigestAuthenticationProvider prints for app:secret.
+        assert_eq!(digest_hash("app:secret"), "F6Y+U5gIoCbNNoLQExmvxRFeatA=");
+    }
+
+    #[test]
+    fn an_acl_list_that_locks_zkq_out_is_refused() {
+        let load = |toml: &str| {
+            let file = write_toml(toml);
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            Config::load_with_env(&overrides, HashMap::new())
+        };
+        let hash = digest_hash("app:secret");
+        let ok = load(&format!(
+            "[zookeeper]\nauth_digest = \"app:secret\"\nacl = [\"digest:app:{hash}:cdrwa\", \"world:anyone:r\"]\n"
+        ))
+        .expect("own digest entry");
+        assert!(matches!(ok.node_acl(), NodeAcl::List(entries) if entries.len() == 2));
+        for (toml, words) in [
+            ("[zookeeper]\nacl = [\"auth::cdrwa\"]\n", "none are configured"),
+            ("[zookeeper]\nauth_digest = \"app:secret\"\nacl = []\n", "at least one entry"),
+            ("[zookeeper]\nauth_digest = \"app:secret\"\nacl = [\"world:anyone:r\"]\n", "crwd"),
+            (
+                "[zookeeper]\nauth_digest = \"app:other\"\nacl = [\"digest:app:D/InIHSb7yEEbrWz8b9l71RjZJU=:cdrwa\"]\n",
+                "does not match zookeeper.auth_digest",
+            ),
+            ("[zookeeper]\nacl = [\"world:anyone:cdrwa\", \"nonsense\"]\n", "scheme:id:perms"),
+        ] {
+            let err = load(toml).expect_err(toml);
+            assert_eq!(err.key, "zookeeper.acl", "{toml}: {err}");
+            assert!(err.to_string().contains(words), "{toml}: {err}");
+            assert!(!err.to_string().contains("secret"), "{toml}: the password is printed: {err}");
+        }
+        // Addresses and certificates cannot be checked here: such a list is trusted.
+        assert!(load("[zookeeper]\nacl = [\"ip:10.0.0.0/8:cdrwa\"]\n").is_ok());
+        assert_eq!(Config::default().node_acl(), NodeAcl::Open, "no credentials: open, as before");
+    }
+
+    #[test]
+    fn tls_and_sasl_settings_are_checked_together() {
+        let load = |pairs: &[(&str, &str)]| Config::load_with_env(&Overrides::default(), env(pairs));
+        let cases: [(&[(&str, &str)], &str); 6] = [
+            (&[("ZKQ__ZOOKEEPER__TLS__ENABLED", "true")], "zookeeper.tls.ca_file"),
+            (
+                &[
+                    ("ZKQ__ZOOKEEPER__TLS__ENABLED", "true"),
+                    ("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/ca.crt"),
+                    ("ZKQ__ZOOKEEPER__TLS__CERT_FILE", "/c.crt"),
+                ],
+                "zookeeper.tls.key_file",
+            ),
+            (&[("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/ca.crt")], "zookeeper.tls.ca_file"),
+            (&[("ZKQ__ZOOKEEPER__SASL__MECHANISM", "DIGEST-MD5")], "zookeeper.sasl.username"),
+            (
+                &[("ZKQ__ZOOKEEPER__SASL__MECHANISM", "DIGEST-MD5"), ("ZKQ__ZOOKEEPER__SASL__USERNAME", "app")],
+                "zookeeper.sasl.password",
+            ),
+            (&[("ZKQ__ZOOKEEPER__SASL__USERNAME", "app")], "zookeeper.sasl.username"),
+        ];
+        for (pairs, key) in cases {
+            let err = load(pairs).expect_err(key);
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+        }
+        let config = load(&[
+            ("ZKQ__ZOOKEEPER__TLS__ENABLED", "true"),
+            ("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/etc/zkq/tls/ca.crt"),
+            ("ZKQ__ZOOKEEPER__SASL__MECHANISM", "digest-md5"),
+            ("ZKQ__ZOOKEEPER__SASL__USERNAME", "app"),
+            ("ZKQ__ZOOKEEPER__SASL__PASSWORD_FILE", "/etc/zkq/sasl/password"),
+        ])
+        .expect("TLS with a CA and SASL with a password file");
+        assert!(config.zookeeper.tls.verify_hostname, "hostname verification is on by default");
+        assert_eq!(config.zookeeper.sasl.mechanism, Some(SaslMechanism::DigestMd5));
+        assert!(config.api.refuse_cross_origin, "cross-origin browser requests are refused by default");
+    }
+
+    #[test]
     fn paths_with_characters_zookeeper_refuses_are_refused_naming_the_key() {
         for (section, key) in [("queues.q", "path"), ("queues.q", "lock_path"), ("counters.c", "path")] {
             let file = write_toml(&format!("[{section}]\n{key} = \"/app/x\\uE000y\"\n"));

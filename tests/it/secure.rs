@@ -348,6 +348,33 @@ async fn unusable_tls_files_stop_zkq_at_start_with_status_64() {
             assert!(!stderr.contains("PRIVATE KEY-----\n"), "key material printed: {stderr}");
         }
     }
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").expect("write");
+    let spaced = dir.path().join("spaced");
+    std::fs::write(&spaced, "two words\n").expect("write");
+    let sasl = |file: String| {
+        vec![
+            ("ZKQ__ZOOKEEPER__SASL__MECHANISM", "DIGEST-MD5".to_owned()),
+            ("ZKQ__ZOOKEEPER__SASL__USERNAME", "app".to_owned()),
+            ("ZKQ__ZOOKEEPER__SASL__PASSWORD_FILE", file),
+        ]
+    };
+    let others = [
+        (
+            "a missing password file",
+            sasl("/nonexistent/password".to_owned()),
+            "zookeeper.sasl.password_file",
+            "cannot read",
+        ),
+        ("an empty password file", sasl(path(&empty)), "zookeeper.sasl.password_file", "empty"),
+        ("an empty token file", vec![("ZKQ__API__TOKEN_FILE", path(&empty))], "api.token_file", "empty"),
+        ("a token with a space", vec![("ZKQ__API__TOKEN_FILE", path(&spaced))], "api.token_file", "printable"),
+    ];
+    for (what, env, key, words) in others {
+        let (code, stderr) = run_binary(&["run", "--zk-connect", "127.0.0.1:1"], &env).await;
+        assert_eq!(code, Some(64), "{what}: {stderr}");
+        assert!(stderr.contains(key) && stderr.contains(words), "{what}: {stderr}");
+    }
     // check-config --no-files checks the configuration alone.
     let (code, stderr) =
         run_binary(&["check-config", "--no-files"], &tls("/nonexistent/ca.crt".to_owned(), None, None)).await;
@@ -634,4 +661,140 @@ async fn nodes_of_another_identity_answer_zookeeper_refused() {
     let theirs = digest_client(zk, Some("other:other-secret")).await;
     assert_eq!(theirs.list_children(&path).await.expect("their queue").len(), 1);
     assert_eq!(theirs.get_data(&counter).await.expect("their counter").0, 5i32.to_be_bytes());
+}
+
+/// Sends `method path` to `base` with exactly these headers (`Host` included); returns the status
+/// and the JSON body.
+async fn request_with_headers(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\nx");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read");
+    let text = String::from_utf8_lossy(&response);
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_every_api_request_needs_it_and_health_stays_open() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cr3t-t0ken-0123456789\n").expect("write");
+    let mut config = test_config(ZkServer::shared(), &unique_root("token"));
+    config.api.token_file = Some(token_file);
+    let zkq = TestZkq::start_ready(config).await;
+    let url = zkq.url("/v1/queues/q/messages");
+
+    for (what, token) in
+        [("no token", None), ("a wrong token", Some("s3cr3t-t0ken-0123456788")), ("a prefix", Some("s3cr3t"))]
+    {
+        let mut request = zkq.http.post(&url).body("x");
+        if let Some(token) = token {
+            request = request.header("zkq-api-token", token);
+        }
+        let response = request.send().await.expect("put");
+        assert_eq!(response.status(), 401, "{what}");
+        let body: serde_json::Value = response.json().await.expect("json");
+        assert_eq!(body["code"], "unauthorized", "{what}: {body}");
+    }
+    // Unknown paths too: without the token nothing is disclosed, not even which routes exist.
+    let response = zkq.http.get(zkq.url("/v1/nothing-here")).send().await.expect("get");
+    assert_eq!(response.status(), 401);
+    let response = zkq.http.post(&url).header("zkq-api-token", "s3cr3t-t0ken-0123456789").body("x").send().await;
+    assert_eq!(response.expect("put").status(), 201, "the token from the file, without its newline");
+    let taken = zkq.http.post(zkq.url("/v1/queues/q/take?wait=1s")).header("zkq-api-token", "s3cr3t-t0ken-0123456789");
+    assert_eq!(taken.send().await.expect("take").status(), 200);
+
+    // The document and the probes need no token.
+    assert_eq!(zkq.http.get(zkq.url("/openapi.json")).send().await.expect("spec").status(), 200);
+    for path in ["/livez", "/readyz", "/metrics"] {
+        let response = zkq.http.get(format!("{}{path}", zkq.admin)).send().await.expect("admin");
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let metrics = zkq.metrics().await;
+    assert!(metrics.contains("status=\"401\""), "refused requests are counted: {metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_requests_for_other_origins_are_refused() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("origin"))).await;
+    let host = zkq.api.trim_start_matches("http://").to_owned();
+    let port = host.rsplit_once(':').map(|(_, p)| p.to_owned()).expect("port");
+    let put = "/v1/queues/q/messages";
+    let refused: [(&str, Vec<(&str, String)>); 5] = [
+        ("a page of another site", vec![("Host", host.clone()), ("Origin", "https://evil.example".to_owned())]),
+        ("another port of loopback", vec![("Host", host.clone()), ("Origin", "http://127.0.0.1:3000".to_owned())]),
+        ("an opaque origin", vec![("Host", host.clone()), ("Origin", "null".to_owned())]),
+        (
+            "a cross-site request without Origin",
+            vec![("Host", host.clone()), ("Sec-Fetch-Site", "cross-site".to_owned())],
+        ),
+        (
+            "DNS rebinding: a page whose name resolves to 127.0.0.1",
+            vec![
+                ("Host", format!("rebind.example:{port}")),
+                ("Origin", format!("http://rebind.example:{port}")),
+                ("Sec-Fetch-Site", "same-origin".to_owned()),
+            ],
+        ),
+    ];
+    for (what, headers) in &refused {
+        let (status, body) = request_with_headers(&zkq.api, "POST", put, headers).await;
+        assert_eq!((status, body["code"].as_str()), (403, Some("cross_origin_refused")), "{what}: {body}");
+    }
+    let info: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+    assert_ne!(info["depth"], 1, "no refused put was stored: {info}");
+
+    let allowed: [(&str, Vec<(&str, String)>); 3] = [
+        ("an HTTP client (no browser headers)", vec![("Host", host.clone())]),
+        (
+            "zkq's own /docs page",
+            vec![
+                ("Host", host.clone()),
+                ("Origin", format!("http://{host}")),
+                ("Sec-Fetch-Site", "same-origin".to_owned()),
+            ],
+        ),
+        (
+            "a URL typed into the browser",
+            vec![("Host", format!("localhost:{port}")), ("Sec-Fetch-Site", "none".to_owned())],
+        ),
+    ];
+    for (what, headers) in &allowed {
+        let (status, body) = request_with_headers(&zkq.api, "POST", put, headers).await;
+        assert_eq!(status, 201, "{what}: {body}");
+    }
+
+    // The switch: with api.refuse_cross_origin = false, browsers are served like any client.
+    let mut config = test_config(zk, &unique_root("origin-allowed"));
+    config.api.refuse_cross_origin = false;
+    let open = TestZkq::start_ready(config).await;
+    let host = open.api.trim_start_matches("http://").to_owned();
+    let (status, _) = request_with_headers(
+        &open.api,
+        "POST",
+        put,
+        &refused[0]
+            .1
+            .iter()
+            .map(|(n, v)| (*n, if *n == "Host" { host.clone() } else { v.clone() }))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(status, 201);
 }
