@@ -231,25 +231,33 @@ const PROBE_HOSTS: usize = 5;
 /// (the first few), with the same trust and identity. Returns what went wrong in words, naming
 /// the setting to check; `None` when every handshake succeeded (the problem is not TLS).
 pub async fn diagnose(connect: &str, material: &TlsMaterial) -> Option<String> {
-    let hosts: Vec<String> =
-        connect.split('/').next().unwrap_or("").split(',').take(PROBE_HOSTS).map(str::to_owned).collect();
-    let config = material.probe.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut unreachable = None;
-        for host in hosts {
-            match handshake(&host, config.clone()) {
-                Ok(()) => {},
-                Err(Failure::Tls(why)) => return Some(why),
-                Err(Failure::Unreachable(why)) => {
-                    unreachable.get_or_insert(why);
-                },
-            }
+    // All at once, so a diagnosis takes one probe's time however many servers do not answer.
+    let probes: Vec<_> = connect
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .take(PROBE_HOSTS)
+        .map(|host| {
+            let (host, config) = (host.to_owned(), material.probe.clone());
+            tokio::task::spawn_blocking(move || handshake(&host, config))
+        })
+        .collect();
+    // Every probe is awaited (none outlives the diagnosis); a TLS failure says more than an
+    // unreachable server.
+    let (mut refused, mut unreachable) = (None, None);
+    for probe in probes {
+        match probe.await {
+            Ok(Err(Failure::Tls(why))) => {
+                refused.get_or_insert(why);
+            },
+            Ok(Err(Failure::Unreachable(why))) => {
+                unreachable.get_or_insert(why);
+            },
+            Ok(Ok(())) | Err(_) => {},
         }
-        unreachable
-    })
-    .await
-    .ok()
-    .flatten()
+    }
+    refused.or(unreachable)
 }
 
 enum Failure {
