@@ -357,8 +357,9 @@ impl ZkSession {
         }
     }
 
-    /// Why a connection attempt failed, in words an operator can act on.
-    async fn describe_connect_error(&self, err: &zkc::Error) -> String {
+    /// Why a connection attempt failed, in words an operator can act on; and whether it is a
+    /// misconfiguration (refused credentials, a failed TLS handshake) rather than an outage.
+    async fn describe_connect_error(&self, err: &zkc::Error) -> (String, bool) {
         let settings = &self.inner.settings;
         if *err == zkc::Error::AuthFailed {
             let configured = match (&settings.sasl, &settings.auth_digest) {
@@ -366,25 +367,28 @@ impl ZkSession {
                 (None, Some(_)) => "digest credentials (zookeeper.auth_digest) and no SASL".to_owned(),
                 (None, None) => "no credentials".to_owned(),
             };
-            return format!(
+            let why = format!(
                 "ZooKeeper refused the session's authentication (zkq sent {configured}): check \
                  zookeeper.sasl.username and its password; a server with sessionRequireClientSASLAuth=true \
                  also refuses sessions without SASL"
             );
+            return (why, true);
         }
         if let Some(tls) = &self.inner.tls {
             let material = tls.material.read().ok().map(|m| m.clone());
             if let Some(material) = material
                 && let Some(why) = diagnose(&settings.connect, &material).await
             {
-                return why;
+                let handshake_failed = why.starts_with("TLS");
+                return (why, handshake_failed);
             }
         }
-        format!(
+        let why = format!(
             "no session with {} within {} ({err})",
             settings.connect,
             humantime::format_duration(settings.session_timeout)
-        )
+        );
+        (why, false)
     }
 
     /// Reads the TLS files again every `reload_interval`; changed, valid certificates are used by
@@ -444,14 +448,18 @@ impl ZkSession {
             let client = match client {
                 Ok(client) => client,
                 Err(err) => {
-                    let why = tokio::select! {
+                    let (why, misconfigured) = tokio::select! {
                         _ = shutdown.cancelled() => break,
-                        why = self.describe_connect_error(&err) => why,
+                        described = self.describe_connect_error(&err) => described,
                     };
                     // Each distinct reason is logged once, not at every retry.
                     if logged.as_ref() != Some(&why) {
-                        tracing::error!(connect = %self.inner.settings.connect, error = %why,
-                            "cannot open a ZooKeeper session; retrying with backoff");
+                        let connect = &self.inner.settings.connect;
+                        if misconfigured {
+                            tracing::error!(%connect, error = %why, "cannot open a ZooKeeper session; retrying with backoff");
+                        } else {
+                            tracing::warn!(%connect, error = %why, "cannot reach ZooKeeper; retrying with backoff");
+                        }
                         logged = Some(why.clone());
                     }
                     self.set_last_error(Some(why));
@@ -496,7 +504,7 @@ impl ZkSession {
                     S::ConnectedReadOnly => self.publish(ConnectionState::ReadOnly, session_id, false, false),
                     S::Expired => break SessionEnd::Expired,
                     S::AuthFailed => {
-                        let why = self.describe_connect_error(&zkc::Error::AuthFailed).await;
+                        let (why, _) = self.describe_connect_error(&zkc::Error::AuthFailed).await;
                         tracing::error!(session = %format!("{session_id:#x}"), error = %why,
                             "ZooKeeper authentication failed");
                         self.set_last_error(Some(why));

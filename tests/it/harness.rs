@@ -178,11 +178,6 @@ impl ZkServer {
         server
     }
 
-    /// The server's log so far (for assertion messages).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-    }
-
     /// One server shared by every test of this process that needs no fault injection.
     /// Tests keep apart by using their own `zookeeper.root`.
     pub fn shared() -> &'static ZkServer {
