@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES, check_name};
 use crate::metrics::Metrics;
 use crate::queue::survey::{self, Detail, QueueReport, SurveyLimits};
-use crate::zk::{SessionSettings, ZkSession};
+use crate::zk::ZkSession;
 
 /// Longest wait for a first session; an unreachable ensemble is reported after this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,15 +121,21 @@ async fn inspect(config: &Config, args: &InspectArgs) -> u8 {
             return EXIT_INCOMPLETE;
         },
     };
-    let settings = SessionSettings {
-        connect: config.zookeeper.connect.clone(),
-        session_timeout: config.zookeeper.session_timeout,
-        request_timeout: config.zookeeper.request_timeout,
-        auth_digest: config.zookeeper.auth_digest.clone(),
-        reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
+    let settings = match crate::app::load_secrets(config) {
+        Ok(secrets) => crate::app::session_settings(config, secrets),
+        Err(err) => {
+            eprintln!("zkq inspect: {err}");
+            return EXIT_INCOMPLETE;
+        },
     };
     let stop = CancellationToken::new();
-    let (session, session_task) = ZkSession::start(settings, metrics, stop.clone());
+    let (session, session_task) = match ZkSession::start(settings, metrics, stop.clone()) {
+        Ok(started) => started,
+        Err(err) => {
+            eprintln!("zkq inspect: {err}");
+            return EXIT_INCOMPLETE;
+        },
+    };
     let connect_by = (started + CONNECT_TIMEOUT).min(deadline);
     let code = match session.connected(connect_by).await {
         Ok(zk) => survey_and_print(config, args, &zk.with_deadline(deadline), started, deadline).await,

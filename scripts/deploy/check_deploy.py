@@ -40,6 +40,8 @@ KUBE_VERSION = "1.30.0"
 RELEASE = "demo"
 NAMESPACE = "zkq-demo"
 SIX_LABELS = ["name", "instance", "version", "component", "part-of", "managed-by"]
+# Where the chart mounts the Secrets of zkq.tlsSecret, zkq.saslSecret and zkq.apiTokenSecret.
+SECRETS_DIR = "/var/run/secrets/zkq"
 
 
 class Checks:
@@ -450,6 +452,22 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     for table in ("queues", "counters"):
         if not expected_config.get(table):
             expected_config.pop(table, None)
+    # Secrets reach zkq as files: the chart writes their paths (and an empty ACL list or SASL
+    # table is left out).
+    zk_expected = expected_config["zookeeper"]
+    if not zk_expected.get("acl"):
+        zk_expected.pop("acl", None)
+    if zkq_values["tlsSecret"]["name"]:
+        zk_expected["tls"]["ca_file"] = f"{SECRETS_DIR}/tls/ca.crt"
+        if zkq_values["tlsSecret"]["certKey"]:
+            zk_expected["tls"]["cert_file"] = f"{SECRETS_DIR}/tls/tls.crt"
+            zk_expected["tls"]["key_file"] = f"{SECRETS_DIR}/tls/tls.key"
+    if zk_expected["sasl"]["mechanism"]:
+        zk_expected["sasl"]["password_file"] = f"{SECRETS_DIR}/sasl/password"
+    else:
+        zk_expected.pop("sasl")
+    if zkq_values["apiTokenSecret"]["name"]:
+        expected_config["api"]["token_file"] = f"{SECRETS_DIR}/api-token/token"
     C.ok(
         "zkq.toml holds exactly the configured values (every key, types intact)",
         toml == expected_config,
@@ -539,6 +557,8 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     all_cm_text = "\n".join(json.dumps(d.get("data", {})) for _, d in docs if d["kind"] == "ConfigMap")
     C.ok("no ConfigMap mentions auth_digest or holds a user:password value",
          "auth_digest =" not in all_cm_text and "auth_digest\"" not in all_cm_text)
+    C.ok("no ConfigMap holds a SASL password or a token (only file paths)",
+         "password =" not in all_cm_text and "token =" not in all_cm_text)
     if auth["name"]:
         ref = env.get("ZKQ__ZOOKEEPER__AUTH_DIGEST", {})
         C.ok(
@@ -551,6 +571,52 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         C.ok("no ZKQ__ZOOKEEPER__AUTH_DIGEST without zkq.authSecret.name", "ZKQ__ZOOKEEPER__AUTH_DIGEST" not in env)
     for extra in zkq_values["extraEnv"]:
         C.ok(f"extraEnv {extra['name']} passed through", env.get(extra["name"]) == extra)
+
+    # Secret files: each configured Secret is a volume projecting only its keys under fixed names,
+    # mounted read-only in the zkq container where zkq.toml points.
+    secret_files = [
+        ("zkq-tls", f"{SECRETS_DIR}/tls", zkq_values["tlsSecret"]["name"],
+         [(zkq_values["tlsSecret"]["caKey"], "ca.crt")]
+         + ([(zkq_values["tlsSecret"]["certKey"], "tls.crt"), (zkq_values["tlsSecret"]["keyKey"], "tls.key")]
+            if zkq_values["tlsSecret"]["certKey"] else [])),
+        ("zkq-sasl", f"{SECRETS_DIR}/sasl", zkq_values["saslSecret"]["name"],
+         [(zkq_values["saslSecret"]["key"], "password")]),
+        ("zkq-api-token", f"{SECRETS_DIR}/api-token", zkq_values["apiTokenSecret"]["name"],
+         [(zkq_values["apiTokenSecret"]["key"], "token")]),
+    ]
+    for volume, mount_path, secret, items in secret_files:
+        if not secret:
+            C.ok(f"no {volume} volume or mount without its Secret", volume not in volumes
+                 and all(m["name"] != volume for m in zkq_c.get("volumeMounts", [])))
+            continue
+        mount = mounts.get(mount_path, {})
+        C.ok(
+            f"{volume}: Secret {secret} keys {[k for k, _ in items]} as {[p for _, p in items]}, mounted read-only at {mount_path}",
+            volumes.get(volume, {}).get("secret", {}) == {
+                "secretName": secret,
+                "items": [{"key": k, "path": p} for k, p in items],
+            }
+            and mount.get("name") == volume
+            and mount.get("readOnly") is True,
+            f"volume={volumes.get(volume)} mount={mount}",
+        )
+    paths = [toml["zookeeper"].get("tls", {}).get(k) for k in ("ca_file", "cert_file", "key_file")]
+    paths += [toml["zookeeper"].get("sasl", {}).get("password_file"), toml["api"].get("token_file")]
+    mounted = {f"{m['mountPath']}/" for m in zkq_c.get("volumeMounts", [])}
+    C.ok(
+        "every file zkq.toml names lies in a volume mounted in the zkq container",
+        all(any(p.startswith(d) for d in mounted) for p in paths if p),
+        f"paths={paths} mounts={sorted(mounted)}",
+    )
+    if zkq_values["apiTokenSecret"]["name"]:
+        app_mounts = {m["mountPath"]: m for m in app.get("volumeMounts", [])}
+        token_env = {e["name"]: e.get("value") for e in app.get("env", [])}.get("ZKQ_API_TOKEN_FILE")
+        C.ok(
+            "the app mounts zkq-api-token read-only and reads the token from where zkq does",
+            app_mounts.get(f"{SECRETS_DIR}/api-token", {}).get("name") == "zkq-api-token"
+            and token_env == toml["api"].get("token_file"),
+            f"mounts={app_mounts} env={token_env}",
+        )
 
     app_env = {e["name"]: e.get("value") for e in app.get("env", [])}
     api_host = toml["api"]["listen"].rsplit(":", 1)[0]
@@ -594,14 +660,24 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         sentinel = "zkq-check-user:s3cret-sentinel-value"
         if auth["name"]:
             clean_env["ZKQ__ZOOKEEPER__AUTH_DIGEST"] = sentinel
-        res = run([str(zkq_bin), "check-config", "--config", str(outdir / "zkq.toml")], env=clean_env)
+        # The Secrets' files exist only in the pod: check the configuration without reading them.
+        files = [p for p in paths if p]
+        no_files = ["--no-files"] if files else []
+        res = run([str(zkq_bin), "check-config", *no_files, "--config", str(outdir / "zkq.toml")], env=clean_env)
         (outdir / "check-config.txt").write_text(res.stdout + res.stderr)
         C.ok(
-            f"zkq check-config --config {outdir.relative_to(ROOT)}/zkq.toml"
+            f"zkq check-config {' '.join(no_files + [''])}--config {outdir.relative_to(ROOT)}/zkq.toml"
             + (" (with ZKQ__ZOOKEEPER__AUTH_DIGEST set as the Secret would)" if auth["name"] else ""),
             res.returncode == 0,
             f"exit {res.returncode}: {(res.stdout + res.stderr).strip()}",
         )
+        if files:
+            reads = run([str(zkq_bin), "check-config", "--config", str(outdir / "zkq.toml")], env=clean_env)
+            C.ok(
+                "without --no-files, zkq check-config reads the files and refuses the missing ones (exit 64)",
+                reads.returncode == 64 and any(p in reads.stderr for p in files),
+                f"exit {reads.returncode}: {reads.stderr.strip()}",
+            )
         if res.returncode == 0:
             effective = tomllib.loads(res.stdout.split("\n", 1)[1])
             C.ok(
@@ -613,6 +689,16 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
                 and effective["shutdown"]["grace"] == toml["shutdown"]["grace"]
                 and set(effective.get("queues", {})) == set(toml.get("queues", {}))
                 and set(effective.get("counters", {})) == set(toml.get("counters", {})),
+                res.stdout,
+            )
+            C.ok(
+                "zkq's effective TLS, SASL, ACL and API token settings equal the chart's",
+                all(effective["zookeeper"]["tls"].get(k) == v for k, v in toml["zookeeper"]["tls"].items())
+                and {k: v for k, v in effective["zookeeper"].get("sasl", {}).items() if k != "password"}
+                == toml["zookeeper"].get("sasl", {})
+                and effective["zookeeper"].get("acl") == toml["zookeeper"].get("acl")
+                and effective["api"].get("token_file") == toml["api"].get("token_file")
+                and effective["api"]["refuse_cross_origin"] == toml["api"]["refuse_cross_origin"],
                 res.stdout,
             )
             if auth["name"]:
@@ -826,6 +912,22 @@ def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
             ("a native sidecar on Kubernetes 1.28", {}, "1.28.0", "nativeSidecar"),
             ("a rule selector that is not PromQL label matchers",
              {"zkq": {"prometheusRule": {"enabled": True, "selector": "namespace=orders"}}}, KUBE_VERSION, "selector"),
+            ("TLS without the Secret that holds its CA",
+             {"zkq": {"config": {"zookeeper": {"tls": {"enabled": True}}}}}, KUBE_VERSION, "tlsSecret.name"),
+            ("a TLS Secret with TLS disabled", {"zkq": {"tlsSecret": {"name": "zk-tls"}}}, KUBE_VERSION,
+             "tls.enabled is false"),
+            ("a client certificate without its key",
+             {"zkq": {"tlsSecret": {"name": "zk-tls", "certKey": "tls.crt"},
+                      "config": {"zookeeper": {"tls": {"enabled": True}}}}}, KUBE_VERSION, "keyKey"),
+            ("a SASL password in zkq.config (it would land in the ConfigMap)",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"password": "x"}}}}}, KUBE_VERSION, "password"),
+            ("SASL without the Secret that holds the password",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"mechanism": "DIGEST-MD5", "username": "app"}}}}},
+             KUBE_VERSION, "saslSecret.name"),
+            ("an unknown SASL mechanism",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"mechanism": "GSSAPI"}}}}}, KUBE_VERSION, "mechanism"),
+            ("an API token file path in zkq.config (use zkq.apiTokenSecret)",
+             {"zkq": {"config": {"api": {"token_file": "/token"}}}}, KUBE_VERSION, "token_file"),
         ]
         for label, values, kube, needle in refusals:
             try:

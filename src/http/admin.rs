@@ -54,7 +54,13 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         })
         .into_response(),
         Some(message) => {
-            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {})", status.state.as_str())).into_response()
+            // Why the last attempt to open a session failed (a TLS handshake, refused credentials).
+            let last = match state.session.last_error() {
+                Some(error) if !state.draining.is_cancelled() => format!("; last attempt: {error}"),
+                _ => String::new(),
+            };
+            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {}){last}", status.state.as_str()))
+                .into_response()
         },
     }
 }

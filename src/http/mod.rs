@@ -27,7 +27,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::config::Config;
+use crate::config::{Config, Secret};
 use crate::counter::CounterService;
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
@@ -44,7 +44,12 @@ pub struct AppState {
     pub counters: Arc<CounterService>,
     /// Cancelled when shutdown starts: `/readyz` turns 503 at once.
     pub draining: CancellationToken,
+    /// The token every API request must carry in `zkq-api-token` (`api.token_file`), if any.
+    pub api_token: Option<Arc<Secret>>,
 }
+
+/// The header that carries the API token.
+pub const API_TOKEN_HEADER: &str = "zkq-api-token";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -81,7 +86,45 @@ fn api_routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document the API listener serves (and `openapi/openapi.json` holds).
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    api_routes().into_openapi()
+    let mut openapi = api_routes().into_openapi();
+    document_access_control(&mut openapi);
+    openapi
+}
+
+/// The API token as a security scheme (optional: required only when `api.token_file` is set),
+/// and the 401 and 403 answers of [`guard_access`] on every operation.
+fn document_access_control(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityRequirement, SecurityScheme};
+    use utoipa::openapi::{Content, Ref, Response};
+    openapi.components.get_or_insert_with(Default::default).add_security_scheme(
+        "api_token",
+        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+            API_TOKEN_HEADER,
+            "The token of api.token_file; required only when zkq is configured with one",
+        ))),
+    );
+    openapi.security =
+        Some(vec![SecurityRequirement::new("api_token", Vec::<String>::new()), SecurityRequirement::default()]);
+    let error = |description: &str| {
+        let mut response = Response::new(description);
+        response
+            .content
+            .insert("application/json".to_owned(), Content::new(Some(Ref::from_schema_name("ErrorBody"))).into());
+        response
+    };
+    for item in openapi.paths.paths.values_mut() {
+        for operation in
+            [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch].into_iter().flatten()
+        {
+            let responses = &mut operation.responses.responses;
+            responses.entry("401".to_owned()).or_insert_with(|| {
+                error("`unauthorized`: zkq has an API token (api.token_file) and the request's zkq-api-token header is missing or wrong").into()
+            });
+            responses.entry("403".to_owned()).or_insert_with(|| {
+                error("`cross_origin_refused`: a web browser sent the request for a page of another origin").into()
+            });
+        }
+    }
 }
 
 /// The document as committed: pretty JSON with a trailing newline.
@@ -93,7 +136,8 @@ pub fn openapi_json() -> String {
 
 /// The queue API router.
 pub fn api_router(state: AppState) -> Router {
-    let (router, openapi) = api_routes().split_for_parts();
+    let (router, mut openapi) = api_routes().split_for_parts();
+    document_access_control(&mut openapi);
     let spec = openapi_json();
     let limits = BodyLimits::of(&state.config);
     let router = router
@@ -111,6 +155,7 @@ pub fn api_router(state: AppState) -> Router {
         state: state.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(limits),
+        access: true,
     };
     with_layers(router, guard, Some(limits.message.max(limits.batch))).with_state(state)
 }
@@ -146,7 +191,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None };
+    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None, access: false };
     with_layers(router, guard, None).with_state(state)
 }
 
@@ -158,6 +203,84 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
 }
 
+/// Who may use the API: refuses requests a web browser sends for another site's page (403
+/// `cross_origin_refused`, unless `api.refuse_cross_origin = false`), and with an API token
+/// configured, requests without it (401 `unauthorized`). The OpenAPI document and its viewer
+/// (`/openapi.json`, `/docs`) hold no data and need no token.
+fn access_refusal(state: &AppState, request: &Request) -> Option<ApiError> {
+    if state.config.api.refuse_cross_origin
+        && let Some(why) = browser_request_refused(request.headers())
+    {
+        return Some(ApiError::new(
+            ErrorCode::CrossOriginRefused,
+            format!(
+                "{why}: zkq's API is for the application in its pod, not for web pages \
+                 (api.refuse_cross_origin)"
+            ),
+        ));
+    }
+    if let Some(token) = &state.api_token {
+        let path = request.uri().path();
+        let open = path == "/openapi.json" || path == "/docs" || path.starts_with("/docs/");
+        if !open {
+            let refusal = match request.headers().get(API_TOKEN_HEADER) {
+                None => Some("the request has no zkq-api-token header; zkq requires the token of api.token_file"),
+                Some(given) if !same_secret(given.as_bytes(), token.expose().as_bytes()) => {
+                    Some("the zkq-api-token header does not match the token of api.token_file")
+                },
+                Some(_) => None,
+            };
+            if let Some(message) = refusal {
+                return Some(ApiError::new(ErrorCode::Unauthorized, message));
+            }
+        }
+    }
+    None
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was right.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+}
+
+/// Why a request that a web browser sent must be refused, if it must. Browsers mark their
+/// requests with `Sec-Fetch-Site` and (for most cross-origin ones) `Origin`; other HTTP clients
+/// send neither. Allowed from a browser: a page zkq served itself (`/docs`) or a URL typed in,
+/// with the host given as an address or `localhost` (a name would allow DNS rebinding: a page
+/// whose own name resolves to 127.0.0.1).
+fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
+    use axum::http::header::{HOST, ORIGIN};
+    let site = headers.get("sec-fetch-site").map(|v| v.to_str().unwrap_or("?").to_ascii_lowercase());
+    let origin = headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("?").to_owned());
+    if site.is_none() && origin.is_none() {
+        return None;
+    }
+    if let Some(site) = site.as_deref()
+        && (site == "cross-site" || site == "same-site")
+    {
+        return Some(format!("a web browser sent this request for a page of another site (Sec-Fetch-Site: {site})"));
+    }
+    let host = headers.get(HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if let Some(origin) = origin
+        && origin != format!("http://{host}")
+    {
+        return Some(format!("a web browser sent this request for the page of another origin (Origin: {origin})"));
+    }
+    let name = host.rsplit_once(':').map_or(
+        host,
+        |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }
+        },
+    );
+    let literal = name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok()
+        || name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::Ipv6Addr>().is_ok();
+    if !literal {
+        return Some(format!("a web browser sent this request to the host name `{name}` (use 127.0.0.1 or localhost)"));
+    }
+    None
+}
+
 /// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
 /// oversize bodies; the admin listener only counts its requests.
 #[derive(Clone)]
@@ -166,6 +289,8 @@ struct Guard {
     /// `api.max_concurrent_requests` permits (long-polls included).
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
     body_limits: Option<BodyLimits>,
+    /// The API listener checks who may use it ([`access_refusal`]); the admin listener does not.
+    access: bool,
 }
 
 /// Largest request bodies of the API, in bytes.
@@ -197,6 +322,11 @@ fn refusal(
     route: &str,
     request: &Request,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    if guard.access
+        && let Some(refused) = access_refusal(&guard.state, request)
+    {
+        return Err(refused);
+    }
     if let Some(limits) = guard.body_limits {
         let (limit, key) = if route == batch::BATCH_PUT_ROUTE {
             (limits.batch, "api.max_batch_bytes, as base64 in JSON")

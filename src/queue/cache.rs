@@ -102,6 +102,9 @@ struct State {
     /// for the first time and not yet checked.
     known: HashSet<String>,
     unchecked: Vec<String>,
+    /// ZooKeeper refused the refresher's last attempt for a reason waiting will not fix (the
+    /// queue's ACL does not allow zkq's session): takers answer with it instead of waiting.
+    refused: Option<ZkError>,
 }
 
 /// How many deleted names the cache remembers, so that a late local insert does not revive one.
@@ -144,6 +147,8 @@ pub struct ChildrenCache {
     refresh: Notify,
     /// Counts snapshots; takers wait on it after asking for a refresh.
     snapshots: watch::Sender<u64>,
+    /// Counts refused refresh attempts (see `State::refused`).
+    refusals: watch::Sender<u64>,
     /// Signalled when the child count may have dropped (for puts waiting on `max_items`).
     room: Notify,
     /// Ends the lock watches (they hold the session open) when zkq shuts down.
@@ -185,6 +190,7 @@ impl ChildrenCache {
             state: Mutex::new(state),
             refresh: Notify::new(),
             snapshots: watch::channel(0).0,
+            refusals: watch::channel(0).0,
             room: Notify::new(),
             shutdown,
             tasks,
@@ -434,12 +440,32 @@ impl ChildrenCache {
     }
 
     /// Asks for a fresh snapshot and waits for it (until `deadline`). Used when the snapshot
-    /// is empty but dirty, so that a take without `wait` still sees items that exist.
-    pub async fn refreshed(&self, deadline: Instant) -> bool {
-        let mut rx = self.snapshots.subscribe();
-        rx.borrow_and_update();
+    /// is empty but dirty, so that a take without `wait` still sees items that exist. Fails
+    /// with ZooKeeper's refusal when the next attempt is refused (an ACL that does not allow
+    /// zkq's session): waiting longer would not help.
+    pub async fn refreshed(&self, deadline: Instant) -> Result<bool, ZkError> {
+        let mut snapshots = self.snapshots.subscribe();
+        snapshots.borrow_and_update();
+        let mut refusals = self.refusals.subscribe();
+        refusals.borrow_and_update();
         self.refresh.notify_one();
-        matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(())))
+        tokio::select! {
+            changed = snapshots.changed() => Ok(changed.is_ok()),
+            changed = refusals.changed() => match (changed, self.lock().refused.clone()) {
+                (Ok(()), Some(refusal)) => Err(refusal),
+                _ => Ok(false),
+            },
+            _ = tokio::time::sleep_until(deadline) => Ok(false),
+        }
+    }
+
+    /// Notes a refresh attempt that ZooKeeper refused for good (not a connection problem).
+    fn refused(&self, err: &ZkError) {
+        if err.is_transient() || *err == ZkError::NoNode {
+            return;
+        }
+        self.lock().refused = Some(err.clone());
+        self.refusals.send_modify(|n| *n += 1);
     }
 
     /// Waits (until `deadline`) until every change ZooKeeper made before this call is in the
@@ -610,6 +636,7 @@ impl ChildrenCache {
         state.taken_since_read = 0;
         state.dirty = false;
         state.read_once = true;
+        state.refused = None;
         state.child_count = i64::from(num_children);
         state.children_bytes = bytes;
         state.live = live;
@@ -800,6 +827,8 @@ impl ChildrenCache {
     ) {
         let mut status_rx = session.subscribe();
         let mut ensured_generation = 0;
+        // A refusal repeats at every retry: log each distinct one once.
+        let mut logged: Option<ZkError> = None;
         loop {
             if shutdown.is_cancelled() {
                 return;
@@ -826,7 +855,11 @@ impl ChildrenCache {
                 match ensured {
                     Ok(()) => ensured_generation = zk.generation(),
                     Err(err) => {
-                        tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
+                        if logged.as_ref() != Some(&err) {
+                            tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
+                            logged = Some(err.clone());
+                        }
+                        self.refused(&err);
                         self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
                         continue;
                     },
@@ -853,7 +886,13 @@ impl ChildrenCache {
                     continue;
                 },
                 Err(err) => {
-                    tracing::debug!(queue = %self.label, error = %err, "children read failed");
+                    if !err.is_transient() && logged.as_ref() != Some(&err) {
+                        tracing::warn!(queue = %self.label, error = %err, "cannot read or watch the queue; will retry");
+                        logged = Some(err.clone());
+                    } else {
+                        tracing::debug!(queue = %self.label, error = %err, "children read failed");
+                    }
+                    self.refused(&err);
                     self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
                     continue;
                 },

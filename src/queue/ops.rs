@@ -253,7 +253,8 @@ impl Queue {
         };
         if depth > 0 && !self.cache.has_snapshot() {
             // Right after the queue opened: the head is known after the first read.
-            self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
+            // Refused (an ACL that does not allow zkq to read the queue): the head stays unknown.
+            let _ = self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
         }
         let oldest_age_ms = self.head_waiting_since(&zk).await?.map(|since| (super::now_epoch_ms() - since).max(0));
         Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), oldest_age_ms })

@@ -214,7 +214,8 @@ impl Queue {
                         _ = caller.closed() => return Ok(None),
                         _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
-                    if refreshed || !self.cache.is_dirty() {
+                    // A refusal (the queue's ACL does not allow zkq) is the answer; waiting would not change it.
+                    if refreshed? || !self.cache.is_dirty() {
                         continue;
                     }
                     return Err(ZkError::Unavailable.into());

@@ -7,8 +7,10 @@ mod client;
 mod error;
 mod group;
 mod session;
+mod tls;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
 pub use group::GroupCommit;
-pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};
+pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
+pub use tls::{TlsFileError, TlsMaterial, TlsSettings};

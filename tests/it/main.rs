@@ -23,5 +23,6 @@ mod leases;
 mod opskit;
 mod proxy;
 mod queues;
+mod secure;
 mod session;
 mod shutdown;

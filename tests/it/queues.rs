@@ -469,7 +469,7 @@ zk.stop()
             Some(&format!("{root}/secure/jobs")),
             Some(&format!("{root}/secure/locks")),
         );
-        config.zookeeper.auth_digest = auth.map(str::to_owned);
+        config.zookeeper.auth_digest = auth.map(zkq::config::Secret::new);
         config
     };
     let authorised = TestZkq::start_ready(configure(Some("app:s3cret"))).await;
