@@ -19,11 +19,27 @@ struct GateState {
     paused_until: Option<Instant>,
     /// Connection attempts that failed in a row.
     failures: u32,
+    /// While the app is known to be unreachable, one worker at a time tries it.
+    probing: bool,
 }
 
 impl GateState {
     fn open_at(&self, now: Instant) -> bool {
         self.ready && self.paused_until.is_none_or(|until| until <= now)
+    }
+}
+
+/// Leave to start a delivery. While the app is known to be unreachable it is the one probe of
+/// the app; dropping it lets another worker try.
+pub(super) struct Pass<'a> {
+    probing: Option<&'a AppGate>,
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        if let Some(gate) = self.probing {
+            gate.state.send_modify(|state| state.probing = false);
+        }
     }
 }
 
@@ -36,7 +52,8 @@ pub(super) struct AppGate {
 
 impl AppGate {
     pub(super) fn new(gated_by_readiness: bool, backoff: Backoff, available: IntGauge) -> AppGate {
-        let initial = GateState { ready: !gated_by_readiness, reachable: false, paused_until: None, failures: 0 };
+        let initial =
+            GateState { ready: !gated_by_readiness, reachable: false, paused_until: None, failures: 0, probing: false };
         available.set(0);
         AppGate { state: watch::Sender::new(initial), backoff, available }
     }
@@ -48,17 +65,33 @@ impl AppGate {
         });
     }
 
-    /// Waits until deliveries may start; false if `stop` came first.
-    pub(super) async fn wait_open(&self, stop: &CancellationToken) -> bool {
+    /// Waits until a delivery may start; `None` if `stop` came first. While the app is known to
+    /// be unreachable, only one worker at a time gets a pass (its connection attempt is the
+    /// probe); the others wait for its outcome.
+    pub(super) async fn wait_open(&self, stop: &CancellationToken) -> Option<Pass<'_>> {
         let mut changes = self.state.subscribe();
         loop {
             let state = *changes.borrow_and_update();
-            if state.open_at(Instant::now()) {
-                return true;
+            let now = Instant::now();
+            if state.open_at(now) {
+                if state.failures == 0 {
+                    return Some(Pass { probing: None });
+                }
+                let mut granted = false;
+                self.state.send_if_modified(|state| {
+                    granted = !state.probing && state.failures > 0;
+                    state.probing |= granted;
+                    granted
+                });
+                if granted {
+                    return Some(Pass { probing: Some(self) });
+                }
             }
-            let pause_ends = state.paused_until.filter(|_| state.ready);
+            // A pause that has ended is no reason to look again (another worker holds the probe:
+            // its outcome is a change); waking on it would spin.
+            let pause_ends = state.paused_until.filter(|until| state.ready && *until > now);
             tokio::select! {
-                _ = stop.cancelled() => return false,
+                _ = stop.cancelled() => return None,
                 _ = changes.changed() => {},
                 _ = sleep_until(pause_ends) => {},
             }
@@ -148,7 +181,7 @@ mod tests {
     }
 
     async fn opens_within(gate: &AppGate, limit: Duration) -> bool {
-        tokio::time::timeout(limit, gate.wait_open(&CancellationToken::new())).await.is_ok()
+        tokio::time::timeout(limit, gate.wait_open(&CancellationToken::new())).await.is_ok_and(|pass| pass.is_some())
     }
 
     #[tokio::test(start_paused = true)]
@@ -194,6 +227,32 @@ mod tests {
         assert!(!opens_within(&gate, Duration::from_secs(30)).await);
         let stop = CancellationToken::new();
         stop.cancel();
-        assert!(!gate.wait_open(&stop).await, "stop ends the wait");
+        assert!(gate.wait_open(&stop).await.is_none(), "stop ends the wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_app_is_unreachable_one_worker_at_a_time_tries_it() {
+        let gate = gate(false);
+        let never = CancellationToken::new();
+        let (first, second) = (gate.wait_open(&never).await, gate.wait_open(&never).await);
+        assert!(first.is_some() && second.is_some(), "not known to be down yet: everyone tries");
+        drop((first, second));
+        gate.unreachable();
+        let probe =
+            tokio::time::timeout(Duration::from_secs(5), gate.wait_open(&never)).await.expect("after the pause");
+        assert!(probe.is_some());
+        assert!(
+            tokio::time::timeout(Duration::from_secs(30), gate.wait_open(&never)).await.is_err(),
+            "a second worker waits while the first one probes"
+        );
+        gate.unreachable(); // the probe failed
+        drop(probe);
+        let before = Instant::now();
+        let probe = gate.wait_open(&never).await.expect("the next probe");
+        assert_eq!(Instant::now() - before, Duration::from_secs(2), "after the next, longer pause");
+        gate.reached();
+        drop(probe);
+        let everyone = [gate.wait_open(&never).await, gate.wait_open(&never).await];
+        assert!(everyone.iter().all(Option::is_some), "reachable again: everyone delivers");
     }
 }
