@@ -20,6 +20,7 @@ mod hardening;
 mod harness;
 mod leases;
 mod proxy;
+mod push;
 mod queues;
 mod session;
 mod shutdown;
