@@ -98,9 +98,7 @@ impl Subscription {
         let mut connection: Option<AppConnection> = None;
         let mut lease_failures = 0u32;
         loop {
-            if !self.gate.wait_open(&draining).await {
-                return;
-            }
+            let Some(pass) = self.gate.wait_open(&draining).await else { return };
             if !connection.as_ref().is_some_and(AppConnection::is_usable) {
                 connection = None;
                 match self.connect().await {
@@ -108,6 +106,7 @@ impl Subscription {
                     None => continue, // the gate now holds a pause
                 }
             }
+            drop(pass);
             let leased = tokio::select! {
                 leased = self.queue.lease(LEASE_WAIT, self.config.visibility) => leased,
                 _ = draining.cancelled() => return,
@@ -297,9 +296,14 @@ impl Subscription {
         abort: &CancellationToken,
     ) -> Result<(), QueueError> {
         let release_at = Instant::now() + pause;
-        // The lease must outlive the pause (with room for the release itself).
+        // The lease must outlive the pause (with room for the release itself). Should ZooKeeper
+        // not answer, its expiry releases it in place all the same, only sooner.
         if expires < release_at + self.config.visibility / 2 {
-            self.queue.extend(receipt, pause + self.config.visibility).await?;
+            match self.queue.extend(receipt, pause + self.config.visibility).await {
+                Err(err @ (QueueError::LeaseLost(_) | QueueError::LeaseNotFound(_))) => return Err(err),
+                Err(err) => tracing::debug!(queue = %self.name, error = %err, "push: cannot extend a held delivery"),
+                Ok(_) => {},
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep_until(release_at) => {},
