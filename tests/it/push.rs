@@ -279,7 +279,29 @@ async fn every_message_is_delivered_and_acked_once_and_concurrency_is_never_exce
     assert_eq!(metric(&text, "zkq_push_app_available", &["queue=\"q\""]), 1.0);
     assert_eq!(metric(&text, "zkq_push_delivery_duration_seconds_count", &["queue=\"q\""]), MESSAGES as f64);
     assert_eq!(metric(&text, "zkq_messages_acked_total", &["queue=\"q\""]), MESSAGES as f64);
+    promtool_accepts(&text);
     zkq.stop().await;
+}
+
+/// Asserts that `promtool check metrics` (Debian's prometheus package) accepts `text`.
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package) is installed");
+    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let output = promtool.wait_with_output().expect("promtool runs");
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
