@@ -15,6 +15,7 @@ use crate::config::{Config, ConfigError, Secret};
 use crate::counter::CounterService;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
+use crate::push::PushService;
 use crate::queue::QueueService;
 use crate::zk::{SaslCredentials, SessionSettings, TlsMaterial, TlsSettings, ZkSession};
 
@@ -165,6 +166,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         ConfigError { key: "zookeeper.tls".to_owned(), value: "(files)".to_owned(), allowed: err.to_string() }
     })?;
     let queues = QueueService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone());
+    let push = PushService::start(&config, &queues, &metrics, draining.clone());
     let state = AppState {
         config: config.clone(),
         session: session.clone(),
@@ -206,11 +208,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let started = tokio::time::Instant::now();
         let deadline = started + grace;
         tracing::info!(grace = %humantime::format_duration(grace), "shutting down: not ready, draining requests");
-        // 1. Not ready, no new takes; waiting long-polls are answered now.
+        // 1. Not ready, no new takes; waiting long-polls are answered now; push workers lease
+        //    nothing new.
         draining.cancel();
-        // 2. Stop accepting; let requests in flight (puts) finish.
+        // 2. Stop accepting; let requests in flight (puts) finish. Push deliveries in flight get
+        //    the grace but a reserve; those still open then release their messages.
         stop_api.cancel();
-        let mut in_time = tokio::time::timeout_at(deadline, api).await.is_ok();
+        let deliveries_until = deadline - PushService::release_reserve(grace);
+        let (api_done, pushes_done) =
+            tokio::join!(tokio::time::timeout_at(deadline, api), push.drain(deliveries_until, deadline));
+        let mut in_time = api_done.is_ok() && pushes_done;
         // 3. Let claims still running and the settlement of lost answers (put-backs) finish, so
         //    no message is left only in memory.
         in_time &= queues.settle(deadline).await;

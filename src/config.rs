@@ -317,11 +317,74 @@ pub struct QueueConfig {
     pub max_deliveries: Option<u32>,
     /// Queue that receives messages past `max_deliveries`, and undecodable nodes.
     pub dead_letter: Option<String>,
+    /// Push delivery to the app (`[queues.NAME.push]`); none: the app pulls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushConfig>,
 }
 
 fn default_kind() -> QueueKind {
     QueueKind::Fifo
 }
+
+/// Push delivery of a declared queue: zkq leases each message and POSTs it to the app, which
+/// needs no consumer loop of its own (`[queues.NAME.push]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PushConfig {
+    /// The app's endpoint, `http://host:port/path`; a loopback host unless `allow_remote`.
+    pub url: String,
+    /// Allow a `url` or `readiness_url` whose host is not loopback (messages travel unencrypted).
+    pub allow_remote: bool,
+    /// Deliveries in flight at once from this zkq; 1 keeps Curator's order for a single consumer.
+    pub concurrency: usize,
+    /// Visibility of each delivery's lease; extended while the app's request is still open.
+    #[serde(with = "humantime_serde")]
+    pub visibility: Duration,
+    /// Time the app has to answer one delivery (connect, request and answer).
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// First pause after a failed delivery (or while the app cannot be reached); doubles each time.
+    #[serde(with = "humantime_serde")]
+    pub backoff_initial: Duration,
+    /// Longest pause between attempts; also caps a `Retry-After`.
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
+    /// Each pause is shortened by up to this fraction (0.0 to 1.0) at random.
+    pub backoff_jitter: f64,
+    /// Optional: zkq delivers only while a GET of this URL answers 2xx.
+    pub readiness_url: Option<String>,
+    /// How often `readiness_url` is asked.
+    #[serde(with = "humantime_serde")]
+    pub readiness_interval: Duration,
+    /// `Content-Type` of each delivery (zkq stores bodies only, so the subscription says it).
+    pub content_type: String,
+    /// CloudEvents `ce-type` of each delivery.
+    pub event_type: String,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        PushConfig {
+            url: String::new(),
+            allow_remote: false,
+            concurrency: 1,
+            visibility: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            backoff_jitter: 0.2,
+            readiness_url: None,
+            readiness_interval: Duration::from_secs(1),
+            content_type: "application/octet-stream".to_owned(),
+            event_type: "zkq.message".to_owned(),
+        }
+    }
+}
+
+/// Longest push `url` or `readiness_url` accepted, in bytes.
+pub const MAX_PUSH_URL_LEN: usize = 2048;
+/// Most deliveries one push subscription may have in flight.
+pub const MAX_PUSH_CONCURRENCY: usize = 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -681,6 +744,9 @@ impl Config {
                     "needs a dead_letter queue to move messages to",
                 ));
             }
+            if let Some(push) = &queue.push {
+                self.validate_push(&key, queue, push)?;
+            }
         }
         for (name, counter) in &self.counters {
             let key = format!("counters.{name}");
@@ -689,6 +755,71 @@ impl Config {
             }
             if let Some(path) = &counter.path {
                 check_zk_path(&format!("{key}.path"), path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `[queues.NAME.push]` (`key` is `queues.NAME`).
+    fn validate_push(&self, key: &str, queue: &QueueConfig, push: &PushConfig) -> Result<(), ConfigError> {
+        let key = format!("{key}.push");
+        // A push delivery is a lease: the queue needs Curator's lock path.
+        let lockable = queue.kind != QueueKind::Simple && (queue.lock_path.is_some() || queue.path.is_none());
+        if !lockable {
+            let why = if queue.kind == QueueKind::Simple {
+                "simple queues cannot be pushed: a push delivery is a lease and simple queues have no lock path"
+            } else {
+                "a queue attached by path needs its lock_path to be pushed (a push delivery is a lease)"
+            };
+            return Err(invalid(key, queue.kind.as_str(), why));
+        }
+        for (name, url) in [("url", Some(&push.url)), ("readiness_url", push.readiness_url.as_ref())] {
+            let Some(url) = url else { continue };
+            let parsed = crate::push::AppUrl::parse(url).map_err(|why| invalid(format!("{key}.{name}"), url, why))?;
+            if !push.allow_remote && !parsed.is_loopback() {
+                return Err(invalid(
+                    format!("{key}.{name}"),
+                    url,
+                    "the host must be loopback (127.0.0.1, [::1] or localhost: the app in the same pod); set \
+                     allow_remote = true to push elsewhere (over plain HTTP)",
+                ));
+            }
+        }
+        let max_concurrency = MAX_PUSH_CONCURRENCY.min(self.lease.max_per_queue);
+        if !(1..=max_concurrency).contains(&push.concurrency) {
+            return Err(invalid(
+                format!("{key}.concurrency"),
+                push.concurrency,
+                format!("between 1 and {max_concurrency} (at most {MAX_PUSH_CONCURRENCY} and lease.max_per_queue)"),
+            ));
+        }
+        check_duration(
+            &format!("{key}.visibility"),
+            push.visibility,
+            Duration::from_secs(1),
+            self.lease.max_visibility,
+        )?;
+        let hour = Duration::from_secs(3600);
+        check_duration(&format!("{key}.request_timeout"), push.request_timeout, Duration::from_millis(100), hour)?;
+        check_duration(&format!("{key}.backoff_initial"), push.backoff_initial, Duration::from_millis(10), hour)?;
+        check_duration(&format!("{key}.backoff_max"), push.backoff_max, push.backoff_initial, hour)?;
+        check_duration(
+            &format!("{key}.readiness_interval"),
+            push.readiness_interval,
+            Duration::from_millis(100),
+            hour,
+        )?;
+        if !(0.0..=1.0).contains(&push.backoff_jitter) {
+            return Err(invalid(format!("{key}.backoff_jitter"), push.backoff_jitter, "between 0.0 and 1.0"));
+        }
+        for (name, value) in [("content_type", &push.content_type), ("event_type", &push.event_type)] {
+            let printable = value.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+            if value.is_empty() || value.len() > 256 || !printable || value.trim() != value {
+                return Err(invalid(
+                    format!("{key}.{name}"),
+                    value,
+                    "1 to 256 printable ASCII characters (it is sent as an HTTP header)",
+                ));
             }
         }
         Ok(())
@@ -1103,7 +1234,12 @@ fn allowed_for(key: &str) -> &'static str {
         "format" => "one of: text, json",
         "kind" => "one of: fifo, priority, delay, id, simple",
         "listen" => "a socket address like 127.0.0.1:8080 or 0.0.0.0:9090",
-        "queues_dynamic" => "true or false",
+        "queues_dynamic" | "allow_remote" => "true or false",
+        "concurrency" => "a whole number like 1 or 8",
+        "backoff_jitter" => "a number between 0.0 and 1.0",
+        "visibility" | "backoff_initial" | "readiness_interval" => {
+            "a duration written like \"20s\", \"500ms\" or \"2m\""
+        },
         _ if key.ends_with("timeout")
             || key.ends_with("delay")
             || key.ends_with("wait")
@@ -1447,6 +1583,89 @@ mod tests {
         assert!(check_name(&"x".repeat(200)).is_ok());
     }
 
+    fn load_toml(text: &str) -> Result<Config, ConfigError> {
+        let file = write_toml(text);
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        Config::load_with_env(&overrides, HashMap::new())
+    }
+
+    #[test]
+    fn a_push_subscription_takes_documented_defaults_and_round_trips() {
+        let config = load_toml("[queues.orders.push]\nurl = \"http://127.0.0.1:3000/orders\"\n").expect("valid");
+        let push = config.queues["orders"].push.clone().expect("push table");
+        assert_eq!(push, PushConfig { url: "http://127.0.0.1:3000/orders".to_owned(), ..PushConfig::default() });
+        assert_eq!(
+            (push.concurrency, push.visibility, push.request_timeout),
+            (1, Duration::from_secs(30), Duration::from_secs(30))
+        );
+        assert_eq!(
+            (push.backoff_initial, push.backoff_max, push.backoff_jitter),
+            (Duration::from_secs(1), Duration::from_secs(60), 0.2)
+        );
+        assert_eq!((push.readiness_url, push.readiness_interval), (None, Duration::from_secs(1)));
+        assert_eq!((push.content_type.as_str(), push.event_type.as_str()), ("application/octet-stream", "zkq.message"));
+        assert!(!push.allow_remote);
+        let text = config.to_redacted_toml();
+        assert!(text.contains("[queues.orders.push]") && text.contains("backoff_max = \"1m\""), "{text}");
+        assert!(!load_toml("[queues.plain]\n").expect("valid").to_redacted_toml().contains("push"));
+
+        let env = env(&[
+            ("ZKQ__QUEUES__JOBS__PUSH__URL", "http://localhost:8000/jobs"),
+            ("ZKQ__QUEUES__JOBS__PUSH__CONCURRENCY", "4"),
+            ("ZKQ__QUEUES__JOBS__PUSH__BACKOFF_JITTER", "0"),
+            ("ZKQ__QUEUES__JOBS__PUSH__READINESS_URL", "http://localhost:8000/ready"),
+        ]);
+        let config = Config::load_with_env(&Overrides::default(), env).expect("push from the environment");
+        let push = config.queues["jobs"].push.clone().expect("push table");
+        assert_eq!((push.concurrency, push.backoff_jitter), (4, 0.0));
+        assert_eq!(push.readiness_url.as_deref(), Some("http://localhost:8000/ready"));
+    }
+
+    #[test]
+    fn push_subscriptions_are_checked_naming_the_key() {
+        let ok = "url = \"http://127.0.0.1:3000/x\"\n";
+        for (queue, push, key, needle) in [
+            ("", "", "queues.q.push.url", "required"),
+            ("", "url = \"https://127.0.0.1/x\"\n", "queues.q.push.url", "only http://"),
+            ("", "url = \"http://10.1.2.3/x\"\n", "queues.q.push.url", "loopback"),
+            (
+                "",
+                &format!("{ok}readiness_url = \"http://app.example/ready\"\n"),
+                "queues.q.push.readiness_url",
+                "loopback",
+            ),
+            ("kind = \"simple\"\n", ok, "queues.q.push", "simple queues cannot be pushed"),
+            ("path = \"/app/q\"\n", ok, "queues.q.push", "lock_path"),
+            ("", &format!("{ok}concurrency = 0\n"), "queues.q.push.concurrency", "between 1 and 1000"),
+            ("", &format!("{ok}concurrency = 1001\n"), "queues.q.push.concurrency", "between 1 and 1000"),
+            ("", &format!("{ok}visibility = \"500ms\"\n"), "queues.q.push.visibility", "between 1s"),
+            ("", &format!("{ok}request_timeout = \"2h\"\n"), "queues.q.push.request_timeout", "and 1h"),
+            (
+                "",
+                &format!("{ok}backoff_initial = \"5s\"\nbackoff_max = \"1s\"\n"),
+                "queues.q.push.backoff_max",
+                "between 5s",
+            ),
+            ("", &format!("{ok}backoff_jitter = 1.5\n"), "queues.q.push.backoff_jitter", "0.0 and 1.0"),
+            ("", &format!("{ok}readiness_interval = \"10ms\"\n"), "queues.q.push.readiness_interval", "between 100ms"),
+            ("", &format!("{ok}content_type = \"text/\\nplain\"\n"), "queues.q.push.content_type", "printable ASCII"),
+            ("", &format!("{ok}event_type = \"\"\n"), "queues.q.push.event_type", "printable ASCII"),
+            ("", &format!("{ok}conncurrency = 2\n"), "queues.q.push.conncurrency", "unknown key"),
+        ] {
+            let err = load_toml(&format!("[queues.q]\n{queue}[queues.q.push]\n{push}")).expect_err(push);
+            assert_eq!(err.key, key, "{push}: {err}");
+            assert!(err.to_string().contains(needle), "{push}: {err}");
+        }
+        let remote = load_toml("[queues.q.push]\nurl = \"http://app.example:80/x\"\nallow_remote = true\n");
+        assert!(remote.is_ok(), "allow_remote lets a subscription push off the pod: {remote:?}");
+        let capped = load_toml(&format!("[lease]\nmax_per_queue = 4\n[queues.q.push]\n{ok}concurrency = 5\n"))
+            .expect_err("concurrency above lease.max_per_queue");
+        assert!(capped.to_string().contains("between 1 and 4"), "{capped}");
+        let attached =
+            load_toml(&format!("[queues.q]\npath = \"/app/q\"\nlock_path = \"/app/locks\"\n[queues.q.push]\n{ok}"));
+        assert!(attached.is_ok(), "an attached queue with a lock path can be pushed: {attached:?}");
+    }
+
     #[test]
     fn check_config_recommends_max_items_for_declared_queues_without_one() {
         let mut config = Config::default();
@@ -1455,7 +1674,15 @@ mod tests {
         {
             config.queues.insert(
                 name.to_owned(),
-                QueueConfig { kind, path: None, lock_path: None, max_items, max_deliveries: None, dead_letter: None },
+                QueueConfig {
+                    kind,
+                    path: None,
+                    lock_path: None,
+                    max_items,
+                    max_deliveries: None,
+                    dead_letter: None,
+                    push: None,
+                },
             );
         }
         let advice = config.max_items_recommendations();

@@ -2,6 +2,7 @@
 //!
 //! Data path: `http` (routes, errors) → `queue` (Curator names, envelope, cache, put/take)
 //! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
+//! `push` is a client of `queue`'s leases that calls the app instead of waiting for it.
 //! `config` is read once and validated before anything starts; `metrics` owns every metric.
 //! `inspect` is the read-only `zkq inspect` command.
 
@@ -11,6 +12,7 @@ pub(crate) mod counter;
 pub mod http;
 pub mod inspect;
 pub(crate) mod metrics;
+pub mod push;
 pub mod queue;
 pub mod shutdown;
 pub(crate) mod supervise;

@@ -33,17 +33,21 @@ pub enum Task {
     LockWatcher,
     CounterWatch,
     UndecodableMover,
+    PushWorker,
+    PushReadiness,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 6] = [
+    pub const ALL: [Task; 8] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
         Task::LockWatcher,
         Task::CounterWatch,
         Task::UndecodableMover,
+        Task::PushWorker,
+        Task::PushReadiness,
     ];
 
     /// The metric label.
@@ -55,6 +59,8 @@ impl Task {
             Task::LockWatcher => "lock_watcher",
             Task::CounterWatch => "counter_watch",
             Task::UndecodableMover => "undecodable_mover",
+            Task::PushWorker => "push_worker",
+            Task::PushReadiness => "push_readiness",
         }
     }
 }

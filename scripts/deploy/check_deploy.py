@@ -701,6 +701,18 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
                 and effective["api"]["refuse_cross_origin"] == toml["api"]["refuse_cross_origin"],
                 res.stdout,
             )
+            pushed = {n: q["push"] for n, q in toml.get("queues", {}).items() if "push" in q}
+            if pushed:
+                C.ok(
+                    f"zkq reads the push subscriptions as written ({', '.join(sorted(pushed))})",
+                    all(
+                        all(effective["queues"][n]["push"].get(k) == v for k, v in p.items()
+                            if k not in ("visibility", "request_timeout", "backoff_initial", "backoff_max",
+                                         "readiness_interval"))
+                        for n, p in pushed.items()
+                    ),
+                    res.stdout,
+                )
             if auth["name"]:
                 C.ok(
                     "the credential from the environment is used and redacted in zkq's output",
@@ -900,6 +912,10 @@ def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
             ("a misspelled key (strict schema)",
              {"zkq": {"config": {"zookeeper": {"conect": "zk:2181"}}}}, KUBE_VERSION, "conect"),
             ("an unknown queue kind", {"zkq": {"config": {"queues": {"q": {"kind": "lifo"}}}}}, KUBE_VERSION, "kind"),
+            ("a push URL that is not http://",
+             {"zkq": {"config": {"queues": {"q": {"push": {"url": "https://app:3000/q"}}}}}}, KUBE_VERSION, "url"),
+            ("a push subscription without a URL",
+             {"zkq": {"config": {"queues": {"q": {"push": {"concurrency": 2}}}}}}, KUBE_VERSION, "url"),
             ("no ZooKeeper connect string", {"zkq": {"config": {"zookeeper": {"connect": ""}}}}, KUBE_VERSION,
              "zookeeper.connect"),
             ("terminationGracePeriodSeconds not above shutdown.grace",

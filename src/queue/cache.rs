@@ -313,6 +313,15 @@ impl ChildrenCache {
         Self::wake(&mut state, 1);
     }
 
+    /// Offers again an item whose lock this process has just deleted itself (a lease released):
+    /// it is unlocked now, though the lock directory's event saying so may still be on its way.
+    /// Without this, a consumer leasing right after a release would skip the released item and
+    /// take the next one, out of order.
+    pub fn released_local(&self, item: ItemName) {
+        self.lock().locked.remove(&item.name);
+        self.reoffer(item);
+    }
+
     /// Watches the lock a consumer holds on `item` and offers the item again once the lock is
     /// gone (released, or its session ended). One watch per locked item, however many takers.
     pub fn watch_lock(self: &Arc<Self>, zk: &Zk, item: ItemName, lock_dir: Option<&str>) {
@@ -1052,6 +1061,25 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(!waiters.remove(0).await.expect("join"), "no item: it ends at its deadline");
         assert_eq!(cache.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_item_this_process_released_is_the_head_again_before_the_lock_event_says_so() {
+        let cache = cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..3), 3, Some(Vec::new()));
+        let head = cache.pop().expect("the head");
+        assert_eq!(head.sequence, 0);
+        cache.claim_ended(&head.name);
+        // The lock this process created is seen; it deletes it (a release) and offers the item at
+        // once, while the event of the lock's deletion is still on its way.
+        cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000000".into()));
+        cache.released_local(head);
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(0), "a single consumer does not overtake it");
+        // The late deletion event does not offer it twice.
+        cache.on_lock_event("/locks", &TreeEvent::Deleted("/locks/queue-0000000000".into()));
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(2));
+        assert_eq!(cache.pop(), None);
     }
 
     #[tokio::test(start_paused = true)]

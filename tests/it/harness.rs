@@ -313,6 +313,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             max_items: None,
             max_deliveries: None,
             dead_letter: None,
+            push: None,
         },
     );
 }

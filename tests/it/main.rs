@@ -22,6 +22,7 @@ mod harness;
 mod leases;
 mod opskit;
 mod proxy;
+mod push;
 mod queues;
 mod secure;
 mod session;

@@ -89,6 +89,26 @@ max_deliveries = {{ int64 $q.max_deliveries }}
 {{- if $q.dead_letter }}
 dead_letter = {{ toString $q.dead_letter | toJson }}
 {{- end }}
+{{- with $q.push }}
+{{- $p := . }}
+
+[queues.{{ $name | toJson }}.push]
+url = {{ toString $p.url | toJson }}
+{{- if not (kindIs "invalid" $p.allow_remote) }}
+allow_remote = {{ $p.allow_remote }}
+{{- end }}
+{{- if not (kindIs "invalid" $p.concurrency) }}
+concurrency = {{ int64 $p.concurrency }}
+{{- end }}
+{{- range $key := list "visibility" "request_timeout" "backoff_initial" "backoff_max" "readiness_url" "readiness_interval" "content_type" "event_type" }}
+{{- if not (kindIs "invalid" (index $p $key)) }}
+{{ $key }} = {{ toString (index $p $key) | toJson }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "invalid" $p.backoff_jitter) }}
+backoff_jitter = {{ float64 $p.backoff_jitter }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- range $name, $counter := $c.counters }}
 

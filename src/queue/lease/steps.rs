@@ -287,7 +287,7 @@ impl Queue {
                     None => self.cache.mark_stale(),
                 }
             },
-            Effect::Release => self.cache.reoffer(lease.item.clone()),
+            Effect::Release => self.cache.released_local(lease.item.clone()),
         }
         match step {
             Step::Ack => self.qm.messages_acked.inc(),
