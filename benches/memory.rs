@@ -72,8 +72,12 @@ async fn run(label: &str, binary: &Path, zk: &ZkServer, waiters: &[usize], settl
     ];
     let zkq = ChildZkq::start_binary(binary, zk, &root, &env).await;
     let http = reqwest::Client::new();
-    // Open the queue (its cache and metrics) before the idle reading.
-    let _ = http.post(format!("{}/v1/queues/{QUEUE}/take?wait=0s", zkq.api)).send().await.expect("take");
+    // Create and open the queue (its node, cache and metrics) before the idle reading: a put, then
+    // a take of that message. (Takes of a queue without a node wait for the node, not as takers.)
+    let put = http.post(format!("{}/v1/queues/{QUEUE}/messages", zkq.api)).body("x").send().await.expect("put");
+    assert_eq!(put.status(), 201, "the put that creates the queue");
+    let take = http.post(format!("{}/v1/queues/{QUEUE}/take?wait=10s", zkq.api)).send().await.expect("take");
+    assert_eq!(take.status(), 200, "the take that empties the queue");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle = rss_kib(zkq.pid());
     let mut row = vec![format!("idle {}", mib(idle))];

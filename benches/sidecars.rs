@@ -9,10 +9,12 @@
 //! packets per message (`mntr` `zk_packets_received` over the drain), writes per message (zkq's
 //! `zkq_zookeeper_requests_total` for create, delete, set_data and multi, any outcome), claim
 //! conflicts per message (claim transactions that failed), and whether every body was processed
-//! exactly once. Then 8 Curator lock-safe consumers (8 sessions in one JVM) drain the same number
+//! exactly once, and CPU per message (all K zkq processes together; the ZooKeeper server), which
+//! shows whether a lower rate at larger K is work per message or the K processes sharing the
+//! machine's cores. Then 8 Curator lock-safe consumers (8 sessions in one JVM) drain the same number
 //! of messages from the same kind of queue, as the anchor.
 //!
-//! Environment: `ZKQ_BENCH_MESSAGES` (default 5000; the figures used 20000),
+//! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
@@ -55,6 +57,8 @@ struct Figures {
     writes: f64,
     conflicts: f64,
     exactly_once: String,
+    /// CPU milliseconds per message: all K zkq processes together, and the ZooKeeper server.
+    cpu: (f64, f64),
     outcomes: String,
 }
 
@@ -139,6 +143,8 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
     fill(&http, &sidecars[0], n).await;
     let before = scrape(&http, &sidecars).await;
     let packets_before = zk.mntr("zk_packets_received");
+    let zkq_cpu = || sidecars.iter().map(ChildZkq::cpu_time).sum::<Duration>();
+    let (zkq_cpu_before, zk_cpu_before) = (zkq_cpu(), zk.cpu_time());
     let started = Instant::now();
     let mut consumers = tokio::task::JoinSet::new();
     for c in 0..CONSUMERS {
@@ -153,6 +159,10 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
     }
     let took = last.duration_since(started).as_secs_f64().max(1e-9);
     let packets = zk.mntr("zk_packets_received") - packets_before;
+    let (zkq_cpu_ms, zk_cpu_ms) = (
+        (zkq_cpu() - zkq_cpu_before).as_secs_f64() * 1000.0 / n as f64,
+        (zk.cpu_time() - zk_cpu_before).as_secs_f64() * 1000.0 / n as f64,
+    );
     let after = scrape(&http, &sidecars).await;
     let delta = |name: &str, with: &[&str], without: &[&str]| {
         metric_sum(&after, name, with, without) - metric_sum(&before, name, with, without)
@@ -192,6 +202,7 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
         writes: writes / n as f64,
         conflicts: conflicts / n as f64,
         exactly_once,
+        cpu: (zkq_cpu_ms, zk_cpu_ms),
         outcomes: format!("{outcomes}; pruned {:.2}; multi {multi_ms:.1} ms", pruned / n as f64),
     }
 }
@@ -256,15 +267,24 @@ async fn main() {
     println!("Curator, 8 lock-safe consumers: {} ; {:.1} packets/msg", curator.0, curator.1);
     // Builds alternate row by row, so that a busy moment of the shared machine hits both.
     println!(
-        "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>11} {:>10} {:>10} {:>12}  claim attempts per msg",
-        "build", "mode", "K", "msg/s", "x Curator", "packets/msg", "writes/msg", "conflicts", "exactly-once"
+        "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>11} {:>10} {:>10} {:>12} {:>16}  claim attempts per msg",
+        "build",
+        "mode",
+        "K",
+        "msg/s",
+        "x Curator",
+        "packets/msg",
+        "writes/msg",
+        "conflicts",
+        "exactly-once",
+        "CPU ms/msg zkq+zk"
     );
     for mode in &modes {
         for &k in &ks {
             for (label, binary) in &builds {
                 let f = run_one(&zk, binary, k, *mode, n).await;
                 println!(
-                    "{:<10} {:<6} {:>2} {:>9.0} {:>8.1}x {:>11.2} {:>10.2} {:>10.3} {:>12}  {}",
+                    "{:<10} {:<6} {:>2} {:>9.0} {:>8.1}x {:>11.2} {:>10.2} {:>10.3} {:>12} {:>7.3} + {:>6.3}  {}",
                     label,
                     if *mode == Mode::Lease { "lease" } else { "take" },
                     k,
@@ -274,6 +294,8 @@ async fn main() {
                     f.writes,
                     f.conflicts,
                     f.exactly_once,
+                    f.cpu.0,
+                    f.cpu.1,
                     f.outcomes
                 );
             }

@@ -232,6 +232,11 @@ impl ZkServer {
         self.child.lock().expect("child lock").as_ref().map(Child::id)
     }
 
+    /// CPU time (user + system) the server's JVM has used so far.
+    pub fn cpu_time(&self) -> Duration {
+        self.pid().map_or(Duration::ZERO, process_cpu_time)
+    }
+
     fn signal(&self, signal: &str) {
         if let Some(pid) = self.pid() {
             let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
@@ -648,12 +653,7 @@ impl ChildZkq {
 
     /// CPU time (user + system) the process has used so far.
     pub fn cpu_time(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("/proc stat");
-        // Fields after the command name, which is in parentheses: utime and stime are 14 and 15.
-        let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
-        let fields: Vec<u64> = after.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
-        let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+        process_cpu_time(self.pid())
     }
 
     pub fn pid(&self) -> u32 {
@@ -782,4 +782,14 @@ pub fn stable_port() -> u16 {
         }
     }
     panic!("no free loopback port between 10000 and {low}");
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc/PID/stat`.
+pub fn process_cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    // Fields after the command name, which is in parentheses: utime and stime are 14 and 15.
+    let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<u64> = after.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
