@@ -313,7 +313,11 @@ fn row(queue: &QueueReport) -> [String; 8] {
         (Some(kind), true) => format!("{kind} (names)"),
         (None, _) => "?".to_owned(),
     };
-    let oldest = queue.oldest_message_age_ms.map_or_else(|| "-".to_owned(), age);
+    let oldest = match queue.oldest_message_age_ms {
+        Some(ms) => age(ms),
+        None if queue.oldest_message_age_known => "-".to_owned(),
+        None => "?".to_owned(),
+    };
     let locks = match &queue.locks {
         Some(locks) => locks.held.to_string(),
         None if queue.lock_path.is_none() => "none".to_owned(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::queue::{ItemMeta, Message, PutOptions, Queue, QueueError, QueueRef};
+use crate::queue::{HeadAge, ItemMeta, Message, PutOptions, Queue, QueueError, QueueRef};
 
 /// Headers a take or lease answers with.
 pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
@@ -132,8 +132,14 @@ pub struct QueueSummary {
     pub in_flight: i64,
     /// Long-polling takes waiting on this zkq.
     pub waiting_takers: usize,
-    /// Age of the next message to deliver, in milliseconds.
+    /// Age of the next message to deliver, in milliseconds; null when no message is waiting or
+    /// when the age is not known (see `oldest_message_age_known`).
     pub oldest_message_age_ms: Option<i64>,
+    /// False when zkq does not know the age yet: right after it opened a deep queue, before its
+    /// first read of the child list ended (within the request's deadline), when it may not read the
+    /// queue, or when the head was taken while zkq looked. A null age is "no message waiting" only
+    /// when this is true.
+    pub oldest_message_age_known: bool,
 }
 
 /// The queues this zkq has opened, or (with `all=true`) every queue in ZooKeeper.
@@ -455,7 +461,8 @@ async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
         depth: info.depth,
         in_flight: info.in_flight,
         waiting_takers: info.waiting_takers,
-        oldest_message_age_ms: info.oldest_age_ms,
+        oldest_message_age_ms: info.head.age_ms(),
+        oldest_message_age_known: info.head != HeadAge::NotKnownYet,
     })
 }
 
@@ -553,6 +560,7 @@ async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
                     in_flight: report.locks.map_or(0, |l| l.held),
                     waiting_takers: 0,
                     oldest_message_age_ms: report.oldest_message_age_ms,
+                    oldest_message_age_known: report.oldest_message_age_known,
                 }))
             }
         })

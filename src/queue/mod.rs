@@ -25,7 +25,7 @@ use claims::ClaimMarkers;
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
 pub use names::ItemMeta;
-pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
+pub use ops::{HeadAge, Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
@@ -475,9 +475,14 @@ impl QueueService {
                 if let Ok(Some(stat)) = zk.exists(&queue.path).await {
                     queue.qm.queue_children.set(i64::from(stat.num_children));
                 }
-                if let Ok(since) = queue.head_waiting_since(&zk).await {
-                    let age_ms = since.map_or(0, |since| (now_epoch_ms() - since).max(0));
-                    queue.qm.oldest_message_age.set(age_ms as f64 / 1000.0);
+                match queue.head_waiting_since(&zk).await {
+                    Ok(ops::HeadAge::Since(since)) => {
+                        let age_ms = (now_epoch_ms() - since).max(0);
+                        queue.qm.oldest_message_age.set(age_ms as f64 / 1000.0);
+                    },
+                    Ok(ops::HeadAge::NoneWaiting) => queue.qm.oldest_message_age.set(0.0),
+                    // Not known: the gauge keeps its last value.
+                    Ok(ops::HeadAge::NotKnownYet) | Err(_) => {},
                 }
             }
         });

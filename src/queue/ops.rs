@@ -52,7 +52,29 @@ pub struct QueueInfo {
     pub depth: i64,
     pub in_flight: i64,
     pub waiting_takers: usize,
-    pub oldest_age_ms: Option<i64>,
+    pub head: HeadAge,
+}
+
+/// What zkq knows of the age of a queue's next message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadAge {
+    /// The next message has waited since this time (epoch milliseconds).
+    Since(i64),
+    /// The queue's child list was read and no message is waiting (empty, all in flight or not due).
+    NoneWaiting,
+    /// Not known: the child list was not read yet (a deep queue right after it opened, or a read
+    /// refused), or the head was taken while zkq looked at it.
+    NotKnownYet,
+}
+
+impl HeadAge {
+    /// The age in milliseconds, when a message is known to wait.
+    pub fn age_ms(self) -> Option<i64> {
+        match self {
+            HeadAge::Since(since) => Some((super::now_epoch_ms() - since).max(0)),
+            HeadAge::NoneWaiting | HeadAge::NotKnownYet => None,
+        }
+    }
 }
 
 impl Queue {
@@ -256,30 +278,33 @@ impl Queue {
             // Refused (an ACL that does not allow zkq to read the queue): the head stays unknown.
             let _ = self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
         }
-        let oldest_age_ms = self.head_waiting_since(&zk).await?.map(|since| (super::now_epoch_ms() - since).max(0));
-        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), oldest_age_ms })
+        let head = if depth == 0 { HeadAge::NoneWaiting } else { self.head_waiting_since(&zk).await? };
+        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), head })
     }
 
     /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay
     /// queue the time it became due; `None` when no message is waiting. The head's time is read
     /// once per head (one `exists`), so scrapes of a queue whose head does not move cost nothing.
-    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<Option<i64>, QueueError> {
-        let Some(head) = self.cache.head_candidate() else { return Ok(None) };
+    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<HeadAge, QueueError> {
+        if !self.cache.has_snapshot() {
+            return Ok(HeadAge::NotKnownYet);
+        }
+        let Some(head) = self.cache.head_candidate() else { return Ok(HeadAge::NoneWaiting) };
         {
             let seen = self.head_seen.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((name, since)) = &*seen
                 && *name == head.name
             {
-                return Ok(Some(*since));
+                return Ok(HeadAge::Since(*since));
             }
         }
         let Some(stat) = zk.exists(&format!("{}/{}", self.path, head.name)).await? else {
-            // Taken or removed since the cache proposed it: nothing is known to wait.
-            return Ok(None);
+            // Taken or removed since the cache proposed it: the next one's age is not known.
+            return Ok(HeadAge::NotKnownYet);
         };
         let since = stat.ctime.max(names::due_time(&head));
         *self.head_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((head.name, since));
-        Ok(Some(since))
+        Ok(HeadAge::Since(since))
     }
 
     /// Removes one message by its node name; respects locks held by others.

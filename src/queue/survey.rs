@@ -233,6 +233,9 @@ pub struct QueueReport {
     pub oldest_message: Option<String>,
     /// How long it has waited: since its creation, or since it became due (delay queues).
     pub oldest_message_age_ms: Option<i64>,
+    /// The child list was read and the head looked up: `oldest_message_age_ms` is null only when no
+    /// message is waiting.
+    pub oldest_message_age_known: bool,
     pub locks: Option<LockReport>,
     pub deliveries: Option<DeliveryReport>,
     pub envelopes: Option<EnvelopeReport>,
@@ -450,6 +453,7 @@ pub async fn examine(
         not_yet_due: None,
         oldest_message: None,
         oldest_message_age_ms: None,
+        oldest_message_age_known: false,
         locks: None,
         deliveries: None,
         envelopes: None,
@@ -552,6 +556,7 @@ pub async fn examine(
             report.not_yet_due = Some(order.iter().filter(|i| names::due_time(i) > now).count());
         }
         let head = order.iter().find(|i| names::due_time(i) <= now && !locked.contains(&i.name));
+        report.oldest_message_age_known = head.is_none();
         if let Some(head) = head
             && ex.time_left("oldest message")
         {
@@ -560,6 +565,7 @@ pub async fn examine(
                     let since = stat.ctime.max(names::due_time(head));
                     report.oldest_message = Some(head.name.clone());
                     report.oldest_message_age_ms = Some((now - since).max(0));
+                    report.oldest_message_age_known = true;
                 },
                 Ok(None) => {},
                 Err(err) => ex.failed("oldest message", &err),

@@ -169,6 +169,17 @@ async fn a_child_list_past_javas_default_limit_is_measured_and_still_served() {
     let info: serde_json::Value =
         zkq.http.get(zkq.url("/v1/queues/deep")).send().await.expect("info").json().await.expect("json");
     assert_eq!(info["depth"], created as u64, "{info}");
+    assert!(info["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "{info}");
+    assert_eq!(info["oldest_message_age_known"], true, "{info}");
+    // A zkq that just started answers its first question about the deep queue with the head's
+    // age, or says that it does not know it yet; never a null age that would mean "nothing waits".
+    let fresh = TestZkq::start_ready(test_config(zk, &root)).await;
+    let first_info: serde_json::Value =
+        fresh.http.get(fresh.url("/v1/queues/deep")).send().await.expect("info").json().await.expect("json");
+    let known = first_info["oldest_message_age_known"].as_bool().expect("a boolean");
+    let age = first_info["oldest_message_age_ms"].as_i64();
+    assert!(known == age.is_some(), "a deep queue's head is waiting: {first_info}");
+    fresh.stop().await;
     // Deeper than Curator can read, still in order for zkq.
     let response = zkq.take("deep", "0s").await;
     assert_eq!(response.status(), 200);

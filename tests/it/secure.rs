@@ -653,6 +653,7 @@ async fn nodes_of_another_identity_answer_zookeeper_refused() {
     let info: serde_json::Value = info.json().await.expect("json");
     assert_eq!(info["depth"].as_i64(), Some(1), "{info}");
     assert!(info["oldest_message_age_ms"].is_null(), "{info}");
+    assert_eq!(info["oldest_message_age_known"], false, "a null age here is not \"no message waiting\": {info}");
     let get = zkq.http.get(zkq.url("/v1/counters/theirs")).send().await.expect("counter");
     refused("counter read")(get).await;
     let set = zkq.http.put(zkq.url("/v1/counters/theirs")).json(&serde_json::json!({"value": 1})).send().await;
