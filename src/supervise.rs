@@ -1,9 +1,9 @@
 //! Background tasks that survive their own bugs.
 //!
-//! A background task (a queue's cache refresher, lease reaper, delivery-count sweeper, a counter's
-//! watch) runs until shutdown. If it panics or ends before shutdown, nothing else would ever run
-//! it again and its queue or counter would silently stop working; so it is restarted, with a
-//! capped exponential backoff, logged as an error and counted in
+//! A background task (a queue's cache refresher, lease reaper, delivery-count and idempotency
+//! sweepers, a counter's watch) runs until shutdown. If it panics or ends before shutdown, nothing
+//! else would ever run it again and its queue or counter would silently stop working; so it is
+//! restarted, with a capped exponential backoff, logged as an error and counted in
 //! `zkq_background_task_restarts_total{task}`. A task that finishes on its own (a lock watch) is
 //! restarted only when it panics before it is done.
 
@@ -33,17 +33,19 @@ pub enum Task {
     LockWatcher,
     CounterWatch,
     UndecodableMover,
+    IdempotencySweeper,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 6] = [
+    pub const ALL: [Task; 7] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
         Task::LockWatcher,
         Task::CounterWatch,
         Task::UndecodableMover,
+        Task::IdempotencySweeper,
     ];
 
     /// The metric label.
@@ -55,6 +57,7 @@ impl Task {
             Task::LockWatcher => "lock_watcher",
             Task::CounterWatch => "counter_watch",
             Task::UndecodableMover => "undecodable_mover",
+            Task::IdempotencySweeper => "idempotency_sweeper",
         }
     }
 }

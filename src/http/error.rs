@@ -55,6 +55,7 @@ pub enum ErrorCode {
     VersionOverflow,
     Contention,
     CounterOverflow,
+    IdempotencyKeyReused,
     UnsupportedMediaType,
     MethodNotAllowed,
     PayloadTooLarge,
@@ -90,6 +91,7 @@ impl ErrorCode {
             VersionOverflow => (StatusCode::CONFLICT, "version_overflow"),
             Contention => (StatusCode::CONFLICT, "contention"),
             CounterOverflow => (StatusCode::CONFLICT, "counter_overflow"),
+            IdempotencyKeyReused => (StatusCode::CONFLICT, "idempotency_key_reused"),
             UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
@@ -187,6 +189,7 @@ impl From<QueueError> for ApiError {
             QueueError::LeaseLost(_) => ErrorCode::LeaseLost,
             QueueError::LeaseNotFound(_) => ErrorCode::LeaseNotFound,
             QueueError::TooManyLeases(_) => ErrorCode::TooManyLeases,
+            QueueError::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
             QueueError::ShuttingDown => ErrorCode::ShuttingDown,
             QueueError::Zk(zk) => return zk.clone().into(),
         };

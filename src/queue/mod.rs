@@ -4,6 +4,7 @@
 mod cache;
 mod claims;
 pub mod envelope;
+mod idempotency;
 mod lease;
 pub(crate) mod names;
 mod ops;
@@ -21,6 +22,8 @@ use tokio_util::task::TaskTracker;
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
+use idempotency::Idempotency;
+pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
 pub use names::ItemMeta;
@@ -62,6 +65,9 @@ pub enum QueueError {
     /// The queue has `lease.max_per_queue` leases out.
     #[error("the queue has lease.max_per_queue = {0} leases out; ack or nack some, then retry")]
     TooManyLeases(usize),
+    /// The put's idempotency key was used within the window for another message.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     #[error("zkq is shutting down; retry on another instance")]
     ShuttingDown,
     #[error(transparent)]
@@ -93,6 +99,8 @@ pub struct Queue {
     qm: QueueMetrics,
     cache: Arc<ChildrenCache>,
     leases: LeaseTable,
+    /// Records of idempotency keys: `{root}/idempotency/{queue}`.
+    idempotency: Idempotency,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
     /// Claims and their settlement (put-backs, unknown outcomes); shutdown waits for these
@@ -127,11 +135,13 @@ impl Drop for QueueRef {
 }
 
 impl Queue {
-    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`.
+    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`, and
+    /// its sweeper has no idempotency record left to delete.
     fn idle_for(&self, idle: Duration) -> bool {
         self.users.load(Ordering::SeqCst) == 0
             && self.cache.waiting() == 0
             && self.leases_out() == 0
+            && !self.idempotency.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 }
@@ -323,6 +333,7 @@ impl QueueService {
             qm: self.metrics.queue(name),
             cache: cache.clone(),
             leases: LeaseTable::default(),
+            idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
             markers: self.markers.clone(),
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
@@ -359,9 +370,19 @@ impl QueueService {
                 },
             ));
         }
-        self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, stop.clone(), {
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::DeliveryCountSweeper,
+            owner.clone(),
+            metrics.clone(),
+            stop.clone(),
+            {
+                let (queue, stop) = (queue.clone(), stop.clone());
+                move || queue.clone().run_delivery_count_sweeper(stop.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
             let (queue, stop) = (queue.clone(), stop.clone());
-            move || queue.clone().run_delivery_count_sweeper(stop.clone())
+            move || queue.clone().run_idempotency_sweeper(stop.clone())
         }));
         Ok(queue)
     }
@@ -444,17 +465,23 @@ impl QueueService {
         released
     }
 
-    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`: one
-    /// `exists` per queue, all at once, within `budget`. A queue whose read fails or is late keeps
-    /// its last value. Called by every `/metrics` scrape, so the gauge is as fresh as the scrape.
+    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`, and
+    /// `zkq_idempotency_records` to that of its records' directory: two `exists` per queue, all at
+    /// once, within `budget`. A queue whose read fails or is late keeps its last value. Called by
+    /// every `/metrics` scrape, so the gauges are as fresh as the scrape.
     pub async fn sample_depths(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
             let zk = zk.clone();
             async move {
-                if let Ok(Some(stat)) = zk.exists(&queue.path).await {
+                let keys = queue.idempotency.keys_dir();
+                let (depth, records) = futures::join!(zk.exists(&queue.path), zk.exists(&keys));
+                if let Ok(Some(stat)) = depth {
                     queue.qm.queue_children.set(i64::from(stat.num_children));
+                }
+                if let Ok(stat) = records {
+                    queue.qm.idempotency_records.set(stat.map_or(0, |s| i64::from(s.num_children)));
                 }
             }
         });

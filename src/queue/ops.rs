@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::idempotency::KeyCheck;
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
@@ -20,12 +21,19 @@ pub struct PutOptions {
     pub id: Option<String>,
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
+    /// Stores the message at most once per key within the queue's idempotency window
+    /// (`idempotency.rs`).
+    pub idempotency_key: Option<String>,
 }
 
 /// A stored message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutReceipt {
-    pub message_id: String,
+    /// The message's node name. `None` only when a keyed put's message was consumed before its
+    /// name could be recorded or found (it was stored; its name is gone with it).
+    pub message_id: Option<String>,
+    /// An earlier put with the same idempotency key stored the message; nothing new was stored.
+    pub replay: bool,
 }
 
 /// A message handed out by a take.
@@ -109,6 +117,14 @@ impl Queue {
         let meta = self.meta_for(&options)?;
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(options.wait);
+        // A key already used within its window is answered before anything waits or is written.
+        let keyed = match options.idempotency_key.as_deref() {
+            Some(key) => match self.check_key(key, body, &options, deadline).await? {
+                KeyCheck::Replay(receipt) => return Ok(receipt),
+                KeyCheck::Fresh(fresh) => Some(fresh),
+            },
+            None => None,
+        };
         if let Some(max_items) = self.max_items
             && !self.cache.room_for(max_items, Instant::now() + options.wait).await
         {
@@ -117,6 +133,9 @@ impl Queue {
         let zk = self.session.connected(deadline).await?;
         let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
         let data = self.encode(body);
+        if let Some(fresh) = keyed {
+            return self.put_keyed(fresh, &prefix, &data, deadline).await;
+        }
         let created = match zk.create(&prefix, &data, NodeMode::PersistentSequential).await {
             Err(ZkError::NoNode) => {
                 // The queue node was removed under us: recreate it the way Curator does, once.
@@ -130,12 +149,17 @@ impl Queue {
                 self.qm.put_outcome_unknown.inc();
             }
         })?;
-        let name = created.rsplit('/').next().unwrap_or(&created).to_owned();
-        if let Some(item) = names::parse(self.kind, &name) {
+        let name = created.rsplit('/').next().unwrap_or(&created);
+        Ok(PutReceipt { message_id: Some(self.stored(name)), replay: false })
+    }
+
+    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
+    pub(super) fn stored(&self, name: &str) -> String {
+        if let Some(item) = names::parse(self.kind, name) {
             self.cache.insert_local(item);
         }
         self.qm.messages_put.inc();
-        Ok(PutReceipt { message_id: name })
+        name.to_owned()
     }
 
     /// The first `limit` messages in delivery order, without removing them; stops before the

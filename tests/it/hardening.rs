@@ -677,6 +677,7 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
             max_items: None,
             max_deliveries: None,
             dead_letter: Some("src-dlq".into()),
+            idempotency_window: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -267,6 +267,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             max_items: None,
             max_deliveries: None,
             dead_letter: None,
+            idempotency_window: None,
         },
     );
 }

@@ -317,6 +317,7 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
             max_items: None,
             max_deliveries: Some(3),
             dead_letter: Some("poison-dlq".into()),
+            idempotency_window: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

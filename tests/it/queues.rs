@@ -80,6 +80,7 @@ async fn bad_inputs_get_documented_json_errors() {
             max_items: Some(1),
             max_deliveries: None,
             dead_letter: None,
+            idempotency_window: None,
         },
     );
     config.take.max_wait = Duration::from_secs(1);
