@@ -18,6 +18,7 @@ mod ensemble;
 mod exactly_once;
 mod hardening;
 mod harness;
+mod idempotency;
 mod leases;
 mod proxy;
 mod queues;

@@ -1,0 +1,349 @@
+//! Idempotent puts: a put retried with the same `Idempotency-Key` stores one message, through
+//! lost answers (placed with the proxy), a crash between the put's two steps, concurrent puts on
+//! two zkq processes, and the window's end; records are swept once expired.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use zkq::config::{Config, QueueKind};
+
+use crate::harness::*;
+use crate::proxy::{Fault, ZkProxy, op};
+
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(30);
+
+/// What a put answered.
+#[derive(Debug)]
+struct Put {
+    status: u16,
+    /// `message_id` of a 201 (`None` when it was null).
+    id: Option<String>,
+    replay: bool,
+    code: String,
+}
+
+async fn answer(response: reqwest::Response) -> Put {
+    let status = response.status().as_u16();
+    let replay = response.headers().get("zkq-idempotent-replay").is_some_and(|v| v == "true");
+    let json: serde_json::Value = response.json().await.unwrap_or_default();
+    Put {
+        status,
+        id: json["message_id"].as_str().map(str::to_owned),
+        replay,
+        code: json["code"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+async fn keyed_put(http: &reqwest::Client, api: &str, queue: &str, key: &str, body: &[u8]) -> Put {
+    let url = format!("{api}/v1/queues/{queue}/messages");
+    answer(http.post(url).header("Idempotency-Key", key).body(body.to_vec()).send().await.expect("put")).await
+}
+
+/// The bodies of the messages in `path`, sorted.
+async fn stored(direct: &zookeeper_client::Client, path: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    for name in children(direct, path).await {
+        let (data, _) = direct.get_data(&format!("{path}/{name}")).await.expect("data");
+        for body in zkq::queue::envelope::decode(&data).expect("envelope") {
+            bodies.push(String::from_utf8_lossy(&body).into_owned());
+        }
+    }
+    bodies.sort();
+    bodies
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// Config of the zkq behind the proxy: a long session, so a dropped connection comes back to the
+/// same session.
+fn config_via(proxy: &ZkProxy, root: &str) -> Config {
+    let mut config = test_config(proxy, root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config
+}
+
+/// Creates the expiry buckets the next ~20 s of keyed puts to `queue` (5-minute window) write
+/// into, so that a fault armed for the next transaction hits the put's own transaction and not a
+/// first try that finds its bucket missing.
+async fn prepare_buckets(direct: &zookeeper_client::Client, root: &str, queue: &str) {
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let now = zkq::queue::now_epoch_ms();
+    for second in 0..20 {
+        let end = ((now + 300_000) / 1000 + 1 + second) * 1000;
+        let bucket = format!("{root}/idempotency/{queue}/expiry/{end:015}");
+        direct.mkdir(&bucket, &options).await.expect("bucket");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_put_with_its_key_stores_one_message_and_another_body_is_refused() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-basic");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let first = keyed_put(&zkq.http, &zkq.api, "q", "order-42", b"pay 10").await;
+    assert_eq!((first.status, first.replay), (201, false), "{first:?}");
+    let id = first.id.clone().expect("a message id");
+    let again = keyed_put(&zkq.http, &zkq.api, "q", "order-42", b"pay 10").await;
+    assert_eq!((again.status, again.replay, again.id.as_deref()), (201, true, Some(id.as_str())), "{again:?}");
+    let other = keyed_put(&zkq.http, &zkq.api, "q", "order-42", b"pay 20").await;
+    assert_eq!((other.status, other.code.as_str()), (409, "idempotency_key_reused"), "{other:?}");
+    // Another key, and no key at all, store new messages.
+    let second = keyed_put(&zkq.http, &zkq.api, "q", "order-43", b"pay 10").await;
+    assert_eq!((second.status, second.replay), (201, false));
+    assert_ne!(second.id, first.id);
+    zkq.put_ok("q", b"no key").await;
+
+    let direct = zk_client(zk).await;
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["no key", "pay 10", "pay 10"]);
+    let text = zkq.metrics().await;
+    assert_eq!(metric(&text, "zkq_idempotent_replays_total{queue=\"q\"}"), 1.0);
+    assert_eq!(metric(&text, "zkq_idempotent_conflicts_total{queue=\"q\"}"), 1.0);
+    assert_eq!(metric(&text, "zkq_idempotency_records{queue=\"q\"}"), 2.0);
+    assert_eq!(metric(&text, "zkq_messages_put_total{queue=\"q\"}"), 3.0);
+    // The replay answers from the record, which names the message.
+    let record = children(&direct, &format!("{root}/idempotency/q/keys")).await;
+    assert_eq!(record.len(), 2, "one record per key: {record:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_idempotency_keys_are_refused_with_400_and_store_nothing() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-bad");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let url = zkq.url("/v1/queues/q/messages");
+    let long = "k".repeat(201);
+    let bad: [&[u8]; 5] = [b"", long.as_bytes(), b"with space", b"caf\xc3\xa9", b"tab\there"];
+    for key in bad {
+        let value = reqwest::header::HeaderValue::from_bytes(key).expect("a header value");
+        let response = zkq.http.post(&url).header("Idempotency-Key", value).body("x").send().await.expect("put");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let put = answer(response).await;
+        assert_eq!((put.status, put.code.as_str()), (400, "invalid_parameter"), "key {key:?}: {put:?}");
+    }
+    let twice = zkq
+        .http
+        .post(&url)
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .body("x")
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(answer(twice).await.status, 400, "two keys");
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty(), "nothing stored");
+    let longest = "~".repeat(200);
+    assert_eq!(keyed_put(&zkq.http, &zkq.api, "q", &longest, b"x").await.status, 201, "200 bytes is fine");
+}
+
+/// The put's transaction applies but its answer is lost: zkq settles it by the record (after a
+/// sync) and answers 201 with the message it stored, never 504; a retry with the same key is a
+/// replay, and ZooKeeper holds the message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_put_whose_answer_is_lost_is_settled_and_its_retry_stores_nothing() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201, "directories exist");
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired(), "the put's transaction was sent and its answer dropped");
+    assert_eq!((put.status, put.replay), (201, false), "settled, not reported: {put:?}");
+    let id = put.id.clone().expect("the message is still there, so its name is found");
+    for zkq in [&a, &b] {
+        let retry = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
+        assert_eq!((retry.status, retry.replay, retry.id.as_deref()), (201, true, Some(id.as_str())), "{retry:?}");
+    }
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"], "M is stored once");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
+}
+
+/// The put's transaction never reaches ZooKeeper: the record says so, and zkq sends it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_put_whose_request_was_lost_is_sent_again_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-unsent");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    let lost = proxy.arm(&[op::MULTI], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired());
+    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
+    assert!(put.id.is_some());
+    let retry = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((retry.status, retry.replay, retry.id), (201, true, put.id));
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"]);
+}
+
+/// zkq stores the message and its record, then loses the connection before it writes the
+/// message's name into the record (as if it died there). A replay through another zkq finds the
+/// message by the record's zxid; once the message is consumed, a replay still stores nothing and
+/// says its name is unknown (null).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-zxid");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    for i in 0..5 {
+        b.put_ok("q", format!("filler-{i}").as_bytes()).await; // the search has neighbours
+    }
+    let direct = zk_client(zk).await;
+
+    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k1", b"M1").await;
+    assert!(dropped.has_fired(), "the write of the name never arrived");
+    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
+    let id = put.id.clone().expect("the put knows its name");
+    b.put_ok("q", b"after").await;
+    let keys = format!("{root}/idempotency/q/keys");
+    let record = |direct: &zookeeper_client::Client| {
+        let keys = keys.clone();
+        let direct = direct.clone();
+        async move {
+            let names = children(&direct, &keys).await;
+            assert_eq!(names.len(), 1, "{names:?}");
+            let (data, _) = direct.get_data(&format!("{keys}/{}", names[0])).await.expect("record");
+            serde_json::from_slice::<serde_json::Value>(&data).expect("JSON record")
+        }
+    };
+    assert!(record(&direct).await["message_id"].is_null(), "the record does not name the message yet");
+    let replay = keyed_put(&b.http, &b.api, "q", "k1", b"M1").await;
+    assert_eq!((replay.status, replay.replay, replay.id.as_deref()), (201, true, Some(id.as_str())), "{replay:?}");
+    assert_eq!(record(&direct).await["message_id"], id.as_str(), "the replay recorded the name it found");
+
+    // Now the message is consumed before anyone learns its name.
+    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let queue = format!("{root}/queues/q");
+    let before = children(&direct, &queue).await;
+    let put = keyed_put(&a.http, &a.api, "q", "k2", b"M2").await;
+    assert!(dropped.has_fired());
+    assert_eq!(put.status, 201);
+    let name = put.id.expect("the put knows its name");
+    assert!(!before.contains(&name));
+    direct.delete(&format!("{queue}/{name}"), None).await.expect("consumed");
+    let replay = keyed_put(&b.http, &b.api, "q", "k2", b"M2").await;
+    assert_eq!((replay.status, replay.replay, replay.id), (201, true, None), "stored, its name gone with it");
+    assert_eq!(children(&direct, &queue).await, before, "nothing new stored");
+}
+
+/// Two zkqs receive the same key at once: exactly one stores the message, the other answers its
+/// id as a replay. First placed deterministically (A's transaction held while B's applies, then
+/// A's delivered, then A's answer also lost), then a burst through a real second process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_puts_with_one_key_on_two_zkqs_store_one_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-race");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    for (key, release_dropping_answer) in [("held", false), ("held-and-lost", true)] {
+        let held = proxy.arm(&[op::MULTI], Fault::Hold);
+        let (http, api) = (a.http.clone(), a.api.clone());
+        let put_a = tokio::spawn(async move { keyed_put(&http, &api, "q", key, b"M").await });
+        tokio::time::timeout(SOON, held.held()).await.expect("A's transaction reached the proxy");
+        let put_b = keyed_put(&b.http, &b.api, "q", key, b"M").await;
+        assert_eq!((put_b.status, put_b.replay), (201, false), "B stores it: {put_b:?}");
+        if release_dropping_answer {
+            held.release_drop_answer();
+        } else {
+            held.release_deliver();
+        }
+        let put_a = put_a.await.expect("join");
+        assert_eq!((put_a.status, put_a.replay, &put_a.id), (201, true, &put_b.id), "{key}: A replays B's message");
+    }
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "M", "w"]);
+
+    let child = ChildZkq::start(zk, &root, &[]).await;
+    let http = reqwest::Client::new();
+    let mut puts = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        for api in [b.api.clone(), child.api.clone()] {
+            let http = http.clone();
+            puts.spawn(async move { (i, keyed_put(&http, &api, "burst", &format!("key-{i}"), b"B").await) });
+        }
+    }
+    let mut answers: Vec<Vec<Put>> = (0..20).map(|_| Vec::new()).collect();
+    while let Some(joined) = puts.join_next().await {
+        let (i, put) = joined.expect("join");
+        assert_eq!(put.status, 201, "key-{i}: {put:?}");
+        answers[i].push(put);
+    }
+    for (i, pair) in answers.iter().enumerate() {
+        assert_eq!(pair.iter().filter(|p| !p.replay).count(), 1, "key-{i}: one put stored it: {pair:?}");
+        assert!(pair[0].id.is_some() && pair[0].id == pair[1].id, "key-{i}: both answer its id: {pair:?}");
+    }
+    let ids: HashSet<&Option<String>> = answers.iter().map(|pair| &pair[0].id).collect();
+    assert_eq!(ids.len(), 20);
+    assert_eq!(children(&direct, &format!("{root}/queues/burst")).await.len(), 20, "one message per key");
+}
+
+/// Past the window a key is free again: a put with it stores a new message. Records past their
+/// window are swept (with their index), and the gauge follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_window_a_key_stores_a_new_message_and_expired_records_are_swept() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-window");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "q", QueueKind::Fifo, None, None);
+    config.queues.get_mut("q").expect("declared").idempotency_window = Some(Duration::from_secs(1));
+    let zkq = TestZkq::start_ready(config).await;
+    let first = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
+    assert_eq!((first.status, first.replay), (201, false));
+    let once = keyed_put(&zkq.http, &zkq.api, "q", "once", b"O").await;
+    assert_eq!(once.status, 201);
+    // Within the window: replays (the window may pass during this loop; then a new message).
+    let renewed = std::sync::Mutex::new(None);
+    eventually(SOON, "a put with the key stores a new message once the window passed", || async {
+        let put = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
+        assert_eq!(put.status, 201, "{put:?}");
+        if put.replay {
+            assert_eq!(put.id, first.id, "a replay answers the first message");
+            false
+        } else {
+            *renewed.lock().expect("lock") = put.id;
+            true
+        }
+    })
+    .await;
+    let renewed = renewed.into_inner().expect("lock");
+    assert!(renewed.is_some() && renewed != first.id, "a new message: {renewed:?} after {:?}", first.id);
+
+    let direct = zk_client(zk).await;
+    let keys = format!("{root}/idempotency/q/keys");
+    eventually(SOON, "the record of `once` and then the renewed one are swept", || async {
+        children(&direct, &keys).await.is_empty()
+    })
+    .await;
+    eventually(SOON, "every expiry bucket is gone", || async {
+        children(&direct, &format!("{root}/idempotency/q/expiry")).await.is_empty()
+    })
+    .await;
+    let text = zkq.metrics().await;
+    // `once` and the renewed `k`; the first `k` too if it was swept before the put renewed it.
+    let swept = metric(&text, "zkq_idempotency_records_swept_total{queue=\"q\"}");
+    assert!(swept == 2.0 || swept == 3.0, "swept {swept}");
+    assert_eq!(metric(&text, "zkq_idempotency_records{queue=\"q\"}"), 0.0);
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "M", "O"], "Curator's view: the messages");
+}
