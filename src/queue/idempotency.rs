@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use super::ops::{PutOptions, PutReceipt};
 use super::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{NodeMode, NodeStat, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{NodeMode, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 200;
@@ -75,7 +75,7 @@ pub fn is_valid_key(key: &[u8]) -> bool {
 /// The record of a key, as stored in its node (JSON). Everything in it is read back as untrusted:
 /// a record that does not parse is treated as expired.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Record {
+pub(super) struct Record {
     /// Format version ([`RECORD_FORMAT`]).
     v: u32,
     /// The key itself, so that a hash collision is noticed instead of replayed.
@@ -200,8 +200,7 @@ enum Found {
 }
 
 /// The operations a keyed put adds to the transaction that creates its message, and what they
-/// write. A batch put adds one per keyed message; [`Queue::record_name`] is its step after the
-/// commit, [`Queue::written`] its evidence after a lost answer.
+/// write (see [`Queue::put_keyed`] for the steps around them).
 pub(super) struct RecordWrite {
     /// Put these in front of the message's create, in this order.
     pub(super) ops: Vec<TxnOp>,
@@ -219,7 +218,7 @@ pub(super) struct RecordWrite {
 }
 
 /// What the evidence says about a keyed put whose answer was lost.
-enum Written {
+pub(super) enum Written {
     /// Our record is there: the message was stored.
     Applied(Record, NodeStat),
     NotApplied,
@@ -448,7 +447,8 @@ impl Queue {
 
     /// The operations that write a keyed put's record (created, or renewed in place when the one
     /// found had expired) and its index entry; a fresh token each time.
-    fn record_write(&self, keyed: &KeyedPut, free: &Free) -> RecordWrite {
+    pub(super) fn record_write(&self, fresh: &FreshKey) -> RecordWrite {
+        let FreshKey { keyed, free } = fresh;
         let started = Instant::now();
         let expires_at = now_epoch_ms().saturating_add(millis(self.idempotency.window));
         let record = Record {
@@ -487,21 +487,24 @@ impl Queue {
         RecordWrite { ops, parents, fence, path, record, version, started }
     }
 
-    /// After the transaction of `write` applied: records the message's name in the record
-    /// (versioned: a record renewed since is left alone). Best effort: a record without a name is
-    /// resolved by its zxid.
-    pub(super) async fn record_name(&self, zk: &Zk, write: &RecordWrite, name: &str) {
+    /// The step after the transaction of `write` applied and created the message `name`: the
+    /// record learns the name (versioned: a record renewed since is left alone; best effort, as a
+    /// record without a name is resolved by its zxid), the cache and the counter the message.
+    pub(super) async fn committed(&self, zk: &Zk, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
         self.idempotency.holds_records.store(true, Ordering::SeqCst);
-        let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
-        if let Err(err) = zk.set_data(&write.path, &named.to_bytes(), Some(write.version)).await {
-            tracing::debug!(queue = %self.name, record = %write.path, error = %err,
-                "could not record the message of an idempotency key; replays will look it up");
+        if let Some(name) = name {
+            let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
+            if let Err(err) = zk.set_data(&write.path, &named.to_bytes(), Some(write.version)).await {
+                tracing::debug!(queue = %self.name, record = %write.path, error = %err,
+                    "could not record the message of an idempotency key; replays will look it up");
+            }
         }
+        PutReceipt { message_id: name.map(|name| self.stored(name)), replay: false }
     }
 
     /// Whether the transaction of `write`, whose answer was lost, applied: after a `sync`, our
     /// record (its token) is there or not.
-    async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
+    pub(super) async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
         let Ok(zk) = self.session.connected(deadline).await else { return Written::Unknown };
         match zk.sync(&write.path).await {
             Ok(()) | Err(ZkError::NoNode) => {},
@@ -521,21 +524,74 @@ impl Queue {
         }
     }
 
+    /// The answer to a put whose lost transaction did apply: its message, found by the record's
+    /// zxid (the record cannot name it yet).
+    pub(super) async fn applied(
+        &self,
+        fresh: &FreshKey,
+        record: Record,
+        stat: NodeStat,
+        deadline: Instant,
+    ) -> Result<PutReceipt, QueueError> {
+        self.idempotency.holds_records.store(true, Ordering::SeqCst);
+        let zk = self.session.connected(deadline).await?;
+        let name = self.name_of(&zk, &fresh.keyed.hash, record, stat, deadline, false).await?;
+        Ok(PutReceipt { message_id: name.map(|name| self.stored(&name)), replay: false })
+    }
+
+    /// Reads the key again after the transaction of `write` failed on one of its record's
+    /// operations (`failed`, an index within `write.ops`): another put with this key, or a
+    /// sweeper, got there first. A replay now, or free again.
+    pub(super) async fn check_again(
+        &self,
+        fresh: FreshKey,
+        write: &RecordWrite,
+        failed: &TxnError,
+        deadline: Instant,
+    ) -> Result<KeyCheck, QueueError> {
+        let zk = self.session.connected(deadline).await?;
+        // The winner may have written through another server.
+        match zk.sync(&write.path).await {
+            Ok(()) | Err(ZkError::NoNode) => {},
+            Err(err) => return Err(err.into()),
+        }
+        let fence_missing = failed.error == ZkError::NoNode && failed.index.is_some() && failed.index == write.fence;
+        let FreshKey { keyed, free: before } = fresh;
+        let free = match self.look_up(&zk, &keyed).await? {
+            Found::Live(record, stat) => {
+                return Ok(KeyCheck::Replay(self.replay(&zk, &keyed, record, stat, deadline).await?));
+            },
+            // The record is unchanged but its index entry is gone (removed by hand): renew
+            // without the fence; the versioned write still guards the record.
+            Found::Free(Free::Expired { version, .. })
+                if fence_missing && matches!(before, Free::Expired { version: seen, .. } if seen == version) =>
+            {
+                Free::Expired { version, entry: None }
+            },
+            Found::Free(free) => free,
+        };
+        Ok(KeyCheck::Fresh(FreshKey { keyed, free }))
+    }
+
     /// Stores a keyed put's message with its record, in one transaction. Another put with the
     /// same key that wins the race makes this one a replay; a lost answer is resolved by the
     /// record's token and, if it did not apply, the transaction is sent once more.
+    ///
+    /// A put of several messages does the same per keyed message: [`Queue::record_write`]'s ops
+    /// go in front of each message's create, [`Queue::committed`] runs after the commit,
+    /// [`Queue::written`] and [`Queue::applied`] settle a lost answer, [`Queue::check_again`]
+    /// follows a failure at one of the record's ops.
     pub(super) async fn put_keyed(
         &self,
-        fresh: FreshKey,
+        mut fresh: FreshKey,
         prefix: &str,
         data: &[u8],
         mut deadline: Instant,
     ) -> Result<PutReceipt, QueueError> {
-        let FreshKey { keyed, mut free } = fresh;
         let mut retried_lost = false;
         for _ in 0..MAX_ATTEMPTS {
             let zk = self.session.connected(deadline).await?;
-            let write = self.record_write(&keyed, &free);
+            let write = self.record_write(&fresh);
             let message_index = write.ops.len();
             let mut ops = write.ops.clone();
             ops.push(TxnOp::Create {
@@ -546,14 +602,7 @@ impl Queue {
             let mut parents = write.parents.clone();
             parents.push((message_index, self.path.clone()));
             let failed = match self.apply_txn(&zk, &ops, &parents).await {
-                Ok(results) => {
-                    let created = created_name(&results, prefix).map(str::to_owned);
-                    match &created {
-                        Some(name) => self.record_name(&zk, &write, name).await,
-                        None => self.idempotency.holds_records.store(true, Ordering::SeqCst),
-                    }
-                    return Ok(PutReceipt { message_id: created.map(|name| self.stored(&name)), replay: false });
-                },
+                Ok(results) => return Ok(self.committed(&zk, &write, created_name(&results, prefix)).await),
                 Err(err) => err,
             };
             match failed.error {
@@ -561,14 +610,8 @@ impl Queue {
                     // The evidence gets its own request timeout, as a claim's does.
                     deadline = deadline.max(Instant::now() + self.session.request_timeout());
                     match self.written(&write, deadline).await {
-                        Written::Applied(record, stat) => {
-                            self.idempotency.holds_records.store(true, Ordering::SeqCst);
-                            let zk = self.session.connected(deadline).await?;
-                            let name = self.name_of(&zk, &keyed.hash, record, stat, deadline, false).await?;
-                            let message_id = name.map(|name| self.stored(&name));
-                            return Ok(PutReceipt { message_id, replay: false });
-                        },
-                        // Nothing was stored: try once more, else say so (a retry is safe).
+                        Written::Applied(record, stat) => return self.applied(&fresh, record, stat, deadline).await,
+                        // Nothing was stored: send it once more, else say so (a retry is safe).
                         Written::NotApplied if !retried_lost => retried_lost = true,
                         Written::NotApplied => return Err(ZkError::Unavailable.into()),
                         Written::Unknown => {
@@ -577,31 +620,13 @@ impl Queue {
                         },
                     }
                 },
-                // The record (or the fence of the one being renewed) changed: another put with
-                // this key, or a sweeper, got there first. Read it again.
                 ZkError::NodeExists | ZkError::BadVersion | ZkError::NoNode
                     if failed.index.is_some_and(|index| index < message_index) => {},
                 other => return Err(other.into()),
             }
-            let zk = self.session.connected(deadline).await?;
-            // The winner may have written through another server.
-            match zk.sync(&write.path).await {
-                Ok(()) | Err(ZkError::NoNode) => {},
-                Err(err) => return Err(err.into()),
-            }
-            let fence_missing =
-                failed.error == ZkError::NoNode && failed.index.is_some() && failed.index == write.fence;
-            free = match self.look_up(&zk, &keyed).await? {
-                Found::Live(record, stat) => return self.replay(&zk, &keyed, record, stat, deadline).await,
-                // The record is unchanged but its index entry is gone (removed by hand): renew
-                // without the fence; the versioned write still guards the record.
-                Found::Free(Free::Expired { version, .. })
-                    if fence_missing
-                        && matches!(&free, Free::Expired { version: before, .. } if *before == version) =>
-                {
-                    Free::Expired { version, entry: None }
-                },
-                Found::Free(found) => found,
+            fresh = match self.check_again(fresh, &write, &failed, deadline).await? {
+                KeyCheck::Replay(receipt) => return Ok(receipt),
+                KeyCheck::Fresh(fresh) => fresh,
             };
         }
         Err(ZkError::Unavailable.into())
