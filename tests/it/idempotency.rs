@@ -170,6 +170,34 @@ async fn a_keyed_put_whose_answer_is_lost_is_settled_and_its_retry_stores_nothin
     assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
 }
 
+/// As above, but zkq cannot reach ZooKeeper again within the request's time: the put answers 504
+/// `outcome_unknown`, as a put without a key does. The client's retry with the same key, once
+/// ZooKeeper is back, answers the message the first put stored: one message, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_504_keyed_put_retried_with_its_key_stores_one_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-504");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired());
+    assert_eq!((put.status, put.code.as_str()), (504, "outcome_unknown"), "{put:?}");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 1.0);
+    proxy.refuse(false);
+    a.wait_ready().await;
+    let retry = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((retry.status, retry.replay), (201, true), "the first put had stored it: {retry:?}");
+    let queue = format!("{root}/queues/q");
+    assert_eq!(stored(&direct, &queue).await, ["M", "w"], "M is stored once");
+    let names = children(&direct, &queue).await;
+    assert!(retry.id.as_ref().is_some_and(|id| names.contains(id)), "the replay names M: {retry:?} {names:?}");
+}
+
 /// The put's transaction never reaches ZooKeeper: the record says so, and zkq sends it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_put_whose_request_was_lost_is_sent_again_once() {
