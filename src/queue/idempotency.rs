@@ -38,6 +38,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -46,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use super::ops::{PutOptions, PutReceipt};
 use super::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{NodeMode, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 200;
@@ -66,6 +68,13 @@ const IDLE_CHECK: Duration = Duration::from_secs(600);
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one
 /// retry after a lost answer that did not apply).
 const MAX_ATTEMPTS: usize = 4;
+/// Message names written into their records per transaction, and how long the first one waits
+/// for others: one round trip names many puts.
+const NAME_BATCH: usize = 64;
+const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
+/// Names waiting to be written at most; beyond, the oldest are dropped (their records are
+/// resolved by zxid).
+const MAX_PENDING_NAMES: usize = 10_000;
 
 /// Whether `key` may be an idempotency key: 1 to 200 bytes of visible ASCII (`!` to `~`).
 pub fn is_valid_key(key: &[u8]) -> bool {
@@ -157,6 +166,115 @@ impl Idempotency {
     /// Whether the sweeper should list the buckets now.
     fn sweep_due(&self) -> bool {
         self.holds_records() || self.listed_at().is_none_or(|at| at.elapsed() >= IDLE_CHECK)
+    }
+}
+
+/// A message name waiting to be written into its record.
+struct NameWrite {
+    path: String,
+    data: Vec<u8>,
+    /// The version the put's transaction left the record at.
+    version: i32,
+}
+
+/// The names of stored messages, written into their records in batches after the puts answered
+/// (one per process, shared by its queues). Best effort: a name that could not be written (zkq
+/// stopped, the connection dropped, the record was renewed since) is found by its zxid.
+pub(super) struct RecordNames {
+    session: ZkSession,
+    pending: Mutex<Vec<NameWrite>>,
+    flush: Notify,
+}
+
+impl RecordNames {
+    pub(super) fn new(session: ZkSession) -> RecordNames {
+        RecordNames { session, pending: Mutex::new(Vec::new()), flush: Notify::new() }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<NameWrite>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, write: NameWrite) {
+        let mut pending = self.pending();
+        if pending.len() >= MAX_PENDING_NAMES {
+            pending.remove(0);
+        }
+        pending.push(write);
+        let (first, full) = (pending.len() == 1, pending.len() >= NAME_BATCH);
+        drop(pending);
+        if first || full {
+            self.flush.notify_one();
+        }
+    }
+
+    /// Writes pending names, a batch at most [`NAME_FLUSH_AFTER`] after its first, until the
+    /// session is closed (shutdown writes the last ones with [`RecordNames::flush_now`]).
+    pub(super) async fn run_flusher(&self) {
+        let mut status = self.session.subscribe();
+        loop {
+            tokio::select! {
+                changed = status.changed() => {
+                    if changed.is_err() || status.borrow_and_update().state == ConnectionState::Closed {
+                        return;
+                    }
+                    continue;
+                },
+                _ = self.flush.notified() => {},
+            }
+            if self.pending().len() < NAME_BATCH {
+                tokio::time::sleep(NAME_FLUSH_AFTER).await;
+            }
+            self.flush_now().await;
+        }
+    }
+
+    /// Writes the names pending now (those arriving meanwhile wait for the next flush): one
+    /// `setData`, or one transaction per [`NAME_BATCH`]; a write whose record changed since is
+    /// dropped and the rest sent again.
+    pub(super) async fn flush_now(&self) {
+        let mut pending = std::mem::take(&mut *self.pending());
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(NAME_BATCH));
+            let mut batch = std::mem::replace(&mut pending, rest);
+            let Some(zk) = self.session.current() else { return };
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            while !batch.is_empty() {
+                let written = match batch.as_slice() {
+                    [one] => zk
+                        .set_data(&one.path, &one.data, Some(one.version))
+                        .await
+                        .map(|_| ())
+                        .map_err(|error| TxnError { index: Some(0), error }),
+                    many => {
+                        let ops: Vec<TxnOp> = many
+                            .iter()
+                            .map(|w| TxnOp::SetData {
+                                path: w.path.clone(),
+                                data: w.data.clone(),
+                                version: Some(w.version),
+                            })
+                            .collect();
+                        zk.multi(&ops).await.map(|_| ())
+                    },
+                };
+                match written {
+                    Ok(()) => break,
+                    // Renewed or swept since: that record needs no name from us.
+                    Err(err) if matches!(err.error, ZkError::BadVersion | ZkError::NoNode) => match err.index {
+                        Some(index) if index < batch.len() => {
+                            batch.remove(index);
+                        },
+                        _ => break,
+                    },
+                    Err(err) => {
+                        tracing::debug!(error = %err.error, names = batch.len(),
+                            "could not record message names of idempotency keys; replays will look them up");
+                        break;
+                    },
+                }
+            }
+        }
     }
 }
 
@@ -307,6 +425,12 @@ impl Queue {
         deadline: Instant,
     ) -> Result<KeyCheck, QueueError> {
         let keyed = self.keyed_put(key, body, options)?;
+        if self.max_items.is_none() {
+            // Optimistic: the transaction's create of the record is the check (a replay costs a
+            // failed transaction and a read instead of every put costing a read). A queue with
+            // max_items reads first, so that a replay never waits for room.
+            return Ok(KeyCheck::Fresh(FreshKey { keyed, free: Free::Absent }));
+        }
         let zk = self.session.connected(deadline).await?;
         match self.look_up(&zk, &keyed).await? {
             Found::Live(record, stat) => Ok(KeyCheck::Replay(self.replay(&zk, &keyed, record, stat, deadline).await?)),
@@ -488,16 +612,18 @@ impl Queue {
     }
 
     /// The step after the transaction of `write` applied and created the message `name`: the
-    /// record learns the name (versioned: a record renewed since is left alone; best effort, as a
-    /// record without a name is resolved by its zxid), the cache and the counter the message.
-    pub(super) async fn committed(&self, zk: &Zk, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
+    /// record learns the name soon, in a batch with others (versioned: a record renewed since is
+    /// left alone; best effort, as a record without a name is resolved by its zxid), the cache and
+    /// the counter learn of the message now.
+    pub(super) fn committed(&self, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
         self.idempotency.holds_records.store(true, Ordering::SeqCst);
         if let Some(name) = name {
             let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
-            if let Err(err) = zk.set_data(&write.path, &named.to_bytes(), Some(write.version)).await {
-                tracing::debug!(queue = %self.name, record = %write.path, error = %err,
-                    "could not record the message of an idempotency key; replays will look it up");
-            }
+            self.record_names.push(NameWrite {
+                path: write.path.clone(),
+                data: named.to_bytes(),
+                version: write.version,
+            });
         }
         PutReceipt { message_id: name.map(|name| self.stored(name)), replay: false }
     }
@@ -602,7 +728,7 @@ impl Queue {
             let mut parents = write.parents.clone();
             parents.push((message_index, self.path.clone()));
             let failed = match self.apply_txn(&zk, &ops, &parents).await {
-                Ok(results) => return Ok(self.committed(&zk, &write, created_name(&results, prefix)).await),
+                Ok(results) => return Ok(self.committed(&write, created_name(&results, prefix))),
                 Err(err) => err,
             };
             match failed.error {

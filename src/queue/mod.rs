@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
-use idempotency::Idempotency;
+use idempotency::{Idempotency, RecordNames};
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
@@ -101,6 +101,8 @@ pub struct Queue {
     leases: LeaseTable,
     /// Records of idempotency keys: `{root}/idempotency/{queue}`.
     idempotency: Idempotency,
+    /// Message names on their way into idempotency records (shared by every queue of the process).
+    record_names: Arc<RecordNames>,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
     /// Claims and their settlement (put-backs, unknown outcomes); shutdown waits for these
@@ -162,6 +164,7 @@ pub struct QueueService {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     markers: Arc<ClaimMarkers>,
+    record_names: Arc<RecordNames>,
     background: TaskTracker,
 }
 
@@ -182,6 +185,11 @@ impl QueueService {
             let (markers, shutdown) = (markers.clone(), shutdown.clone());
             async move { markers.run_stale_sweeper(shutdown).await }
         });
+        let record_names = Arc::new(RecordNames::new(session.clone()));
+        tasks.spawn({
+            let record_names = record_names.clone();
+            async move { record_names.run_flusher().await }
+        });
         let service = Arc::new(QueueService {
             config,
             session,
@@ -191,6 +199,7 @@ impl QueueService {
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             markers,
+            record_names,
             background: TaskTracker::new(),
         });
         tasks.spawn({
@@ -334,6 +343,7 @@ impl QueueService {
             cache: cache.clone(),
             leases: LeaseTable::default(),
             idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
+            record_names: self.record_names.clone(),
             markers: self.markers.clone(),
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
@@ -444,7 +454,8 @@ impl QueueService {
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
-    /// lost answers, then deletes the claim markers they left; true if all finished in time.
+    /// lost answers, then deletes the claim markers they left and writes the message names
+    /// idempotency records still wait for; true if all finished in time.
     /// Shutdown calls this before it closes the session.
     pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
         self.background.close();
@@ -453,6 +464,7 @@ impl QueueService {
             tracing::error!("shutdown grace ended with takes still being settled; see the errors above");
         }
         let _ = tokio::time::timeout_at(deadline, self.markers.flush_now()).await;
+        let _ = tokio::time::timeout_at(deadline, self.record_names.flush_now()).await;
         settled
     }
 
