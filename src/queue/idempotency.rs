@@ -13,7 +13,8 @@
 //! A keyed put's transaction creates the record (or renews an expired one), its index entry and
 //! the message, in one multi. The message's name is known only once the multi has answered (the
 //! server appends the sequence), so the record cannot hold it yet: a versioned `setData` writes it
-//! right after. A record without a name (zkq died, or lost the answer, between the two steps) is
+//! after the put answered, batched with other puts' names ([`RecordNames`], best effort). A record
+//! without a name (zkq died, or lost the connection, between the two steps) is
 //! resolved by the message whose creation zxid is the record's `mzxid`, since every operation of a
 //! multi has the same zxid; a message consumed before that is found has no name left to tell, and
 //! the replay says so (`message_id: null`).
