@@ -415,9 +415,10 @@ impl Queue {
         Ok(KeyedPut { key: key.to_owned(), hash: key_hash(key), fingerprint: fingerprint(body, options) })
     }
 
-    /// Looks the key of a put up before anything waits or is written: an earlier put with the
-    /// same key within the window is answered (a replay, or 409 for another body), else the put
-    /// goes on.
+    /// Checks the key of a put before anything waits or is written. On a queue with `max_items`
+    /// the record is read first: an earlier put with the key within the window is answered (a
+    /// replay, or 409 for another body) without waiting for room. Elsewhere the put goes on at
+    /// once and its transaction's create of the record is the check ([`Queue::check_again`]).
     pub(super) async fn check_key(
         &self,
         key: &str,

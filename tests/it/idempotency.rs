@@ -112,6 +112,26 @@ async fn a_retried_put_with_its_key_stores_one_message_and_another_body_is_refus
     assert_eq!(record.len(), 2, "one record per key: {record:?}");
 }
 
+/// On a full queue (`max_items`), a retry of a put that was stored is a replay at once: it does not
+/// wait for room, nor answer 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_on_a_full_queue_answers_at_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-full");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "tiny", QueueKind::Fifo, None, None);
+    config.queues.get_mut("tiny").expect("declared").max_items = Some(1);
+    let zkq = TestZkq::start_ready(config).await;
+    let first = keyed_put(&zkq.http, &zkq.api, "tiny", "k", b"M").await;
+    assert_eq!((first.status, first.replay), (201, false));
+    let full = keyed_put(&zkq.http, &zkq.api, "tiny", "other", b"N").await;
+    assert_eq!((full.status, full.code.as_str()), (429, "queue_full"), "the queue is full: {full:?}");
+    let replay = keyed_put(&zkq.http, &zkq.api, "tiny", "k", b"M").await;
+    assert_eq!((replay.status, replay.replay, replay.id), (201, true, first.id), "a replay, not 429");
+    let conflict = keyed_put(&zkq.http, &zkq.api, "tiny", "k", b"other body").await;
+    assert_eq!((conflict.status, conflict.code.as_str()), (409, "idempotency_key_reused"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_idempotency_keys_are_refused_with_400_and_store_nothing() {
     let zk = ZkServer::shared();
