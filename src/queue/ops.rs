@@ -117,7 +117,7 @@ impl Queue {
         let meta = self.meta_for(&options)?;
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(options.wait);
-        // A key already used within its window is answered before anything waits or is written.
+        // A key already used within its window stores nothing: answered here, or by `put_keyed`.
         let keyed = match options.idempotency_key.as_deref() {
             Some(key) => match self.check_key(key, body, &options, deadline).await? {
                 KeyCheck::Replay(receipt) => return Ok(receipt),
