@@ -1,9 +1,10 @@
 //! Memory of many waiting long-polls: prints figures, asserts nothing.
 //!
 //! `cargo bench --bench memory` (after `scripts/test.sh` installed ZooKeeper). It starts a private
-//! ZooKeeper and the real zkq binary (this build's), with `take.max_wait = 60s` and limits high
-//! enough for 10,000 connections, and prints the process's resident set (`VmRSS` of
-//! /proc/PID/status) when idle, with 1,000 and with 10,000 takes waiting (`wait=60s` on an empty
+//! ZooKeeper and the real zkq binary (this build's), with `take.max_wait = 10m` (so no take ends
+//! while a loaded machine is still opening the others) and limits high enough for 10,000
+//! connections, and prints the process's resident set (`VmRSS` of /proc/PID/status) when idle,
+//! with 1,000 and with 10,000 takes waiting (`wait=10m` on an empty
 //! queue, one connection each, opened by this process with its open-file limit raised to the hard
 //! limit; the child inherits it), and a while after they all left.
 //!
@@ -46,26 +47,26 @@ async fn waiting(http: &reqwest::Client, zkq: &ChildZkq) -> f64 {
     metric_sum(&text, "zkq_waiting_takers", &[&format!("queue=\"{QUEUE}\"")], &[])
 }
 
-/// Opens `n` more connections, each sending one take with `wait=60s`, and waits until zkq
+/// Opens `n` more connections, each sending one take with `wait=10m`, and waits until zkq
 /// counts every one of them as a waiting taker.
 async fn add_waiters(http: &reqwest::Client, zkq: &ChildZkq, streams: &mut Vec<TcpStream>, n: usize) {
     let addr = zkq.api.trim_start_matches("http://").to_owned();
     let request =
-        format!("POST /v1/queues/{QUEUE}/take?wait=60s HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\n\r\n");
+        format!("POST /v1/queues/{QUEUE}/take?wait=10m HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\n\r\n");
     for _ in 0..n {
         let mut stream = TcpStream::connect(&addr).await.expect("connect");
         stream.write_all(request.as_bytes()).await.expect("send take");
         streams.push(stream);
     }
     let want = streams.len() as f64;
-    eventually(Duration::from_secs(120), "every take waiting", || async move { waiting(http, zkq).await >= want })
+    eventually(Duration::from_secs(600), "every take waiting", || async move { waiting(http, zkq).await >= want })
         .await;
 }
 
 async fn run(label: &str, binary: &Path, zk: &ZkServer, waiters: &[usize], settle: Duration) {
     let root = unique_root(&format!("memory-{label}"));
     let env = [
-        ("ZKQ__TAKE__MAX_WAIT", "60s"),
+        ("ZKQ__TAKE__MAX_WAIT", "10m"),
         ("ZKQ__API__MAX_CONNECTIONS", "20000"),
         ("ZKQ__API__MAX_CONCURRENT_REQUESTS", "20000"),
     ];
@@ -119,7 +120,7 @@ async fn main() {
         eprintln!("open-file limit {limit} is too low for {largest} connections");
         return;
     }
-    println!("memory bench: take.max_wait=60s, waiters {waiters:?}, settle {}s (ZKQ_BENCH_SETTLE)", settle.as_secs());
+    println!("memory bench: take.max_wait=10m, waiters {waiters:?}, settle {}s (ZKQ_BENCH_SETTLE)", settle.as_secs());
     let zk = ZkServer::start();
     if let Ok(baseline) = std::env::var("ZKQ_BENCH_BASELINE") {
         run("baseline", &PathBuf::from(baseline), &zk, &waiters, settle).await;

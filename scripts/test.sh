@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, schemathesis, the
-# deploy-check tools) and runs the whole suite: the deployment checks, then `cargo test` against
-# real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
+# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, openssl for the
+# test certificates, schemathesis, the deploy-check tools) and runs the whole suite: the
+# deployment checks, then `cargo test` against real servers. Extra arguments go to `cargo test`
+# (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus
+ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl
 bash tests/java/build.sh
 # Python tools from PyPI, pinned, in a private virtualenv.
 venv=target/tools-venv

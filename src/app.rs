@@ -11,20 +11,89 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError, Secret};
 use crate::counter::CounterService;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
-use crate::zk::{SessionSettings, ZkSession};
+use crate::zk::{SaslCredentials, SessionSettings, TlsMaterial, TlsSettings, ZkSession};
 
 /// Why zkq could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A file the configuration names cannot be used (exit status 64, like any configuration error).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("cannot listen on {addr} ({key}): {source}")]
     Bind { key: &'static str, addr: SocketAddr, source: std::io::Error },
     #[error("cannot create metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+}
+
+/// What zkq reads from files before it starts: the TLS certificates, the SASL password, the
+/// API token. `Debug` shows no secret.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    pub tls: Option<(TlsSettings, TlsMaterial)>,
+    pub sasl_password: Option<Secret>,
+    pub api_token: Option<Secret>,
+}
+
+/// Reads and checks every file the configuration names. A file that is missing, unreadable or
+/// invalid (not PEM, no certificate, a key that does not belong to its certificate, an empty
+/// password, a token that cannot be a header value) is a configuration error.
+pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
+    let zk = &config.zookeeper;
+    let tls = match (&zk.tls.enabled, &zk.tls.ca_file) {
+        (true, Some(ca_file)) => {
+            let settings = TlsSettings {
+                ca_file: ca_file.clone(),
+                cert_file: zk.tls.cert_file.clone(),
+                key_file: zk.tls.key_file.clone(),
+                verify_hostname: zk.tls.verify_hostname,
+                reload_interval: zk.tls.reload_interval,
+            };
+            let material = TlsMaterial::load(&settings).map_err(|err| ConfigError {
+                key: err.key.to_owned(),
+                value: format!("{:?}", err.path),
+                allowed: err.reason,
+            })?;
+            Some((settings, material))
+        },
+        _ => None,
+    };
+    let sasl_password = match (&zk.sasl.password, &zk.sasl.password_file) {
+        (Some(password), _) => Some(password.clone()),
+        (None, Some(path)) => Some(read_secret_file("zookeeper.sasl.password_file", path)?),
+        (None, None) => None,
+    };
+    let api_token = match &config.api.token_file {
+        Some(path) => {
+            let token = read_secret_file("api.token_file", path)?;
+            if !token.expose().bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(ConfigError {
+                    key: "api.token_file".to_owned(),
+                    value: format!("{path:?}"),
+                    allowed: "the token must be printable ASCII without spaces (it travels in a header)".to_owned(),
+                });
+            }
+            Some(token)
+        },
+        None => None,
+    };
+    Ok(Secrets { tls, sasl_password, api_token })
+}
+
+/// A file holding one secret; line breaks at its end are not part of it.
+fn read_secret_file(key: &str, path: &std::path::Path) -> Result<Secret, ConfigError> {
+    let error = |allowed: String| ConfigError { key: key.to_owned(), value: format!("{path:?}"), allowed };
+    let bytes = std::fs::read(path).map_err(|err| error(format!("cannot read the file: {err}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| error("the file is not UTF-8 text".to_owned()))?;
+    let secret = text.trim_end_matches(['\r', '\n']);
+    if secret.is_empty() {
+        return Err(error("the file is empty".to_owned()));
+    }
+    Ok(Secret::new(secret))
 }
 
 /// A started zkq: its bound addresses and a handle to stop it.
@@ -51,8 +120,26 @@ impl Running {
     }
 }
 
+/// The session's settings: the configuration with the secrets read from their files.
+pub fn session_settings(config: &Config, secrets: Secrets) -> SessionSettings {
+    SessionSettings {
+        connect: config.zookeeper.connect.clone(),
+        session_timeout: config.zookeeper.session_timeout,
+        request_timeout: config.zookeeper.request_timeout,
+        auth_digest: config.zookeeper.auth_digest.clone(),
+        sasl: match (&config.zookeeper.sasl.username, secrets.sasl_password) {
+            (Some(username), Some(password)) => Some(SaslCredentials { username: username.clone(), password }),
+            _ => None,
+        },
+        tls: secrets.tls,
+        acl: config.node_acl(),
+        reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
+    }
+}
+
 /// Starts zkq: binds both listeners (failing early if it cannot), then connects in the background.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    let secrets = load_secrets(&config)?;
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new()?);
     let api_listener = TcpListener::bind(config.api.listen).await.map_err(|source| StartError::Bind {
@@ -72,14 +159,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let draining = CancellationToken::new();
     let stop_session = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let settings = SessionSettings {
-        connect: config.zookeeper.connect.clone(),
-        session_timeout: config.zookeeper.session_timeout,
-        request_timeout: config.zookeeper.request_timeout,
-        auth_digest: config.zookeeper.auth_digest.clone(),
-        reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
-    };
-    let (session, session_task) = ZkSession::start(settings, metrics.clone(), stop_session.clone());
+    let api_token = secrets.api_token.clone();
+    let settings = session_settings(&config, secrets);
+    let (session, session_task) = ZkSession::start(settings, metrics.clone(), stop_session.clone()).map_err(|err| {
+        ConfigError { key: "zookeeper.tls".to_owned(), value: "(files)".to_owned(), allowed: err.to_string() }
+    })?;
     let queues = QueueService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone());
     let state = AppState {
         config: config.clone(),
@@ -94,6 +178,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             tasks.clone(),
         ),
         draining: draining.clone(),
+        api_token: api_token.map(Arc::new),
     };
 
     let stop_api = CancellationToken::new();

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -72,10 +72,100 @@ pub struct ZookeeperConfig {
     /// Absolute path under which zkq keeps its own nodes (dynamic queues, locks, counters).
     pub root: String,
     /// Optional `digest` credentials `user:password`; a secret, never printed.
-    pub auth_digest: Option<String>,
+    pub auth_digest: Option<Secret>,
     /// Upper bound of the reconnect backoff while ZooKeeper is unreachable.
     #[serde(with = "humantime_serde")]
     pub reconnect_backoff_max: Duration,
+    /// ACL of every node zkq creates, as `scheme:id:perms` entries. None: `auth::cdrwa` (only
+    /// sessions with zkq's credentials) when credentials are configured, else `world:anyone:cdrwa`.
+    pub acl: Option<Vec<String>>,
+    /// TLS on the connection to ZooKeeper.
+    pub tls: ZkTlsConfig,
+    /// SASL authentication of the session.
+    pub sasl: ZkSaslConfig,
+}
+
+/// TLS to ZooKeeper (its `secureClientPort`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZkTlsConfig {
+    /// Every server of `zookeeper.connect` is reached over TLS.
+    pub enabled: bool,
+    /// PEM bundle of the CA certificates that sign the servers' certificates (CRLs allowed).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for servers with `ssl.clientAuth=need` (mutual TLS).
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1); never logged.
+    pub key_file: Option<PathBuf>,
+    /// Check that each server's certificate names the host it was reached by.
+    pub verify_hostname: bool,
+    /// How often the three files are read again; changed certificates serve the next connection.
+    #[serde(with = "humantime_serde")]
+    pub reload_interval: Duration,
+}
+
+impl Default for ZkTlsConfig {
+    fn default() -> Self {
+        ZkTlsConfig {
+            enabled: false,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            verify_hostname: true,
+            reload_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// SASL authentication to ZooKeeper.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZkSaslConfig {
+    /// The mechanism; none means no SASL.
+    pub mechanism: Option<SaslMechanism>,
+    /// The user of the server's JAAS `Server` section (`user_<name>="..."`).
+    pub username: Option<String>,
+    /// The password; a secret, never printed. Exactly one of `password` and `password_file`.
+    pub password: Option<Secret>,
+    /// A file holding the password (a mounted Secret); trailing line breaks are ignored.
+    pub password_file: Option<PathBuf>,
+}
+
+/// SASL mechanisms zkq speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaslMechanism {
+    /// DIGEST-MD5, what ZooKeeper's `DigestLoginModule` serves.
+    #[serde(rename = "DIGEST-MD5", alias = "digest-md5")]
+    DigestMd5,
+}
+
+/// A secret value (a password, credentials, a token). `Debug` and serialization show
+/// `<redacted>`, so neither a log line nor `check-config` can print it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +190,18 @@ pub struct ApiConfig {
     pub idle_timeout: Duration,
     /// Message bytes one peek answers at most (at least one message is always shown).
     pub max_peek_bytes: usize,
+    /// Messages one batch request (batch put, `?max=` take or lease, batch ack) carries at most.
+    pub max_batch: usize,
+    /// Message bytes of one batch put, and of one batch take or lease answer (at least one
+    /// message is always taken); a batch put is one ZooKeeper transaction, which must stay under
+    /// the server's `jute.maxbuffer` (1 MiB by default).
+    pub max_batch_bytes: usize,
+    /// A file holding the API token (a mounted Secret): when set, every API request must carry
+    /// it in the `zkq-api-token` header. Read once at start.
+    pub token_file: Option<PathBuf>,
+    /// Refuse requests a web browser sends for a page of another origin (`Origin` or
+    /// `Sec-Fetch-Site` headers), so no web page can use the loopback API.
+    pub refuse_cross_origin: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -260,6 +362,9 @@ impl Default for ZookeeperConfig {
             root: "/zkq".to_owned(),
             auth_digest: None,
             reconnect_backoff_max: Duration::from_secs(5),
+            acl: None,
+            tls: ZkTlsConfig::default(),
+            sasl: ZkSaslConfig::default(),
         }
     }
 }
@@ -275,6 +380,10 @@ impl Default for ApiConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_peek_bytes: 8 * 1024 * 1024,
+            max_batch: 100,
+            max_batch_bytes: 512 * 1024,
+            token_file: None,
+            refuse_cross_origin: true,
         }
     }
 }
@@ -452,11 +561,7 @@ impl Config {
         if zk.root == "/" {
             return Err(invalid("zookeeper.root", &zk.root, "must be a node below /, such as /zkq"));
         }
-        if let Some(auth) = &zk.auth_digest
-            && !auth.contains(':')
-        {
-            return Err(invalid("zookeeper.auth_digest", "<redacted>", "must be user:password"));
-        }
+        self.validate_security()?;
         if self.api.listen == self.admin.listen && self.api.listen.port() != 0 {
             return Err(invalid("admin.listen", self.admin.listen, "must differ from api.listen"));
         }
@@ -513,6 +618,16 @@ impl Config {
         }
         if self.api.max_peek_bytes == 0 {
             return Err(invalid("api.max_peek_bytes", 0, "at least 1"));
+        }
+        if !(1..=1000).contains(&self.api.max_batch) {
+            return Err(invalid("api.max_batch", self.api.max_batch, "between 1 and 1000"));
+        }
+        if !(1024..=768 * 1024).contains(&self.api.max_batch_bytes) {
+            return Err(invalid(
+                "api.max_batch_bytes",
+                self.api.max_batch_bytes,
+                "between 1024 and 786432 (a batch put is one transaction under ZooKeeper's 1 MiB request limit)",
+            ));
         }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;
         check_duration(
@@ -604,12 +719,305 @@ impl Config {
 
     /// The configuration as TOML with secrets replaced, for `zkq check-config`.
     pub fn to_redacted_toml(&self) -> String {
-        let mut shown = self.clone();
-        if shown.zookeeper.auth_digest.is_some() {
-            shown.zookeeper.auth_digest = Some("<redacted>".to_owned());
-        }
-        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
+        // Secret serializes as "<redacted>": no secret can reach this text.
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
     }
+
+    /// Whether the session authenticates (digest credentials or SASL): then the nodes zkq
+    /// creates are, by default, for sessions with the same credentials only.
+    pub fn has_credentials(&self) -> bool {
+        self.zookeeper.auth_digest.is_some() || self.zookeeper.sasl.mechanism.is_some()
+    }
+
+    /// The ACL of the nodes zkq creates (the configuration is validated: every entry parses).
+    pub fn node_acl(&self) -> NodeAcl {
+        match &self.zookeeper.acl {
+            Some(entries) => NodeAcl::List(entries.iter().filter_map(|e| AclEntry::parse(e).ok()).collect()),
+            None if self.has_credentials() => NodeAcl::CreatorAll,
+            None => NodeAcl::Open,
+        }
+    }
+
+    /// TLS, SASL, credentials, the ACL list and the API token: what can be checked without
+    /// reading a file (files are read at start, see `app::load_secrets`).
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let zk = &self.zookeeper;
+        if let Some(auth) = &zk.auth_digest
+            && auth.expose().split_once(':').is_none_or(|(user, _)| user.is_empty())
+        {
+            return Err(invalid("zookeeper.auth_digest", "<redacted>", "must be user:password"));
+        }
+        let tls = &zk.tls;
+        if tls.enabled {
+            if tls.ca_file.is_none() {
+                return Err(invalid(
+                    "zookeeper.tls.ca_file",
+                    "(unset)",
+                    "TLS needs the PEM file of the CA that signs the servers' certificates",
+                ));
+            }
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                let (key, value) = match &tls.cert_file {
+                    Some(cert) => ("zookeeper.tls.key_file", format!("(unset; cert_file = {})", cert.display())),
+                    None => ("zookeeper.tls.cert_file", "(unset; key_file is set)".to_owned()),
+                };
+                return Err(ConfigError {
+                    key: key.to_owned(),
+                    value,
+                    allowed: "a client certificate needs its key: set both cert_file and key_file, or neither"
+                        .to_owned(),
+                });
+            }
+            check_duration(
+                "zookeeper.tls.reload_interval",
+                tls.reload_interval,
+                Duration::from_secs(1),
+                Duration::from_secs(24 * 3600),
+            )?;
+        } else if let Some((key, path)) = [
+            ("zookeeper.tls.ca_file", &tls.ca_file),
+            ("zookeeper.tls.cert_file", &tls.cert_file),
+            ("zookeeper.tls.key_file", &tls.key_file),
+        ]
+        .into_iter()
+        .find_map(|(key, path)| path.as_ref().map(|p| (key, p)))
+        {
+            return Err(invalid(key, path, "is set but zookeeper.tls.enabled = false; enable TLS or remove it"));
+        }
+        for (key, path) in [
+            ("zookeeper.tls.ca_file", &tls.ca_file),
+            ("zookeeper.tls.cert_file", &tls.cert_file),
+            ("zookeeper.tls.key_file", &tls.key_file),
+            ("zookeeper.sasl.password_file", &zk.sasl.password_file),
+            ("api.token_file", &self.api.token_file),
+        ] {
+            if let Some(path) = path {
+                check_file_path(key, path)?;
+            }
+        }
+        let sasl = &zk.sasl;
+        match sasl.mechanism {
+            Some(SaslMechanism::DigestMd5) => {
+                if sasl.username.as_deref().is_none_or(|u| u.trim().is_empty()) {
+                    return Err(invalid(
+                        "zookeeper.sasl.username",
+                        sasl.username.as_deref().unwrap_or("(unset)"),
+                        "DIGEST-MD5 needs the user name of the server's JAAS Server section",
+                    ));
+                }
+                if sasl.password.is_some() == sasl.password_file.is_some() {
+                    return Err(invalid(
+                        "zookeeper.sasl.password",
+                        "<redacted>",
+                        "set exactly one of zookeeper.sasl.password and zookeeper.sasl.password_file",
+                    ));
+                }
+            },
+            None => {
+                if let Some((key, _)) = [
+                    ("zookeeper.sasl.username", sasl.username.is_some()),
+                    ("zookeeper.sasl.password", sasl.password.is_some()),
+                    ("zookeeper.sasl.password_file", sasl.password_file.is_some()),
+                ]
+                .into_iter()
+                .find(|(_, set)| *set)
+                {
+                    return Err(invalid(
+                        key,
+                        "(set)",
+                        "is set but zookeeper.sasl.mechanism is not; set mechanism = \"DIGEST-MD5\"",
+                    ));
+                }
+            },
+        }
+        if let Some(entries) = &zk.acl {
+            self.validate_acl(entries)?;
+        }
+        Ok(())
+    }
+
+    /// Every entry parses, `auth` has credentials to refer to, and some entry lets zkq's own
+    /// session read, write, create and delete (else zkq would lock itself out of its nodes).
+    fn validate_acl(&self, entries: &[String]) -> Result<(), ConfigError> {
+        if entries.is_empty() {
+            return Err(invalid(
+                "zookeeper.acl",
+                entries,
+                "at least one entry, like \"auth::cdrwa\"; leave the key out for the default",
+            ));
+        }
+        let mut granted = 0u8;
+        let mut unverifiable = false;
+        for text in entries {
+            let entry = AclEntry::parse(text).map_err(|why| invalid("zookeeper.acl", text, why))?;
+            let ours = match entry.scheme.as_str() {
+                "world" => true,
+                "auth" => {
+                    if !self.has_credentials() {
+                        return Err(invalid(
+                            "zookeeper.acl",
+                            text,
+                            "`auth` means \"sessions with zkq's credentials\", but none are configured \
+                             (zookeeper.auth_digest or zookeeper.sasl); ZooKeeper refuses such an ACL",
+                        ));
+                    }
+                    true
+                },
+                "digest" => match &self.zookeeper.auth_digest {
+                    Some(auth) => {
+                        let (user, hash) = entry.id.split_once(':').unwrap_or((&entry.id, ""));
+                        let ours = auth.expose().split_once(':').is_some_and(|(u, _)| u == user);
+                        if ours && hash != digest_hash(auth.expose()) {
+                            return Err(invalid(
+                                "zookeeper.acl",
+                                text,
+                                format!(
+                                    "the hash for user {user} does not match zookeeper.auth_digest; it is \
+                                     base64(sha1(\"{user}:password\")), e.g. printf '%s' '{user}:password' | \
+                                     openssl dgst -binary -sha1 | base64"
+                                ),
+                            ));
+                        }
+                        ours
+                    },
+                    None => false,
+                },
+                "sasl" => {
+                    self.zookeeper.sasl.mechanism.is_some()
+                        && self.zookeeper.sasl.username.as_deref() == Some(&entry.id)
+                },
+                _ => {
+                    // ip and x509 ids depend on the network and the certificate: not checked here.
+                    unverifiable = true;
+                    false
+                },
+            };
+            if ours {
+                granted |= entry.perms;
+            }
+        }
+        let needed = acl_perms::READ | acl_perms::WRITE | acl_perms::CREATE | acl_perms::DELETE;
+        if granted & needed != needed && !unverifiable {
+            return Err(invalid(
+                "zookeeper.acl",
+                entries,
+                "no entry lets zkq's own session read, write, create and delete (crwd) the nodes it \
+                 creates: add \"auth::cdrwa\" (with credentials) or an entry for zkq's own user",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// ZooKeeper's permission bits.
+pub mod acl_perms {
+    pub const READ: u8 = 1;
+    pub const WRITE: u8 = 2;
+    pub const CREATE: u8 = 4;
+    pub const DELETE: u8 = 8;
+    pub const ADMIN: u8 = 16;
+}
+
+/// One entry of `zookeeper.acl`: who (`scheme:id`) may do what (`perms`, ZooKeeper's bits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclEntry {
+    pub scheme: String,
+    pub id: String,
+    pub perms: u8,
+}
+
+impl AclEntry {
+    /// Parses `scheme:id:perms` as ZooKeeper's CLI writes it, e.g. `world:anyone:r`,
+    /// `digest:app:Nz4n…=:cdrwa`, `ip:10.0.0.0/8:r`, `auth::cdrwa`.
+    pub fn parse(text: &str) -> Result<AclEntry, String> {
+        let shape = "an entry scheme:id:perms, like world:anyone:r, auth::cdrwa or digest:app:<hash>:cdrwa";
+        let (scheme, rest) = text.split_once(':').ok_or_else(|| shape.to_owned())?;
+        let (id, letters) = rest.rsplit_once(':').ok_or_else(|| shape.to_owned())?;
+        let mut perms = 0u8;
+        for letter in letters.chars() {
+            let bit = match letter {
+                'r' => acl_perms::READ,
+                'w' => acl_perms::WRITE,
+                'c' => acl_perms::CREATE,
+                'd' => acl_perms::DELETE,
+                'a' => acl_perms::ADMIN,
+                other => return Err(format!("unknown permission {other:?}: permissions are letters of cdrwa")),
+            };
+            if perms & bit != 0 {
+                return Err(format!("permission {letter:?} given twice"));
+            }
+            perms |= bit;
+        }
+        if perms == 0 {
+            return Err("no permissions: give letters of cdrwa".to_owned());
+        }
+        match scheme {
+            "world" if id != "anyone" => return Err("the world scheme has the one id `anyone`".to_owned()),
+            "auth" if !id.is_empty() => {
+                return Err(
+                    "the auth scheme takes no id (write auth::cdrwa): it means zkq's own credentials".to_owned()
+                );
+            },
+            "digest" => {
+                use base64::Engine;
+                let valid = id.split_once(':').is_some_and(|(user, hash)| {
+                    !user.is_empty()
+                        && base64::engine::general_purpose::STANDARD.decode(hash).is_ok_and(|sha1| sha1.len() == 20)
+                });
+                if !valid {
+                    return Err(
+                        "a digest id is user:base64(sha1(\"user:password\")), 28 characters after the user".to_owned()
+                    );
+                }
+            },
+            "ip" => {
+                let (addr, bits) = match id.split_once('/') {
+                    Some((addr, bits)) => (addr, Some(bits)),
+                    None => (id, None),
+                };
+                let max = match addr.parse::<std::net::IpAddr>() {
+                    Ok(std::net::IpAddr::V4(_)) => 32,
+                    Ok(std::net::IpAddr::V6(_)) => 128,
+                    Err(_) => return Err("an ip id is an address or address/bits, like 10.0.0.0/8".to_owned()),
+                };
+                if bits.is_some_and(|b| !b.parse::<u8>().is_ok_and(|b| b <= max)) {
+                    return Err(format!("the prefix length of an ip id is 0 to {max}"));
+                }
+            },
+            "sasl" | "x509" if id.is_empty() => return Err(format!("the {scheme} scheme needs an id")),
+            "world" | "auth" | "sasl" | "x509" => {},
+            other => {
+                return Err(format!("unknown scheme {other:?}: zkq knows world, auth, digest, ip, sasl and x509"));
+            },
+        }
+        Ok(AclEntry { scheme: scheme.to_owned(), id: id.to_owned(), perms })
+    }
+}
+
+/// The ACL zkq gives the nodes it creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAcl {
+    /// `world:anyone:cdrwa`: no credentials are configured.
+    Open,
+    /// `auth::cdrwa`: sessions with the same credentials as zkq's.
+    CreatorAll,
+    /// `zookeeper.acl`, as configured.
+    List(Vec<AclEntry>),
+}
+
+/// The id ZooKeeper's digest scheme derives from `user:password`: `user:base64(sha1(user:password))`'s hash part.
+fn digest_hash(credentials: &str) -> String {
+    use base64::Engine;
+    let sha1 = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, credentials.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(sha1.as_ref())
+}
+
+/// A file key names an absolute path (the file itself is read at start).
+fn check_file_path(key: &str, path: &Path) -> Result<(), ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(invalid(key, path, "a path to a file, e.g. a mounted Secret"));
+    }
+    Ok(())
 }
 
 /// Java's default `jute.maxbuffer`: the largest reply (including a child list) a Curator client reads.
@@ -939,6 +1347,122 @@ mod tests {
         let text = config.to_redacted_toml();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("session_timeout = \"30s\""), "{text}");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output_or_check_config() {
+        let file = write_toml(
+            "[zookeeper]\nauth_digest = \"svc:hunter2\"\n[zookeeper.sasl]\nmechanism = \"DIGEST-MD5\"\n\
+             username = \"app\"\npassword = \"sasl-pass-42\"\n",
+        );
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let config = Config::load_with_env(&overrides, HashMap::new()).expect("valid");
+        for text in [format!("{config:?}"), format!("{:?}", config.zookeeper), config.to_redacted_toml()] {
+            assert!(!text.contains("hunter2") && !text.contains("sasl-pass-42"), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        assert_eq!(config.zookeeper.sasl.password.as_ref().map(Secret::expose), Some("sasl-pass-42"));
+        assert_eq!(config.node_acl(), NodeAcl::CreatorAll, "credentials make nodes creator-only");
+    }
+
+    #[test]
+    fn acl_entries_parse_as_zookeepers_cli_writes_them() {
+        let hash = digest_hash("app:secret");
+        let entry = AclEntry::parse(&format!("digest:app:{hash}:cdrwa")).expect("digest");
+        assert_eq!((entry.scheme.as_str(), entry.id.as_str(), entry.perms), ("digest", &*format!("app:{hash}"), 31));
+        assert_eq!(AclEntry::parse("world:anyone:r").expect("world").perms, acl_perms::READ);
+        assert_eq!(AclEntry::parse("auth::cdrwa").expect("auth").id, "");
+        assert!(AclEntry::parse("ip:10.0.0.0/8:rw").is_ok());
+        assert!(AclEntry::parse("x509:CN=app,O=shop:cdrw").is_ok());
+        for bad in [
+            "world:anyone",
+            "world:someone:r",
+            "auth:app:cdrwa",
+            "digest:app:short:cdrwa",
+            "digest::AAAAAAAAAAAAAAAAAAAAAAAAAAA=:r",
+            "ip:10.0.0.0/33:r",
+            "ip:not-an-ip:r",
+            "world:anyone:rx",
+            "world:anyone:rr",
+            "world:anyone:",
+            "kerberos:app:r",
+            "sasl::r",
+        ] {
+            assert!(AclEntry::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+        // What ZooKeeper's own DigestAuthenticationProvider prints for app:secret.
+        assert_eq!(digest_hash("app:secret"), "F6Y+U5gIoCbNNoLQExmvxRFeatA=");
+    }
+
+    #[test]
+    fn an_acl_list_that_locks_zkq_out_is_refused() {
+        let load = |toml: &str| {
+            let file = write_toml(toml);
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            Config::load_with_env(&overrides, HashMap::new())
+        };
+        let hash = digest_hash("app:secret");
+        let ok = load(&format!(
+            "[zookeeper]\nauth_digest = \"app:secret\"\nacl = [\"digest:app:{hash}:cdrwa\", \"world:anyone:r\"]\n"
+        ))
+        .expect("own digest entry");
+        assert!(matches!(ok.node_acl(), NodeAcl::List(entries) if entries.len() == 2));
+        for (toml, words) in [
+            ("[zookeeper]\nacl = [\"auth::cdrwa\"]\n", "none are configured"),
+            ("[zookeeper]\nauth_digest = \"app:secret\"\nacl = []\n", "at least one entry"),
+            ("[zookeeper]\nauth_digest = \"app:secret\"\nacl = [\"world:anyone:r\"]\n", "crwd"),
+            (
+                "[zookeeper]\nauth_digest = \"app:other\"\nacl = [\"digest:app:D/InIHSb7yEEbrWz8b9l71RjZJU=:cdrwa\"]\n",
+                "does not match zookeeper.auth_digest",
+            ),
+            ("[zookeeper]\nacl = [\"world:anyone:cdrwa\", \"nonsense\"]\n", "scheme:id:perms"),
+        ] {
+            let err = load(toml).expect_err(toml);
+            assert_eq!(err.key, "zookeeper.acl", "{toml}: {err}");
+            assert!(err.to_string().contains(words), "{toml}: {err}");
+            assert!(!err.to_string().contains("secret"), "{toml}: the password is printed: {err}");
+        }
+        // Addresses and certificates cannot be checked here: such a list is trusted.
+        assert!(load("[zookeeper]\nacl = [\"ip:10.0.0.0/8:cdrwa\"]\n").is_ok());
+        assert_eq!(Config::default().node_acl(), NodeAcl::Open, "no credentials: open, as before");
+    }
+
+    #[test]
+    fn tls_and_sasl_settings_are_checked_together() {
+        let load = |pairs: &[(&str, &str)]| Config::load_with_env(&Overrides::default(), env(pairs));
+        let cases: [(&[(&str, &str)], &str); 6] = [
+            (&[("ZKQ__ZOOKEEPER__TLS__ENABLED", "true")], "zookeeper.tls.ca_file"),
+            (
+                &[
+                    ("ZKQ__ZOOKEEPER__TLS__ENABLED", "true"),
+                    ("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/ca.crt"),
+                    ("ZKQ__ZOOKEEPER__TLS__CERT_FILE", "/c.crt"),
+                ],
+                "zookeeper.tls.key_file",
+            ),
+            (&[("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/ca.crt")], "zookeeper.tls.ca_file"),
+            (&[("ZKQ__ZOOKEEPER__SASL__MECHANISM", "DIGEST-MD5")], "zookeeper.sasl.username"),
+            (
+                &[("ZKQ__ZOOKEEPER__SASL__MECHANISM", "DIGEST-MD5"), ("ZKQ__ZOOKEEPER__SASL__USERNAME", "app")],
+                "zookeeper.sasl.password",
+            ),
+            (&[("ZKQ__ZOOKEEPER__SASL__USERNAME", "app")], "zookeeper.sasl.username"),
+        ];
+        for (pairs, key) in cases {
+            let err = load(pairs).expect_err(key);
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+        }
+        let config = load(&[
+            ("ZKQ__ZOOKEEPER__TLS__ENABLED", "true"),
+            ("ZKQ__ZOOKEEPER__TLS__CA_FILE", "/etc/zkq/tls/ca.crt"),
+            ("ZKQ__ZOOKEEPER__SASL__MECHANISM", "digest-md5"),
+            ("ZKQ__ZOOKEEPER__SASL__USERNAME", "app"),
+            ("ZKQ__ZOOKEEPER__SASL__PASSWORD_FILE", "/etc/zkq/sasl/password"),
+        ])
+        .expect("TLS with a CA and SASL with a password file");
+        assert!(config.zookeeper.tls.verify_hostname, "hostname verification is on by default");
+        assert_eq!(config.zookeeper.sasl.mechanism, Some(SaslMechanism::DigestMd5));
+        assert!(config.api.refuse_cross_origin, "cross-origin browser requests are refused by default");
     }
 
     #[test]

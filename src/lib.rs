@@ -3,11 +3,13 @@
 //! Data path: `http` (routes, errors) → `queue` (Curator names, envelope, cache, put/take)
 //! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
 //! `config` is read once and validated before anything starts; `metrics` owns every metric.
+//! `inspect` is the read-only `zkq inspect` command.
 
 pub mod app;
 pub mod config;
 pub(crate) mod counter;
 pub mod http;
+pub mod inspect;
 pub(crate) mod metrics;
 pub mod queue;
 pub mod shutdown;

@@ -29,12 +29,22 @@ struct Cli {
 enum Command {
     /// Run the daemon (the default).
     Run,
-    /// Validate the configuration, print the effective values (secrets redacted) and exit.
-    CheckConfig,
+    /// Validate the configuration and the files it names (certificates, keys, password and token
+    /// files), print the effective values (secrets redacted) and exit.
+    CheckConfig {
+        /// Do not read the files the configuration names (to check a configuration away from the
+        /// pod that mounts them).
+        #[arg(long)]
+        no_files: bool,
+    },
     /// Print the OpenAPI document the API serves.
     Openapi,
     /// Exit 0 if this configuration's zkq answers /readyz with 200 (for container health checks).
     Healthcheck,
+    /// Show every queue in ZooKeeper (declared, and under {root}/queues): kind, depth, oldest message,
+    /// locks and their sessions, redeliveries, child-list size, undecodable nodes. Read-only; exit 1
+    /// when ZooKeeper is unreachable or the report is incomplete.
+    Inspect(zkq::inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,7 +62,11 @@ fn main() -> ExitCode {
         },
     };
     match cli.command.unwrap_or(Command::Run) {
-        Command::CheckConfig => {
+        Command::CheckConfig { no_files } => {
+            if !no_files && let Err(err) = zkq::app::load_secrets(&config) {
+                eprintln!("zkq: {err}");
+                return ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(64));
+            }
             println!("# configuration is valid; effective values:");
             print!("{}", config.to_redacted_toml());
             for advice in config.max_items_recommendations() {
@@ -62,6 +76,7 @@ fn main() -> ExitCode {
         },
         Command::Openapi => ExitCode::SUCCESS,
         Command::Healthcheck => healthcheck(&config),
+        Command::Inspect(args) => ExitCode::from(zkq::inspect::run(&config, &args)),
         Command::Run => run(config),
     }
 }
@@ -129,6 +144,10 @@ fn run(config: Config) -> ExitCode {
     runtime.block_on(async move {
         let running = match zkq::app::start(config).await {
             Ok(running) => running,
+            Err(zkq::app::StartError::Config(err)) => {
+                eprintln!("zkq: {err}");
+                return ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(64));
+            },
             Err(err) => {
                 tracing::error!(error = %err, "zkq cannot start");
                 return ExitCode::FAILURE;

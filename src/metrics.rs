@@ -7,8 +7,8 @@
 #![allow(clippy::disallowed_types, reason = "src/metrics.rs owns the metrics registry")]
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// The labels of `zkq_zookeeper_connection_state`, one series each.
@@ -28,6 +28,7 @@ pub struct Metrics {
     registry: Registry,
 
     pub build_info: IntGaugeVec,
+    pub ready: IntGauge,
     pub zk_connection_state: IntGaugeVec,
     pub zk_session_expirations: IntCounter,
     pub zk_reconnects: IntCounter,
@@ -39,6 +40,7 @@ pub struct Metrics {
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
+    pub oldest_message_age: GaugeVec,
     pub messages_put: IntCounterVec,
     pub messages_taken: IntCounterVec,
     pub waiting_takers: IntGaugeVec,
@@ -60,6 +62,7 @@ pub struct Metrics {
     pub idempotency_records: IntGaugeVec,
     pub idempotency_records_swept: IntCounterVec,
     pub shutdown_duration: Histogram,
+    pub group_commit_units: Histogram,
     pub counter_operations: IntCounterVec,
     pub counter_waiting_polls: IntGauge,
     pub background_task_restarts: IntCounterVec,
@@ -76,6 +79,7 @@ impl std::fmt::Debug for Metrics {
 pub struct QueueMetrics {
     pub puts_in_flight: IntGauge,
     pub queue_children: IntGauge,
+    pub oldest_message_age: Gauge,
     pub children_bytes: IntGauge,
     pub waiting_takers: IntGauge,
     pub leases_in_flight: IntGauge,
@@ -161,6 +165,11 @@ impl Metrics {
         let metrics = Metrics {
             background_task_restarts,
             build_info,
+            ready: reg.add(IntGauge::new(
+                "zkq_ready",
+                "1 while /readyz answers 200 (ZooKeeper session connected, not shutting down), else 0; set at every \
+                 scrape.",
+            )?)?,
             zk_connection_state,
             zk_session_expirations: reg.add(IntCounter::new(
                 "zkq_zookeeper_session_expirations_total",
@@ -199,6 +208,14 @@ impl Metrics {
                 Opts::new(
                     "zkq_queue_children",
                     "Children of the queue node (its depth): read at every scrape, else the last value seen.",
+                ),
+                &["queue"],
+            )?)?,
+            oldest_message_age: reg.add(GaugeVec::new(
+                Opts::new(
+                    "zkq_queue_oldest_message_age_seconds",
+                    "How long the next message to deliver has waited (since its creation, or since it became due \
+                     in a delay queue); 0 when none is waiting. Read at every scrape.",
                 ),
                 &["queue"],
             )?)?,
@@ -335,6 +352,13 @@ impl Metrics {
                 HistogramOpts::new("zkq_shutdown_duration_seconds", "Time the last graceful shutdown took.")
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0]),
             )?)?,
+            group_commit_units: reg.add(Histogram::with_opts(
+                HistogramOpts::new(
+                    "zkq_group_commit_units",
+                    "Writes (a put, a batch put) sent to ZooKeeper together in one transaction.",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1000.0]),
+            )?)?,
             registry,
         };
         Ok(metrics)
@@ -347,6 +371,7 @@ impl Metrics {
         QueueMetrics {
             puts_in_flight: self.puts_in_flight.with_label_values(q),
             queue_children: self.queue_children.with_label_values(q),
+            oldest_message_age: self.oldest_message_age.with_label_values(q),
             children_bytes: self.children_bytes.with_label_values(q),
             waiting_takers: self.waiting_takers.with_label_values(q),
             leases_in_flight: self.leases_in_flight.with_label_values(q),
@@ -383,6 +408,7 @@ impl Metrics {
         ] {
             let _ = gauge.remove_label_values(&[queue]);
         }
+        let _ = self.oldest_message_age.remove_label_values(&[queue]);
         for counter in self.queue_counters() {
             let _ = counter.remove_label_values(&[queue]);
         }

@@ -33,10 +33,15 @@ LIB = ROOT / "helm" / "zkq-sidecar"
 DEMO = ROOT / "helm" / "zkq-demo"
 CI_VALUES = DEMO / "ci"
 DEPLOY = ROOT / "scripts" / "deploy"
+MONITORING = ROOT / "helm" / "monitoring"
+DASHBOARD_TPL = LIB / "templates" / "_dashboard.tpl"
+OPERATIONS = ROOT / "docs" / "operations.md"
 KUBE_VERSION = "1.30.0"
 RELEASE = "demo"
 NAMESPACE = "zkq-demo"
 SIX_LABELS = ["name", "instance", "version", "component", "part-of", "managed-by"]
+# Where the chart mounts the Secrets of zkq.tlsSecret, zkq.saslSecret and zkq.apiTokenSecret.
+SECRETS_DIR = "/var/run/secrets/zkq"
 
 
 class Checks:
@@ -141,12 +146,64 @@ def build_dependencies() -> None:
 
 
 def sync() -> None:
-    """Refresh the demo schema's `zkq` part from helm/zkq-sidecar."""
+    """Refresh the demo schema's `zkq` part from helm/zkq-sidecar, the library's dashboard template
+    from helm/monitoring/zkq-dashboard.json, and helm/monitoring/zkq-alerts.yaml from the library's
+    rules rendered with their default values."""
     demo_schema_path = DEMO / "values.schema.json"
     demo_schema = json.loads(demo_schema_path.read_text())
     demo_schema["properties"]["zkq"] = json.loads((LIB / "values.schema.json").read_text())["properties"]["zkq"]
     demo_schema_path.write_text(json.dumps(demo_schema, indent=2) + "\n")
     print(f"synced properties.zkq of {demo_schema_path.relative_to(ROOT)}")
+    DASHBOARD_TPL.write_text(dashboard_template())
+    print(f"synced {DASHBOARD_TPL.relative_to(ROOT)} from helm/monitoring/zkq-dashboard.json")
+    (MONITORING / "zkq-alerts.yaml").write_text(plain_rules())
+    print("synced helm/monitoring/zkq-alerts.yaml from the library's rules with their default values")
+
+
+def dashboard_template() -> str:
+    """The library template holding helm/monitoring/zkq-dashboard.json verbatim: Grafana's `{{label}}`
+    legends are escaped as `{{ "{{" }}` so Helm prints them as they are."""
+    text = (MONITORING / "zkq-dashboard.json").read_text().rstrip("\n")
+    escaped = re.sub(r"\{\{|\}\}", lambda m: '{{ "%s" }}' % m.group(0), text)
+    return (
+        "{{/*\nzkq-sidecar.dashboardJson: helm/monitoring/zkq-dashboard.json, verbatim. GENERATED from that file by\n"
+        "scripts/check-deploy.sh --sync: edit the JSON, not this (the check fails when they differ).\n*/}}\n"
+        '{{- define "zkq-sidecar.dashboardJson" -}}\n' + escaped + "\n{{- end -}}\n"
+    )
+
+
+def probe_render(template: str, values: dict[str, Any] | None = None) -> str:
+    """Renders `template` in a probe chart that depends on the library (the library's named
+    templates are only usable from an including chart)."""
+    lib_chart = load_yaml(LIB / "Chart.yaml")
+    probe = ROOT / "target" / "deploy-check" / "probe"
+    if probe.exists():
+        shutil.rmtree(probe)
+    (probe / "templates").mkdir(parents=True)
+    (probe / "charts").mkdir()
+    shutil.copytree(LIB, probe / "charts" / "zkq-sidecar")
+    (probe / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: probe\nversion: 0.0.0\n"
+        f"dependencies:\n  - name: zkq-sidecar\n    version: {lib_chart['version']}\n    repository: file://x\n"
+    )
+    (probe / "templates" / "probe.yaml").write_text(template)
+    with helm.Chart.load(probe) as chart:
+        out = render(chart, values or {})
+    return out["probe/templates/probe.yaml"]
+
+
+def plain_rules() -> str:
+    """helm/monitoring/zkq-alerts.yaml: the library's rule groups with the chart's default thresholds."""
+    groups = probe_render('{{ include "zkq-sidecar.alertGroups" . }}\n')
+    return (
+        "# zkq's alerting rules, for a Prometheus without the operator (rule_files). GENERATED from\n"
+        "# helm/zkq-sidecar/templates/_monitoring.tpl with the chart's default thresholds by\n"
+        "# scripts/check-deploy.sh --sync; do not edit (the check fails when they differ). Change thresholds\n"
+        "# here by editing a copy, or render the chart with your values. Tests: zkq-alerts.test.yaml.\n"
+        "# Runbook: docs/operations.md, one section per alert.\n"
+        + groups.rstrip("\n")
+        + "\n"
+    )
 
 
 def check_consistency() -> None:
@@ -189,22 +246,12 @@ def check_consistency() -> None:
     )
     # The library's documented values.yaml must equal the defaults its templates apply: render a
     # probe chart that includes the library and prints zkq-sidecar.values with no user values.
-    probe = ROOT / "target" / "deploy-check" / "probe"
-    if probe.exists():
-        shutil.rmtree(probe)
-    (probe / "templates").mkdir(parents=True)
-    (probe / "charts").mkdir()
-    shutil.copytree(LIB, probe / "charts" / "zkq-sidecar")
-    (probe / "Chart.yaml").write_text(
-        "apiVersion: v2\nname: probe\nversion: 0.0.0\n"
-        f"dependencies:\n  - name: zkq-sidecar\n    version: {lib_chart['version']}\n    repository: file://x\n"
-    )
-    (probe / "templates" / "values.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n"
-        '  values: {{ include "zkq-sidecar.values" . | quote }}\n'
-    )
-    with helm.Chart.load(probe) as chart:
-        out = render(chart, {})
+    out = {
+        "probe/templates/values.yaml": probe_render(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n"
+            '  values: {{ include "zkq-sidecar.values" . | quote }}\n'
+        )
+    }
     defaults = yaml.safe_load(yaml.safe_load(out["probe/templates/values.yaml"])["data"]["values"])
     C.ok(
         "library values.yaml `zkq` == defaults applied by the templates (zkq-sidecar.defaults)",
@@ -313,19 +360,28 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     kinds = [d["kind"] for _, d in docs]
     outdir.mkdir(parents=True, exist_ok=True)
 
-    core = manifest_text(rendered, lambda d: d.get("apiVersion") != "monitoring.coreos.com/v1")
-    monitors = manifest_text(rendered, lambda d: d.get("apiVersion") == "monitoring.coreos.com/v1")
+    def is_dashboard(d: dict[str, Any]) -> bool:
+        return d.get("kind") == "ConfigMap" and "zkq.json" in (d.get("data") or {})
+
+    def is_crd(d: dict[str, Any]) -> bool:
+        return d.get("apiVersion") == "monitoring.coreos.com/v1"
+
+    core = manifest_text(rendered, lambda d: not is_crd(d) and not is_dashboard(d))
+    monitors = manifest_text(rendered, lambda d: d.get("kind") == "PodMonitor")
+    rules = manifest_text(rendered, lambda d: d.get("kind") == "PrometheusRule")
+    dashboard = manifest_text(rendered, is_dashboard)
     (outdir / "manifests.yaml").write_text(core)
-    if monitors:
-        (outdir / "podmonitor.yaml").write_text(monitors)
+    for file, text in [("podmonitor.yaml", monitors), ("prometheusrule.yaml", rules), ("dashboard.yaml", dashboard)]:
+        if text:
+            (outdir / file).write_text(text)
     (outdir / "NOTES.txt").write_text(rendered.get("zkq-demo/templates/NOTES.txt", ""))
 
     # Schema validation of every rendered object.
+    core_kinds = [d["kind"] for _, d in docs if not is_crd(d) and not is_dashboard(d)]
     res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(outdir / "manifests.yaml")])
-    n_core = len([k for k in kinds if k != "PodMonitor"])
     C.ok(
-        f"kubernetes-validate --strict -k {KUBE_VERSION}: {n_core} objects ({', '.join(k for k in kinds if k != 'PodMonitor')})",
-        res.returncode == 0 and res.stdout.count("passed") == n_core,
+        f"kubernetes-validate --strict -k {KUBE_VERSION}: {len(core_kinds)} objects ({', '.join(core_kinds)})",
+        res.returncode == 0 and res.stdout.count("passed") == len(core_kinds),
         (res.stdout + res.stderr).strip(),
     )
     pod_monitors = [d for _, d in docs if d["kind"] == "PodMonitor"]
@@ -339,15 +395,22 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         errors = [e.message for pm in pod_monitors for e in jsonschema.Draft7Validator(schema).iter_errors(pm)]
         C.ok(f"PodMonitor valid against the minimal local schema ({len(pod_monitors)} object)", not errors, "; ".join(errors))
 
-    # yamllint on Helm's output.
+    # yamllint on Helm's output. Alert descriptions and the dashboard's JSON are long single
+    # lines, so those two objects are linted without the line-length rule.
     files = [str(outdir / "manifests.yaml")] + ([str(outdir / "podmonitor.yaml")] if monitors else [])
     res = run([str(venv_bin / "yamllint"), "-s", "-c", str(DEPLOY / "yamllint.yaml"), *files])
     C.ok("yamllint (strict) on the rendered manifests", res.returncode == 0, (res.stdout + res.stderr).strip())
+    long_lines = [str(outdir / f) for f, text in [("prometheusrule.yaml", rules), ("dashboard.yaml", dashboard)] if text]
+    if long_lines:
+        res = run([str(venv_bin / "yamllint"), "-s", "-d", yamllint_long_lines(), *long_lines])
+        C.ok("yamllint (strict, any line length) on the rendered PrometheusRule and dashboard ConfigMap",
+             res.returncode == 0, (res.stdout + res.stderr).strip())
+    check_monitoring_objects(docs, zkq_values, outdir, venv_bin, is_dashboard)
 
     # Structure.
     deployments = [d for _, d in docs if d["kind"] == "Deployment"]
-    configmaps = [d for _, d in docs if d["kind"] == "ConfigMap"]
-    C.ok("renders exactly one Deployment and one ConfigMap", len(deployments) == 1 and len(configmaps) == 1, str(kinds))
+    configmaps = [d for _, d in docs if d["kind"] == "ConfigMap" and not is_dashboard(d)]
+    C.ok("renders exactly one Deployment and one zkq.toml ConfigMap", len(deployments) == 1 and len(configmaps) == 1, str(kinds))
     C.ok("renders no Secret (credentials are referenced, never rendered)", "Secret" not in kinds)
     if len(deployments) != 1 or len(configmaps) != 1:
         return {}
@@ -389,6 +452,22 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     for table in ("queues", "counters"):
         if not expected_config.get(table):
             expected_config.pop(table, None)
+    # Secrets reach zkq as files: the chart writes their paths (and an empty ACL list or SASL
+    # table is left out).
+    zk_expected = expected_config["zookeeper"]
+    if not zk_expected.get("acl"):
+        zk_expected.pop("acl", None)
+    if zkq_values["tlsSecret"]["name"]:
+        zk_expected["tls"]["ca_file"] = f"{SECRETS_DIR}/tls/ca.crt"
+        if zkq_values["tlsSecret"]["certKey"]:
+            zk_expected["tls"]["cert_file"] = f"{SECRETS_DIR}/tls/tls.crt"
+            zk_expected["tls"]["key_file"] = f"{SECRETS_DIR}/tls/tls.key"
+    if zk_expected["sasl"]["mechanism"]:
+        zk_expected["sasl"]["password_file"] = f"{SECRETS_DIR}/sasl/password"
+    else:
+        zk_expected.pop("sasl")
+    if zkq_values["apiTokenSecret"]["name"]:
+        expected_config["api"]["token_file"] = f"{SECRETS_DIR}/api-token/token"
     C.ok(
         "zkq.toml holds exactly the configured values (every key, types intact)",
         toml == expected_config,
@@ -478,6 +557,8 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
     all_cm_text = "\n".join(json.dumps(d.get("data", {})) for _, d in docs if d["kind"] == "ConfigMap")
     C.ok("no ConfigMap mentions auth_digest or holds a user:password value",
          "auth_digest =" not in all_cm_text and "auth_digest\"" not in all_cm_text)
+    C.ok("no ConfigMap holds a SASL password or a token (only file paths)",
+         "password =" not in all_cm_text and "token =" not in all_cm_text)
     if auth["name"]:
         ref = env.get("ZKQ__ZOOKEEPER__AUTH_DIGEST", {})
         C.ok(
@@ -490,6 +571,52 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         C.ok("no ZKQ__ZOOKEEPER__AUTH_DIGEST without zkq.authSecret.name", "ZKQ__ZOOKEEPER__AUTH_DIGEST" not in env)
     for extra in zkq_values["extraEnv"]:
         C.ok(f"extraEnv {extra['name']} passed through", env.get(extra["name"]) == extra)
+
+    # Secret files: each configured Secret is a volume projecting only its keys under fixed names,
+    # mounted read-only in the zkq container where zkq.toml points.
+    secret_files = [
+        ("zkq-tls", f"{SECRETS_DIR}/tls", zkq_values["tlsSecret"]["name"],
+         [(zkq_values["tlsSecret"]["caKey"], "ca.crt")]
+         + ([(zkq_values["tlsSecret"]["certKey"], "tls.crt"), (zkq_values["tlsSecret"]["keyKey"], "tls.key")]
+            if zkq_values["tlsSecret"]["certKey"] else [])),
+        ("zkq-sasl", f"{SECRETS_DIR}/sasl", zkq_values["saslSecret"]["name"],
+         [(zkq_values["saslSecret"]["key"], "password")]),
+        ("zkq-api-token", f"{SECRETS_DIR}/api-token", zkq_values["apiTokenSecret"]["name"],
+         [(zkq_values["apiTokenSecret"]["key"], "token")]),
+    ]
+    for volume, mount_path, secret, items in secret_files:
+        if not secret:
+            C.ok(f"no {volume} volume or mount without its Secret", volume not in volumes
+                 and all(m["name"] != volume for m in zkq_c.get("volumeMounts", [])))
+            continue
+        mount = mounts.get(mount_path, {})
+        C.ok(
+            f"{volume}: Secret {secret} keys {[k for k, _ in items]} as {[p for _, p in items]}, mounted read-only at {mount_path}",
+            volumes.get(volume, {}).get("secret", {}) == {
+                "secretName": secret,
+                "items": [{"key": k, "path": p} for k, p in items],
+            }
+            and mount.get("name") == volume
+            and mount.get("readOnly") is True,
+            f"volume={volumes.get(volume)} mount={mount}",
+        )
+    paths = [toml["zookeeper"].get("tls", {}).get(k) for k in ("ca_file", "cert_file", "key_file")]
+    paths += [toml["zookeeper"].get("sasl", {}).get("password_file"), toml["api"].get("token_file")]
+    mounted = {f"{m['mountPath']}/" for m in zkq_c.get("volumeMounts", [])}
+    C.ok(
+        "every file zkq.toml names lies in a volume mounted in the zkq container",
+        all(any(p.startswith(d) for d in mounted) for p in paths if p),
+        f"paths={paths} mounts={sorted(mounted)}",
+    )
+    if zkq_values["apiTokenSecret"]["name"]:
+        app_mounts = {m["mountPath"]: m for m in app.get("volumeMounts", [])}
+        token_env = {e["name"]: e.get("value") for e in app.get("env", [])}.get("ZKQ_API_TOKEN_FILE")
+        C.ok(
+            "the app mounts zkq-api-token read-only and reads the token from where zkq does",
+            app_mounts.get(f"{SECRETS_DIR}/api-token", {}).get("name") == "zkq-api-token"
+            and token_env == toml["api"].get("token_file"),
+            f"mounts={app_mounts} env={token_env}",
+        )
 
     app_env = {e["name"]: e.get("value") for e in app.get("env", [])}
     api_host = toml["api"]["listen"].rsplit(":", 1)[0]
@@ -533,14 +660,24 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         sentinel = "zkq-check-user:s3cret-sentinel-value"
         if auth["name"]:
             clean_env["ZKQ__ZOOKEEPER__AUTH_DIGEST"] = sentinel
-        res = run([str(zkq_bin), "check-config", "--config", str(outdir / "zkq.toml")], env=clean_env)
+        # The Secrets' files exist only in the pod: check the configuration without reading them.
+        files = [p for p in paths if p]
+        no_files = ["--no-files"] if files else []
+        res = run([str(zkq_bin), "check-config", *no_files, "--config", str(outdir / "zkq.toml")], env=clean_env)
         (outdir / "check-config.txt").write_text(res.stdout + res.stderr)
         C.ok(
-            f"zkq check-config --config {outdir.relative_to(ROOT)}/zkq.toml"
+            f"zkq check-config {' '.join(no_files + [''])}--config {outdir.relative_to(ROOT)}/zkq.toml"
             + (" (with ZKQ__ZOOKEEPER__AUTH_DIGEST set as the Secret would)" if auth["name"] else ""),
             res.returncode == 0,
             f"exit {res.returncode}: {(res.stdout + res.stderr).strip()}",
         )
+        if files:
+            reads = run([str(zkq_bin), "check-config", "--config", str(outdir / "zkq.toml")], env=clean_env)
+            C.ok(
+                "without --no-files, zkq check-config reads the files and refuses the missing ones (exit 64)",
+                reads.returncode == 64 and any(p in reads.stderr for p in files),
+                f"exit {reads.returncode}: {reads.stderr.strip()}",
+            )
         if res.returncode == 0:
             effective = tomllib.loads(res.stdout.split("\n", 1)[1])
             C.ok(
@@ -554,6 +691,16 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
                 and set(effective.get("counters", {})) == set(toml.get("counters", {})),
                 res.stdout,
             )
+            C.ok(
+                "zkq's effective TLS, SASL, ACL and API token settings equal the chart's",
+                all(effective["zookeeper"]["tls"].get(k) == v for k, v in toml["zookeeper"]["tls"].items())
+                and {k: v for k, v in effective["zookeeper"].get("sasl", {}).items() if k != "password"}
+                == toml["zookeeper"].get("sasl", {})
+                and effective["zookeeper"].get("acl") == toml["zookeeper"].get("acl")
+                and effective["api"].get("token_file") == toml["api"].get("token_file")
+                and effective["api"]["refuse_cross_origin"] == toml["api"]["refuse_cross_origin"],
+                res.stdout,
+            )
             if auth["name"]:
                 C.ok(
                     "the credential from the environment is used and redacted in zkq's output",
@@ -561,6 +708,167 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
                     and effective["zookeeper"].get("auth_digest") == "<redacted>",
                 )
     return annotations
+
+
+def yamllint_long_lines() -> str:
+    """The rendered-manifest yamllint rules without the line-length rule."""
+    rules = load_yaml(DEPLOY / "yamllint.yaml")
+    rules["rules"]["line-length"] = "disable"
+    return json.dumps(rules)
+
+
+def promtool() -> str | None:
+    return shutil.which("promtool")
+
+
+def promtool_check_groups(groups: dict[str, Any], path: Path) -> subprocess.CompletedProcess[str] | None:
+    """`promtool check rules` on `groups` written as a rules file at `path`."""
+    path.write_text(yaml.safe_dump(groups, sort_keys=False, width=1000))
+    tool = promtool()
+    return run([tool, "check", "rules", str(path)]) if tool else None
+
+
+def check_monitoring_objects(docs: list[tuple[str, dict[str, Any]]], zkq_values: dict[str, Any], outdir: Path,
+                             venv_bin: Path, is_dashboard: Callable[[dict[str, Any]], bool]) -> None:
+    """The PrometheusRule and the dashboard ConfigMap of one rendering, when enabled."""
+    rule_objects = [d for _, d in docs if d["kind"] == "PrometheusRule"]
+    settings = zkq_values["prometheusRule"]
+    if not settings["enabled"]:
+        C.ok("no PrometheusRule (zkq.prometheusRule.enabled=false)", not rule_objects)
+    else:
+        pr = rule_objects[0] if rule_objects else {}
+        C.ok(
+            "one PrometheusRule carrying the chart's labels and zkq.prometheusRule.labels",
+            len(rule_objects) == 1
+            and pr["metadata"]["labels"].get("app.kubernetes.io/name") == "zkq"
+            and all(pr["metadata"]["labels"].get(k) == v for k, v in settings["labels"].items()),
+            str(pr.get("metadata")),
+        )
+        spec = pr.get("spec", {})
+        res = promtool_check_groups(spec, outdir / "prometheusrule-spec.yaml")
+        C.ok("promtool check rules on the PrometheusRule's spec", res is not None and res.returncode == 0,
+             "promtool missing (Debian's prometheus package)" if res is None else (res.stdout + res.stderr).strip())
+        rules = [r for g in spec.get("groups", []) for r in g.get("rules", [])]
+        wanted = {ALERTS[k] for k, a in settings["alerts"].items() if a["enabled"]}
+        C.ok(f"exactly the enabled alerts ({len(wanted)})", {r["alert"] for r in rules} == wanted,
+             str(sorted(r["alert"] for r in rules)))
+        selector = settings["selector"]
+        C.ok(
+            f"every selector of every rule carries zkq.prometheusRule.selector ({selector or 'none'})",
+            all(expr_selectors_carry(r["expr"], selector) for r in rules),
+            "\n".join(r["expr"] for r in rules),
+        )
+        alerts = settings["alerts"]
+        by_name = {r["alert"]: r for r in rules}
+        backlog = by_name.get("ZkqQueueBacklogGrowing")
+        if backlog:
+            C.ok(
+                f"thresholds come from values (backlog > {alerts['backlogGrowing']['minDepth']} over "
+                f"{alerts['backlogGrowing']['window']}, for {alerts['backlogGrowing']['for']})",
+                f"> {alerts['backlogGrowing']['minDepth']}\n" in backlog["expr"]
+                and f"[{alerts['backlogGrowing']['window']}]" in backlog["expr"]
+                and backlog["for"] == alerts["backlogGrowing"]["for"],
+                backlog["expr"],
+            )
+        C.ok(
+            "every alert: severity and zkq.prometheusRule.alertLabels, runbook_url = runbookUrl#<alert>",
+            all(
+                r["labels"].get("severity")
+                and all(r["labels"].get(k) == v for k, v in settings["alertLabels"].items())
+                and r["annotations"]["runbook_url"] == f"{settings['runbookUrl']}#{r['alert'].lower()}"
+                for r in rules
+            ),
+        )
+    dashboards = [d for _, d in docs if is_dashboard(d)]
+    if not zkq_values["dashboard"]["enabled"]:
+        C.ok("no dashboard ConfigMap (zkq.dashboard.enabled=false)", not dashboards)
+        return
+    res = run([str(venv_bin / "kubernetes-validate"), "--strict", "-k", KUBE_VERSION, str(outdir / "dashboard.yaml")])
+    C.ok(f"dashboard ConfigMap valid for Kubernetes {KUBE_VERSION} (strict)",
+         res.returncode == 0 and res.stdout.count("passed") == 1, (res.stdout + res.stderr).strip())
+    cm = dashboards[0] if dashboards else {}
+    labels = cm.get("metadata", {}).get("labels", {})
+    try:
+        shipped = json.loads(cm.get("data", {}).get("zkq.json", ""))
+    except json.JSONDecodeError as e:
+        shipped = {"error": str(e)}
+    C.ok(
+        "one dashboard ConfigMap labelled for Grafana's sidecar (zkq.dashboard.labels), holding helm/monitoring/zkq-dashboard.json",
+        len(dashboards) == 1
+        and all(labels.get(k) == v for k, v in zkq_values["dashboard"]["labels"].items())
+        and all(cm["metadata"].get("annotations", {}).get(k) == v for k, v in zkq_values["dashboard"]["annotations"].items())
+        and shipped == json.loads((MONITORING / "zkq-dashboard.json").read_text()),
+        str(cm.get("metadata")),
+    )
+
+
+# The chart's alert keys and the alerts they render.
+ALERTS = {
+    "backlogGrowing": "ZkqQueueBacklogGrowing",
+    "oldestMessage": "ZkqOldestMessageTooOld",
+    "leasesExpiring": "ZkqLeasesExpiring",
+    "deadLetters": "ZkqDeadLettersArriving",
+    "claimConflicts": "ZkqClaimConflictsHigh",
+    "childListLarge": "ZkqChildListTooLarge",
+    "putsFailing": "ZkqPutsFailing",
+    "sessionLost": "ZkqZookeeperSessionLost",
+    "disconnected": "ZkqZookeeperDisconnected",
+    "notReady": "ZkqNotReady",
+}
+
+
+def expr_selectors_carry(expr: str, selector: str) -> bool:
+    """Whether every zkq_* selector in `expr` holds `selector` (an empty selector: trivially)."""
+    if not selector:
+        return True
+    # Label values may hold braces (route="/v1/queues/{queue}/messages"): match quoted strings whole.
+    selectors = re.findall(r'\bzkq_[a-z_]+(\{(?:[^}"]|"[^"]*")*\})?', expr)
+    return bool(selectors) and all(selector in sel for sel in selectors)
+
+
+def check_monitoring(venv_bin: Path) -> None:
+    """The plain rules file, its promtool tests, the dashboard file and the runbook they link to."""
+    C.section("monitoring: helm/monitoring (rules, their tests, the dashboard) and docs/operations.md")
+    C.ok(
+        "helm/zkq-sidecar/templates/_dashboard.tpl holds helm/monitoring/zkq-dashboard.json",
+        DASHBOARD_TPL.exists() and DASHBOARD_TPL.read_text() == dashboard_template(),
+        "run scripts/check-deploy.sh --sync",
+    )
+    file_json = json.loads((MONITORING / "zkq-dashboard.json").read_text())
+    rendered_json = json.loads(probe_render('{{ include "zkq-sidecar.dashboardJson" . }}\n'))
+    C.ok("the library renders the dashboard JSON unchanged ({{label}} legends included)", rendered_json == file_json)
+    rules_path = MONITORING / "zkq-alerts.yaml"
+    C.ok(
+        "helm/monitoring/zkq-alerts.yaml == the library's rules rendered with the chart's default thresholds",
+        rules_path.read_text() == plain_rules(),
+        "run scripts/check-deploy.sh --sync",
+    )
+    tool = promtool()
+    if not C.ok("promtool is installed (Debian's prometheus package)", tool is not None):
+        return
+    res = run([tool, "check", "rules", str(rules_path)])
+    C.ok("promtool check rules helm/monitoring/zkq-alerts.yaml", res.returncode == 0, (res.stdout + res.stderr).strip())
+    tests_path = MONITORING / "zkq-alerts.test.yaml"
+    res = run([tool, "test", "rules", str(tests_path)])
+    C.ok("promtool test rules helm/monitoring/zkq-alerts.test.yaml", res.returncode == 0, (res.stdout + res.stderr).strip())
+    rules = [r for g in load_yaml(rules_path)["groups"] for r in g["rules"]]
+    alerts = {r["alert"] for r in rules}
+    C.ok(f"the rules file holds every alert the chart knows ({len(ALERTS)})", alerts == set(ALERTS.values()), str(sorted(alerts)))
+    cases = [t for test in load_yaml(tests_path)["tests"] for t in test.get("alert_rule_test", [])]
+    fires = {t["alertname"] for t in cases if t.get("exp_alerts")}
+    quiet = {t["alertname"] for t in cases if t.get("exp_alerts") == []}
+    C.ok("every alert has a unit test where it fires and one where it does not",
+         alerts <= fires and alerts <= quiet, f"no firing test: {sorted(alerts - fires)}; no quiet test: {sorted(alerts - quiet)}")
+    runbook = OPERATIONS.read_text() if OPERATIONS.exists() else ""
+    anchors = {h.strip().lower() for h in re.findall(r"^### (Zkq\w+)\s*$", runbook, re.M)}
+    C.ok(
+        "every alert has its section in docs/operations.md (### <alert name>), and its runbook_url points there",
+        all(r["alert"].lower() in anchors and r["annotations"]["runbook_url"].endswith("#" + r["alert"].lower()) for r in rules),
+        f"sections: {sorted(anchors)}",
+    )
+    res = run([str(venv_bin / "yamllint"), "-s", "-d", yamllint_long_lines().replace('"present": true', '"present": false'),
+               str(rules_path), str(tests_path)])
+    C.ok("yamllint (strict, any line length) on the rules file and its tests", res.returncode == 0, (res.stdout + res.stderr).strip())
 
 
 def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
@@ -602,6 +910,24 @@ def check_renders(zkq_bin: Path | None, venv_bin: Path) -> None:
             ("the same port for api and admin",
              {"zkq": {"config": {"api": {"listen": "127.0.0.1:9090"}}}}, KUBE_VERSION, "different ports"),
             ("a native sidecar on Kubernetes 1.28", {}, "1.28.0", "nativeSidecar"),
+            ("a rule selector that is not PromQL label matchers",
+             {"zkq": {"prometheusRule": {"enabled": True, "selector": "namespace=orders"}}}, KUBE_VERSION, "selector"),
+            ("TLS without the Secret that holds its CA",
+             {"zkq": {"config": {"zookeeper": {"tls": {"enabled": True}}}}}, KUBE_VERSION, "tlsSecret.name"),
+            ("a TLS Secret with TLS disabled", {"zkq": {"tlsSecret": {"name": "zk-tls"}}}, KUBE_VERSION,
+             "tls.enabled is false"),
+            ("a client certificate without its key",
+             {"zkq": {"tlsSecret": {"name": "zk-tls", "certKey": "tls.crt"},
+                      "config": {"zookeeper": {"tls": {"enabled": True}}}}}, KUBE_VERSION, "keyKey"),
+            ("a SASL password in zkq.config (it would land in the ConfigMap)",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"password": "x"}}}}}, KUBE_VERSION, "password"),
+            ("SASL without the Secret that holds the password",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"mechanism": "DIGEST-MD5", "username": "app"}}}}},
+             KUBE_VERSION, "saslSecret.name"),
+            ("an unknown SASL mechanism",
+             {"zkq": {"config": {"zookeeper": {"sasl": {"mechanism": "GSSAPI"}}}}}, KUBE_VERSION, "mechanism"),
+            ("an API token file path in zkq.config (use zkq.apiTokenSecret)",
+             {"zkq": {"config": {"api": {"token_file": "/token"}}}}, KUBE_VERSION, "token_file"),
         ]
         for label, values, kube, needle in refusals:
             try:
@@ -705,6 +1031,7 @@ def main() -> int:
     lint_charts()
     check_values_files(venv_bin)
     check_renders(zkq_bin, venv_bin)
+    check_monitoring(venv_bin)
     check_readme_example(venv_bin)
     print(f"\ndeploy checks: {C.passed} passed, {len(C.failed)} failed")
     for what in C.failed:

@@ -24,38 +24,55 @@ pub async fn livez() -> impl IntoResponse {
     Json(serde_json::json!({"status": "alive"}))
 }
 
+/// Why zkq is not ready, or `None` when it is: the session is connected and zkq is not shutting down.
+fn not_ready_reason(state: &AppState) -> Option<String> {
+    let status = state.session.status();
+    let session = format!("{:#x}", status.session_id);
+    if state.draining.is_cancelled() {
+        return Some("zkq is shutting down".to_owned());
+    }
+    match status.state {
+        ConnectionState::Connected | ConnectionState::Reconnected => None,
+        ConnectionState::Connecting => Some("no ZooKeeper session yet: connecting".to_owned()),
+        ConnectionState::Suspended => {
+            Some(format!("ZooKeeper connection suspended (session {session} may still be alive)"))
+        },
+        ConnectionState::Lost => Some(format!("ZooKeeper session {session} lost; opening a new one")),
+        ConnectionState::ReadOnly => Some("connected to a read-only ZooKeeper server".to_owned()),
+        ConnectionState::Closed => Some("ZooKeeper session closed".to_owned()),
+    }
+}
+
 /// Ready only while the session is connected and zkq is not shutting down.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let status = state.session.status();
-    let session = format!("{:#x}", status.session_id);
-    let why = if state.draining.is_cancelled() {
-        Some("zkq is shutting down".to_owned())
-    } else {
-        match status.state {
-            ConnectionState::Connected | ConnectionState::Reconnected => None,
-            ConnectionState::Connecting => Some("no ZooKeeper session yet: connecting".to_owned()),
-            ConnectionState::Suspended => {
-                Some(format!("ZooKeeper connection suspended (session {session} may still be alive)"))
-            },
-            ConnectionState::Lost => Some(format!("ZooKeeper session {session} lost; opening a new one")),
-            ConnectionState::ReadOnly => Some("connected to a read-only ZooKeeper server".to_owned()),
-            ConnectionState::Closed => Some("ZooKeeper session closed".to_owned()),
-        }
-    };
-    match why {
-        None => Json(Health { status: "ready", zookeeper: status.state.as_str(), session }).into_response(),
+    match not_ready_reason(&state) {
+        None => Json(Health {
+            status: "ready",
+            zookeeper: status.state.as_str(),
+            session: format!("{:#x}", status.session_id),
+        })
+        .into_response(),
         Some(message) => {
-            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {})", status.state.as_str())).into_response()
+            // Why the last attempt to open a session failed (a TLS handshake, refused credentials).
+            let last = match state.session.last_error() {
+                Some(error) if !state.draining.is_cancelled() => format!("; last attempt: {error}"),
+                _ => String::new(),
+            };
+            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {}){last}", status.state.as_str()))
+                .into_response()
         },
     }
 }
 
-/// How long a scrape waits for the queue depths it reads from ZooKeeper.
-const DEPTH_SAMPLE_BUDGET: Duration = Duration::from_secs(1);
+/// How long a scrape waits for the queue depths and head ages it reads from ZooKeeper.
+const SCRAPE_SAMPLE_BUDGET: Duration = Duration::from_secs(1);
 
-/// Prometheus text format; the queue depths are read from ZooKeeper first (bounded).
+/// Prometheus text format; queue depths and head ages are read from ZooKeeper first (bounded),
+/// and `zkq_ready` says what `/readyz` would answer.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    state.queues.sample_depths(DEPTH_SAMPLE_BUDGET).await;
+    state.metrics.ready.set(i64::from(not_ready_reason(&state).is_none()));
+    state.queues.sample_for_scrape(SCRAPE_SAMPLE_BUDGET).await;
     match state.metrics.render() {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Err(err) => ApiError::new(ErrorCode::Internal, format!("cannot render metrics: {err}")).into_response(),

@@ -67,6 +67,8 @@ pub enum ErrorCode {
     OutcomeUnknown,
     ShuttingDown,
     NotReady,
+    Unauthorized,
+    CrossOriginRefused,
     Internal,
 }
 
@@ -103,6 +105,8 @@ impl ErrorCode {
             OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
             ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            CrossOriginRefused => (StatusCode::FORBIDDEN, "cross_origin_refused"),
             Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -163,8 +167,9 @@ impl From<ZkError> for ApiError {
             ),
             ZkError::NotAuthorized => ApiError::new(
                 ErrorCode::ZookeeperRefused,
-                "ZooKeeper refused access to this path: its ACL does not allow zkq's session; set \
-                 zookeeper.auth_digest (from a Secret) or fix the node's ACL",
+                "ZooKeeper refused access to this path: its ACL does not allow zkq's session; configure \
+                 the credentials it allows (zookeeper.auth_digest or zookeeper.sasl, from a Secret) or fix \
+                 the node's ACL",
             ),
             ZkError::Rejected(why) => {
                 ApiError::new(ErrorCode::ZookeeperRefused, format!("ZooKeeper refused the request: {why}"))

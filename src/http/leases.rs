@@ -42,6 +42,10 @@ pub struct LeaseQuery {
     /// again (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub visibility: Option<String>,
+    /// Lease up to this many messages (1 to `api.max_batch`) and answer them as JSON, each with
+    /// its receipt: `wait` applies to the first, the rest are whatever is there at once.
+    #[param(minimum = 1)]
+    pub max: Option<u32>,
 }
 
 /// What a nack does.
@@ -99,7 +103,8 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
     post, path = "/v1/queues/{queue}/leases", tag = "leases",
     params(QueuePath, LeaseQuery),
     responses(
-        (status = 200, description = "The message body, raw, under a lease", content_type = "application/octet-stream", body = Vec<u8>,
+        (status = 200, description = "The message body, raw, under a lease; with `max`, JSON with up to `max` leased messages (base64 bodies, each with its receipt)",
+            content((Vec<u8> = "application/octet-stream"), (super::batch::DeliveredMessages = "application/json")),
             headers(
                 ("zkq-message-id" = String, description = "Node name of the message"),
                 ("zkq-lease" = String, description = "Receipt for ack, nack and extend"),
@@ -125,12 +130,18 @@ pub async fn lease_message(
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
+    let max = query.max.map(|max| super::batch::check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
     let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    match queue.lease(wait_until.saturating_duration_since(Instant::now()), visibility).await? {
+    let wait = wait_until.saturating_duration_since(Instant::now());
+    if let Some(max) = max {
+        let leased = queue.lease_many(wait, visibility, max, state.config.api.max_batch_bytes).await?;
+        return Ok(super::batch::delivered(leased.into_iter().map(|(m, grant)| (m, Some(grant))).collect()));
+    }
+    match queue.lease(wait, visibility).await? {
         Some((message, grant)) => {
             let mut response = message_response(message);
             let headers = response.headers_mut();

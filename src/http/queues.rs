@@ -80,6 +80,10 @@ pub struct TakeQuery {
     /// cut to `take.max_wait`, 20s by default).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
+    /// Take up to this many messages (1 to `api.max_batch`) and answer them as JSON: `wait`
+    /// applies to the first, the rest are whatever is there at once.
+    #[param(minimum = 1)]
+    pub max: Option<u32>,
 }
 
 /// Query parameters of a peek.
@@ -138,10 +142,26 @@ pub struct QueueSummary {
     pub oldest_message_age_ms: Option<i64>,
 }
 
-/// All queues this zkq has opened.
+/// The queues this zkq has opened, or (with `all=true`) every queue in ZooKeeper.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct QueueList {
     pub queues: Vec<QueueSummary>,
+    /// With `all=true`: queues that exist but are not listed (beyond the 1000-queue limit, in a
+    /// `{root}/queues` list of more than 100,000 names, or not read before the request's deadline);
+    /// 0 otherwise.
+    pub omitted: usize,
+}
+
+/// Query parameters of the queue list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// `true`: every queue in ZooKeeper, not only those this zkq has open: the declared queues and
+    /// every child of `{root}/queues`, sorted by name. Bounded like `zkq inspect`: at most 1000
+    /// queues (declared ones always), child lists of up to 100,000 names, 8 queues read at once,
+    /// all within `zookeeper.request_timeout`. A queue this zkq does not have open shows 0
+    /// `waiting_takers`; its `kind` is the declared one, or `fifo` (how zkq serves an undeclared queue).
+    pub all: Option<bool>,
 }
 
 /// One message seen by a peek.
@@ -246,11 +266,43 @@ pub async fn put_message(
     let queue = state.queues.open(&path.queue)?;
     let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    // Both are "not before" bounds: given together, the later one applies.
+    let fields =
+        KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
+    let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
+    let receipt = queue.put(&body, options).await?;
+    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    if receipt.replay {
+        response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// A message's kind fields as a client gives them (query parameters of a put, or one message
+/// of a batch put).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct KindFields {
+    /// Priority queues only: lower is delivered first (int32, default 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    #[serde(default)]
+    pub deliver_at: Option<i64>,
+    /// Id queues only (required there): the message's id.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
+/// "not before" bounds: given together, the later one applies.
+pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
     let max_delay = state.config.api.max_delay;
     let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
     let now = crate::queue::now_epoch_ms();
-    let after_delay = match &query.delay {
+    let after_delay = match &fields.delay {
         Some(delay) => {
             let delay = parse_duration("delay", delay)?;
             if delay > max_delay {
@@ -264,24 +316,17 @@ pub async fn put_message(
         },
         None => None,
     };
-    if query.deliver_at.is_some_and(|at| at <= 0) {
+    if fields.deliver_at.is_some_and(|at| at <= 0) {
         return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
     }
-    if query.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
+    if fields.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
         return Err(ApiError::invalid(format!(
             "`deliver_at` is further away than api.max_delay = {}",
             humantime::format_duration(max_delay)
         )));
     }
-    let deliver_at = after_delay.max(query.deliver_at);
-    let options = PutOptions { priority: query.priority, deliver_at, id: query.id, wait, idempotency_key };
-    let receipt = queue.put(&body, options).await?;
-    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
-    let mut response = (StatusCode::CREATED, Json(body)).into_response();
-    if receipt.replay {
-        response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
-    }
-    Ok(response)
+    let deliver_at = after_delay.max(fields.deliver_at);
+    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait, idempotency_key: None })
 }
 
 /// Take the head message (removes it).
@@ -289,7 +334,8 @@ pub async fn put_message(
     post, path = "/v1/queues/{queue}/take", tag = "queues",
     params(QueuePath, TakeQuery),
     responses(
-        (status = 200, description = "The message body, raw", content_type = "application/octet-stream", body = Vec<u8>,
+        (status = 200, description = "The message body, raw; with `max`, JSON with up to `max` messages (base64 bodies)",
+            content((Vec<u8> = "application/octet-stream"), (super::batch::DeliveredMessages = "application/json")),
             headers(
                 ("zkq-message-id" = String, description = "Node name of the message"),
                 ("zkq-priority" = i32, description = "Priority queues"),
@@ -308,13 +354,19 @@ pub async fn take_message(
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
+    let max = query.max.map(|max| super::batch::check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
     // first put (of any sidecar or Curator producer) without creating anything.
     let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    match queue.take(wait_until.saturating_duration_since(Instant::now())).await? {
+    let wait = wait_until.saturating_duration_since(Instant::now());
+    if let Some(max) = max {
+        let taken = queue.take_many(wait, max, state.config.api.max_batch_bytes).await?;
+        return Ok(super::batch::delivered(taken.into_iter().map(|message| (message, None)).collect()));
+    }
+    match queue.take(wait).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -468,18 +520,95 @@ pub async fn get_queue(
     Ok(Json(summary(&queue).await?))
 }
 
-/// List the queues this zkq serves (declared ones and dynamic ones opened so far).
+/// List the queues this zkq serves (declared ones and dynamic ones opened so far), or every queue
+/// in ZooKeeper with `all=true`.
 #[utoipa::path(
     get, path = "/v1/queues", tag = "queues",
+    params(ListQuery),
     responses(
         (status = 200, description = "The queues", body = QueueList),
+        (status = 400, description = "Bad parameter", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
-pub async fn list_queues(State(state): State<AppState>) -> Result<Json<QueueList>, ApiError> {
-    let mut queues = Vec::new();
-    for queue in state.queues.opened() {
-        queues.push(summary(&queue).await?);
+pub async fn list_queues(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<QueueList>, ApiError> {
+    if !query.all.unwrap_or(false) {
+        let mut queues = Vec::new();
+        for queue in state.queues.opened() {
+            queues.push(summary(&queue).await?);
+        }
+        return Ok(Json(QueueList { queues, omitted: 0 }));
     }
-    Ok(Json(QueueList { queues }))
+    list_all_queues(&state).await.map(Json)
+}
+
+/// Queues read at once by `GET /v1/queues?all=true`.
+const LIST_ALL_IN_FLIGHT: usize = 8;
+
+/// Every declared queue and every child of `{root}/queues`: queues this zkq has open from their own
+/// state, the others from a bounded survey summary (no node is created, no queue opened).
+async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
+    use crate::queue::survey::{self, Detail, SurveyLimits};
+    use futures::StreamExt;
+
+    let deadline = Instant::now() + state.session.request_timeout();
+    let zk = state.session.connected(deadline).await.map_err(QueueError::from)?.with_deadline(deadline);
+    let limits = SurveyLimits::default();
+    let located = survey::locate(&zk, &state.config, &limits).await.map_err(QueueError::from)?;
+    let open: std::collections::HashMap<String, std::sync::Arc<Queue>> =
+        state.queues.opened().into_iter().map(|q| (q.name.clone(), q)).collect();
+    enum Listed {
+        Shown(QueueSummary),
+        /// Not read before the deadline (or a read failed).
+        Late,
+        /// Removed since `{root}/queues` was read.
+        Gone,
+    }
+    let answers: Vec<Result<Listed, QueueError>> = futures::stream::iter(located.queues)
+        .map(|location| {
+            let (zk, open) = (&zk, &open);
+            async move {
+                if let Some(queue) = open.get(&location.name) {
+                    return summary(queue).await.map(Listed::Shown);
+                }
+                // Read as zkq serves it: an undeclared queue is fifo, whatever its names say.
+                let kind = location.kind.unwrap_or(crate::config::QueueKind::Fifo);
+                let location = survey::QueueLocation { kind: Some(kind), ..location };
+                let report = survey::examine(zk, &location, &limits, Detail::Summary, deadline).await;
+                if !report.errors.is_empty() {
+                    return Ok(Listed::Late);
+                }
+                if !report.exists {
+                    return Ok(Listed::Gone);
+                }
+                Ok(Listed::Shown(QueueSummary {
+                    kind: kind.as_str().to_owned(),
+                    name: location.name,
+                    path: location.path,
+                    lock_path: location.lock_path,
+                    max_items: None,
+                    declared: location.declared,
+                    depth: report.depth,
+                    in_flight: report.locks.map_or(0, |l| l.held),
+                    waiting_takers: 0,
+                    oldest_message_age_ms: report.oldest_message_age_ms,
+                }))
+            }
+        })
+        .buffered(LIST_ALL_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut queues = Vec::with_capacity(answers.len());
+    let mut omitted = located.omitted;
+    for answer in answers {
+        match answer? {
+            Listed::Shown(summary) => queues.push(summary),
+            Listed::Late => omitted += 1,
+            Listed::Gone => {},
+        }
+    }
+    Ok(QueueList { queues, omitted })
 }

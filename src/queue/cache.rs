@@ -18,6 +18,7 @@
 //! Waiters are served first come, first served, and a new item wakes one waiter.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +30,7 @@ use tokio_util::task::TaskTracker;
 use super::names::{self, ItemName};
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
-use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession};
+use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
 
 /// How many of the first candidates a contended queue picks from at random.
 pub const SPREAD_WINDOW: usize = 64;
@@ -39,7 +40,7 @@ pub const SPREAD_WINDOW: usize = 64;
 const CONTENTION_MEMORY: Duration = Duration::from_secs(5);
 
 /// Java's default `jute.maxbuffer`: a getChildren reply larger than this fails in Curator.
-pub const JUTE_MAXBUFFER: i64 = 0xfffff;
+const JUTE_MAXBUFFER: i64 = crate::config::JUTE_MAXBUFFER_BYTES as i64;
 
 /// Bytes a child name costs in a getChildren reply.
 fn reply_bytes(name: &str) -> i64 {
@@ -101,6 +102,9 @@ struct State {
     /// for the first time and not yet checked.
     known: HashSet<String>,
     unchecked: Vec<String>,
+    /// ZooKeeper refused the refresher's last attempt for a reason waiting will not fix (the
+    /// queue's ACL does not allow zkq's session): takers answer with it instead of waiting.
+    refused: Option<ZkError>,
 }
 
 /// How many deleted names the cache remembers, so that a late local insert does not revive one.
@@ -143,6 +147,8 @@ pub struct ChildrenCache {
     refresh: Notify,
     /// Counts snapshots; takers wait on it after asking for a refresh.
     snapshots: watch::Sender<u64>,
+    /// Counts refused refresh attempts (see `State::refused`).
+    refusals: watch::Sender<u64>,
     /// Signalled when the child count may have dropped (for puts waiting on `max_items`).
     room: Notify,
     /// Ends the lock watches (they hold the session open) when zkq shuts down.
@@ -154,6 +160,13 @@ pub struct ChildrenCache {
     eager: bool,
     /// Full reads of the child list made for peeks while not live: one at a time.
     full_reads: tokio::sync::Semaphore,
+    /// Barriers ([`ChildrenCache::barrier`]): the highest one asked for, the highest one the
+    /// refresher started, and the highest one finished.
+    barrier_wanted: AtomicU64,
+    barrier_started: AtomicU64,
+    barrier_done: watch::Sender<u64>,
+    /// Asks the refresher to run the barriers asked for.
+    barrier: Notify,
 }
 
 impl ChildrenCache {
@@ -177,11 +190,16 @@ impl ChildrenCache {
             state: Mutex::new(state),
             refresh: Notify::new(),
             snapshots: watch::channel(0).0,
+            refusals: watch::channel(0).0,
             room: Notify::new(),
             shutdown,
             tasks,
             eager,
             full_reads: tokio::sync::Semaphore::new(1),
+            barrier_wanted: AtomicU64::new(0),
+            barrier_started: AtomicU64::new(0),
+            barrier_done: watch::channel(0).0,
+            barrier: Notify::new(),
         })
     }
 
@@ -422,12 +440,86 @@ impl ChildrenCache {
     }
 
     /// Asks for a fresh snapshot and waits for it (until `deadline`). Used when the snapshot
-    /// is empty but dirty, so that a take without `wait` still sees items that exist.
-    pub async fn refreshed(&self, deadline: Instant) -> bool {
-        let mut rx = self.snapshots.subscribe();
-        rx.borrow_and_update();
+    /// is empty but dirty, so that a take without `wait` still sees items that exist. Fails
+    /// with ZooKeeper's refusal when the next attempt is refused (an ACL that does not allow
+    /// zkq's session): waiting longer would not help.
+    pub async fn refreshed(&self, deadline: Instant) -> Result<bool, ZkError> {
+        let mut snapshots = self.snapshots.subscribe();
+        snapshots.borrow_and_update();
+        let mut refusals = self.refusals.subscribe();
+        refusals.borrow_and_update();
         self.refresh.notify_one();
-        matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(())))
+        tokio::select! {
+            changed = snapshots.changed() => Ok(changed.is_ok()),
+            changed = refusals.changed() => match (changed, self.lock().refused.clone()) {
+                (Ok(()), Some(refusal)) => Err(refusal),
+                _ => Ok(false),
+            },
+            _ = tokio::time::sleep_until(deadline) => Ok(false),
+        }
+    }
+
+    /// Notes a refresh attempt that ZooKeeper refused for good (not a connection problem).
+    fn refused(&self, err: &ZkError) {
+        if err.is_transient() || *err == ZkError::NoNode {
+            return;
+        }
+        self.lock().refused = Some(err.clone());
+        self.refusals.send_modify(|n| *n += 1);
+    }
+
+    /// Waits (until `deadline`) until every change ZooKeeper made before this call is in the
+    /// snapshot: the refresher `sync`s the queue path, then applies the events that arrived
+    /// before the answer (ZooKeeper sends a session's watch events in order with its replies).
+    /// One barrier serves every caller that asked before it started, so many takers about to
+    /// answer "empty" share one `sync`. Returns false if it did not finish in time (ZooKeeper
+    /// unreachable): the caller does not know that the queue is empty.
+    pub async fn barrier(&self, deadline: Instant) -> bool {
+        let mut done = self.barrier_done.subscribe();
+        // A barrier already running may have started before this call: wait for the next one.
+        let want = self.barrier_started.load(Ordering::SeqCst) + 1;
+        self.barrier_wanted.fetch_max(want, Ordering::SeqCst);
+        self.barrier.notify_one();
+        loop {
+            if *done.borrow_and_update() >= want {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, done.changed()).await {
+                Ok(Ok(())) => {},
+                _ => return false,
+            }
+        }
+    }
+
+    /// Runs the barriers asked for so far as one: `sync`, then the events queued before its
+    /// answer. A failed `sync` finishes nothing; its callers answer 503 at their deadline.
+    async fn run_barrier(&self, zk: &Zk, queue_watch: &mut ZkTreeWatch, locks: Option<(&str, &mut ZkTreeWatch)>) {
+        let want = self.barrier_wanted.load(Ordering::SeqCst);
+        if want <= self.barrier_started.load(Ordering::SeqCst) {
+            return;
+        }
+        self.barrier_started.store(want, Ordering::SeqCst);
+        if let Err(err) = zk.sync(&self.path).await {
+            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed");
+            return;
+        }
+        while let Some(event) = queue_watch.ready() {
+            if event == TreeEvent::ConnectionLost {
+                self.invalidate();
+                return;
+            }
+            self.on_queue_event(&event);
+        }
+        if let Some((dir, watch)) = locks {
+            while let Some(event) = watch.ready() {
+                if event == TreeEvent::ConnectionLost {
+                    self.invalidate();
+                    return;
+                }
+                self.on_lock_event(dir, &event);
+            }
+        }
+        self.barrier_done.send_modify(|done| *done = (*done).max(want));
     }
 
     /// Waits until `max_items` leaves room, or `deadline`. Returns whether there is room.
@@ -544,6 +636,7 @@ impl ChildrenCache {
         state.taken_since_read = 0;
         state.dirty = false;
         state.read_once = true;
+        state.refused = None;
         state.child_count = i64::from(num_children);
         state.children_bytes = bytes;
         state.live = live;
@@ -734,6 +827,8 @@ impl ChildrenCache {
     ) {
         let mut status_rx = session.subscribe();
         let mut ensured_generation = 0;
+        // A refusal repeats at every retry: log each distinct one once.
+        let mut logged: Option<ZkError> = None;
         loop {
             if shutdown.is_cancelled() {
                 return;
@@ -760,7 +855,11 @@ impl ChildrenCache {
                 match ensured {
                     Ok(()) => ensured_generation = zk.generation(),
                     Err(err) => {
-                        tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
+                        if logged.as_ref() != Some(&err) {
+                            tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
+                            logged = Some(err.clone());
+                        }
+                        self.refused(&err);
                         self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
                         continue;
                     },
@@ -787,7 +886,13 @@ impl ChildrenCache {
                     continue;
                 },
                 Err(err) => {
-                    tracing::debug!(queue = %self.label, error = %err, "children read failed");
+                    if !err.is_transient() && logged.as_ref() != Some(&err) {
+                        tracing::warn!(queue = %self.label, error = %err, "cannot read or watch the queue; will retry");
+                        logged = Some(err.clone());
+                    } else {
+                        tracing::debug!(queue = %self.label, error = %err, "children read failed");
+                    }
+                    self.refused(&err);
                     self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
                     continue;
                 },
@@ -835,6 +940,11 @@ impl ChildrenCache {
                         if let Some(dir) = &lock_dir {
                             self.on_lock_event(dir, &event);
                         }
+                    },
+                    _ = self.barrier.notified() => {
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
+                        self.run_barrier(&zk, &mut queue_watch, locks).await;
                     },
                     _ = self.refresh.notified() => {
                         if self.is_dirty() {

@@ -8,6 +8,7 @@ mod idempotency;
 mod lease;
 pub(crate) mod names;
 mod ops;
+pub mod survey;
 mod take;
 
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ pub use ops::{Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
-use crate::zk::{ZkError, ZkSession};
+use crate::zk::{GroupCommit, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,6 +106,8 @@ pub struct Queue {
     record_names: Arc<RecordNames>,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
+    /// Puts in flight together go to ZooKeeper as one transaction (shared by every queue).
+    group: Arc<GroupCommit>,
     /// Claims and their settlement (put-backs, unknown outcomes); shutdown waits for these
     /// before it closes the session.
     background: TaskTracker,
@@ -115,6 +118,8 @@ pub struct Queue {
     users: AtomicUsize,
     /// When the last request using it ended.
     last_used: Mutex<Instant>,
+    /// The head seen by the last age reading and since when it waits (epoch ms).
+    head_seen: Mutex<Option<(String, i64)>>,
 }
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
@@ -148,10 +153,35 @@ impl Queue {
     }
 }
 
-struct QueueLayout {
-    kind: QueueKind,
-    path: String,
-    lock_path: Option<String>,
+/// Where a queue lives and how its nodes are named.
+pub(crate) struct QueueLayout {
+    pub kind: QueueKind,
+    pub path: String,
+    pub lock_path: Option<String>,
+}
+
+/// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
+/// a fifo queue at `{root}/queues/{name}` locked at `{root}/locks/{name}`.
+pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
+    let root = &config.zookeeper.root;
+    match config.queues.get(name) {
+        Some(declared) => QueueLayout {
+            kind: declared.kind,
+            path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+            lock_path: match (&declared.lock_path, declared.kind) {
+                (Some(lock_path), _) => Some(lock_path.clone()),
+                (None, QueueKind::Simple) => None,
+                (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                // An attached Curator queue without a lock path: its consumers use none.
+                (None, _) => None,
+            },
+        },
+        None => QueueLayout {
+            kind: QueueKind::Fifo,
+            path: format!("{root}/queues/{name}"),
+            lock_path: Some(format!("{root}/locks/{name}")),
+        },
+    }
 }
 
 /// All queues this process serves; dynamic ones are created on first use.
@@ -165,6 +195,7 @@ pub struct QueueService {
     tasks: TaskTracker,
     markers: Arc<ClaimMarkers>,
     record_names: Arc<RecordNames>,
+    group: Arc<GroupCommit>,
     background: TaskTracker,
 }
 
@@ -190,6 +221,7 @@ impl QueueService {
             let record_names = record_names.clone();
             async move { record_names.run_flusher().await }
         });
+        let group = GroupCommit::new(metrics.clone());
         let service = Arc::new(QueueService {
             config,
             session,
@@ -200,6 +232,7 @@ impl QueueService {
             tasks: tasks.clone(),
             markers,
             record_names,
+            group,
             background: TaskTracker::new(),
         });
         tasks.spawn({
@@ -345,11 +378,13 @@ impl QueueService {
             idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
             record_names: self.record_names.clone(),
             markers: self.markers.clone(),
+            group: self.group.clone(),
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
             stop: stop.clone(),
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            head_seen: Mutex::new(None),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
@@ -432,25 +467,7 @@ impl QueueService {
 
     /// Kind, path and lock path of a queue, declared or not.
     fn layout(&self, name: &str) -> QueueLayout {
-        let root = &self.config.zookeeper.root;
-        match self.config.queues.get(name) {
-            Some(declared) => QueueLayout {
-                kind: declared.kind,
-                path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
-                lock_path: match (&declared.lock_path, declared.kind) {
-                    (Some(lock_path), _) => Some(lock_path.clone()),
-                    (None, QueueKind::Simple) => None,
-                    (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
-                    // An attached Curator queue without a lock path: its consumers use none.
-                    (None, _) => None,
-                },
-            },
-            None => QueueLayout {
-                kind: QueueKind::Fifo,
-                path: format!("{root}/queues/{name}"),
-                lock_path: Some(format!("{root}/locks/{name}")),
-            },
-        }
+        queue_layout(&self.config, name)
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
@@ -477,11 +494,13 @@ impl QueueService {
         released
     }
 
-    /// Sets `zkq_queue_children` of every open queue to its node's current `numChildren`, and
-    /// `zkq_idempotency_records` to that of its records' directory: two `exists` per queue, all at
-    /// once, within `budget`. A queue whose read fails or is late keeps its last value. Called by
-    /// every `/metrics` scrape, so the gauges are as fresh as the scrape.
-    pub async fn sample_depths(&self, budget: Duration) {
+    /// Sets `zkq_queue_children` and `zkq_queue_oldest_message_age_seconds` of every open queue
+    /// from ZooKeeper, and `zkq_idempotency_records` from its records' directory: one `exists` of
+    /// the queue node and one of its records' directory per queue, plus one of its head when the
+    /// head changed since the last scrape, all at once, within `budget`. A queue whose read fails
+    /// or is late keeps its last values. Called by every `/metrics` scrape, so the gauges are as
+    /// fresh as the scrape.
+    pub async fn sample_for_scrape(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
@@ -494,6 +513,10 @@ impl QueueService {
                 }
                 if let Ok(stat) = records {
                     queue.qm.idempotency_records.set(stat.map_or(0, |s| i64::from(s.num_children)));
+                }
+                if let Ok(since) = queue.head_waiting_since(&zk).await {
+                    let age_ms = since.map_or(0, |since| (now_epoch_ms() - since).max(0));
+                    queue.qm.oldest_message_age.set(age_ms as f64 / 1000.0);
                 }
             }
         });

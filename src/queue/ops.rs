@@ -10,7 +10,7 @@ use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
-use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
 
 /// What a put asks for beyond the body.
 #[derive(Debug, Clone, Default)]
@@ -108,6 +108,83 @@ impl Queue {
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+        if let Some(key) = options.idempotency_key.clone() {
+            return self.put_one_keyed(&key, body, options).await;
+        }
+        let wait = options.wait;
+        let mut receipts = self.put_many(vec![(body, options)], wait).await?;
+        receipts.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))
+    }
+
+    /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
+    /// flight, [`GroupCommit`](crate::zk::GroupCommit)); the receipts are in the same order. With
+    /// `max_items`, waits up to `wait` until there is room for all of them.
+    pub async fn put_many(
+        &self,
+        messages: Vec<(&[u8], PutOptions)>,
+        wait: Duration,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        let mut ops = Vec::with_capacity(messages.len());
+        for (body, options) in &messages {
+            if body.len() > self.max_message_bytes {
+                return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+            }
+            let meta = self.meta_for(options)?;
+            let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
+            ops.push(TxnOp::Create { path: prefix, data: self.encode(body), mode: NodeMode::PersistentSequential });
+        }
+        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
+        let deadline = self.deadline_for(wait);
+        if let Some(max_items) = self.max_items {
+            let count = u32::try_from(ops.len()).unwrap_or(u32::MAX);
+            // Room for all: fewer than `max_items - count + 1` children now.
+            let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
+            let room = match below {
+                Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
+                None => false,
+            };
+            if !room {
+                return Err(QueueError::Full { max_items });
+            }
+        }
+        let zk = self.session.connected(deadline).await?;
+        let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
+            Err(err) if err.error == ZkError::NoNode => {
+                // The queue node was removed under us: recreate it the way Curator does, once.
+                zk.ensure_path(&self.path).await?;
+                self.group.submit(&self.background, &zk, ops).await
+            },
+            other => other,
+        };
+        let created = created.map_err(|err| {
+            if err.error == ZkError::OutcomeUnknown {
+                self.qm.put_outcome_unknown.inc();
+            }
+            err.error
+        })?;
+        let mut receipts = Vec::with_capacity(created.len());
+        for result in created {
+            let TxnResult::Created(path) = result else { continue };
+            let name = self.stored(path.rsplit('/').next().unwrap_or(&path));
+            receipts.push(PutReceipt { message_id: Some(name), replay: false });
+        }
+        Ok(receipts)
+    }
+
+    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
+    pub(super) fn stored(&self, name: &str) -> String {
+        if let Some(item) = names::parse(self.kind, name) {
+            self.cache.insert_local(item);
+        }
+        self.qm.messages_put.inc();
+        name.to_owned()
+    }
+
+    /// Stores one message with its idempotency key's record, in a transaction of its own.
+    async fn put_one_keyed(&self, key: &str, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
@@ -118,48 +195,18 @@ impl Queue {
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(options.wait);
         // A key already used within its window stores nothing: answered here, or by `put_keyed`.
-        let keyed = match options.idempotency_key.as_deref() {
-            Some(key) => match self.check_key(key, body, &options, deadline).await? {
-                KeyCheck::Replay(receipt) => return Ok(receipt),
-                KeyCheck::Fresh(fresh) => Some(fresh),
-            },
-            None => None,
+        let fresh = match self.check_key(key, body, &options, deadline).await? {
+            KeyCheck::Replay(receipt) => return Ok(receipt),
+            KeyCheck::Fresh(fresh) => fresh,
         };
         if let Some(max_items) = self.max_items
             && !self.cache.room_for(max_items, Instant::now() + options.wait).await
         {
             return Err(QueueError::Full { max_items });
         }
-        let zk = self.session.connected(deadline).await?;
         let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
         let data = self.encode(body);
-        if let Some(fresh) = keyed {
-            return self.put_keyed(fresh, &prefix, &data, deadline).await;
-        }
-        let created = match zk.create(&prefix, &data, NodeMode::PersistentSequential).await {
-            Err(ZkError::NoNode) => {
-                // The queue node was removed under us: recreate it the way Curator does, once.
-                zk.ensure_path(&self.path).await?;
-                zk.create(&prefix, &data, NodeMode::PersistentSequential).await
-            },
-            other => other,
-        };
-        let created = created.inspect_err(|err| {
-            if *err == ZkError::OutcomeUnknown {
-                self.qm.put_outcome_unknown.inc();
-            }
-        })?;
-        let name = created.rsplit('/').next().unwrap_or(&created);
-        Ok(PutReceipt { message_id: Some(self.stored(name)), replay: false })
-    }
-
-    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
-    pub(super) fn stored(&self, name: &str) -> String {
-        if let Some(item) = names::parse(self.kind, name) {
-            self.cache.insert_local(item);
-        }
-        self.qm.messages_put.inc();
-        name.to_owned()
+        self.put_keyed(fresh, &prefix, &data, deadline).await
     }
 
     /// The first `limit` messages in delivery order, without removing them; stops before the
@@ -248,16 +295,33 @@ impl Queue {
         };
         if depth > 0 && !self.cache.has_snapshot() {
             // Right after the queue opened: the head is known after the first read.
-            self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
+            // Refused (an ACL that does not allow zkq to read the queue): the head stays unknown.
+            let _ = self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
         }
-        let oldest_age_ms = match self.cache.head_candidate() {
-            Some(head) => zk
-                .exists(&format!("{}/{}", self.path, head.name))
-                .await?
-                .map(|s| (super::now_epoch_ms() - s.ctime).max(0)),
-            None => None,
-        };
+        let oldest_age_ms = self.head_waiting_since(&zk).await?.map(|since| (super::now_epoch_ms() - since).max(0));
         Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), oldest_age_ms })
+    }
+
+    /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay
+    /// queue the time it became due; `None` when no message is waiting. The head's time is read
+    /// once per head (one `exists`), so scrapes of a queue whose head does not move cost nothing.
+    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<Option<i64>, QueueError> {
+        let Some(head) = self.cache.head_candidate() else { return Ok(None) };
+        {
+            let seen = self.head_seen.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((name, since)) = &*seen
+                && *name == head.name
+            {
+                return Ok(Some(*since));
+            }
+        }
+        let Some(stat) = zk.exists(&format!("{}/{}", self.path, head.name)).await? else {
+            // Taken or removed since the cache proposed it: nothing is known to wait.
+            return Ok(None);
+        };
+        let since = stat.ctime.max(names::due_time(&head));
+        *self.head_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((head.name, since));
+        Ok(Some(since))
     }
 
     /// Removes one message by its node name; respects locks held by others.

@@ -35,7 +35,7 @@ use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkErr
 type Delivery = (Message, Option<LeaseGrant>);
 
 /// Where the answer of an acquisition goes; closed when the HTTP client went away.
-type Caller = oneshot::Sender<Result<Option<Delivery>, QueueError>>;
+type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
 
 /// What kind of consumption is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +79,20 @@ impl Pause {
 impl Queue {
     /// Removes the head message and returns it, waiting up to `wait` for one.
     pub async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
-        Ok(self.acquire(wait, Acquire::Take).await?.map(|(message, _)| message))
+        Ok(self.take_many(wait, 1, usize::MAX).await?.into_iter().next())
+    }
+
+    /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
+    /// head: waits up to `wait` for the first, then takes whatever else is there at once. Empty
+    /// only when a 204 would be right for a single take.
+    pub async fn take_many(
+        self: &Arc<Self>,
+        wait: Duration,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Message>, QueueError> {
+        let acquired = self.acquire(wait, Acquire::Take, max, max_bytes).await?;
+        Ok(acquired.into_iter().map(|(message, _)| message).collect())
     }
 
     /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
@@ -89,12 +102,29 @@ impl Queue {
         wait: Duration,
         visibility: Duration,
     ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
-        self.check_leasable()?;
-        let acquired = self.acquire(wait, Acquire::Lease(visibility)).await?;
-        Ok(acquired.and_then(|(message, grant)| grant.map(|grant| (message, grant))))
+        Ok(self.lease_many(wait, visibility, 1, usize::MAX).await?.into_iter().next())
     }
 
-    async fn acquire(self: &Arc<Self>, wait: Duration, how: Acquire) -> Result<Option<Delivery>, QueueError> {
+    /// Leases up to `max` messages, like [`Queue::take_many`].
+    pub async fn lease_many(
+        self: &Arc<Self>,
+        wait: Duration,
+        visibility: Duration,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
+        self.check_leasable()?;
+        let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes).await?;
+        Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
+    }
+
+    async fn acquire(
+        self: &Arc<Self>,
+        wait: Duration,
+        how: Acquire,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Delivery>, QueueError> {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
@@ -105,14 +135,16 @@ impl Queue {
         self.background.spawn(tracing::Instrument::instrument(
             async move {
                 let mut tx = tx;
-                let result = queue.acquire_until(Instant::now() + wait, how, &mut tx).await;
-                if let Err(Ok(Some((message, grant)))) = tx.send(result) {
-                    // The caller left after the message was claimed: give it back.
+                let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
+                if let Err(Ok(delivered)) = tx.send(result) {
+                    // The caller left after messages were claimed: give them back.
                     // Boxed, like the claims below: the task's own future stays small while it
                     // only waits (10,000 waiting takes are 10,000 such tasks).
-                    match grant {
-                        Some(grant) => Box::pin(queue.abandon_lease(&grant.receipt)).await,
-                        None => Box::pin(queue.put_back(message)).await,
+                    for (message, grant) in delivered {
+                        match grant {
+                            Some(grant) => Box::pin(queue.abandon_lease(&grant.receipt)).await,
+                            None => Box::pin(queue.put_back(message)).await,
+                        }
                     }
                 }
             },
@@ -121,17 +153,47 @@ impl Queue {
         rx.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
+    /// The first delivery (waiting until `wait_until`), then more that are there now, up to
+    /// `max` deliveries or `max_bytes` of bodies. A failure after the first ends the batch with
+    /// what it has.
+    async fn acquire_up_to(
+        self: &Arc<Self>,
+        wait_until: Instant,
+        how: Acquire,
+        (max, max_bytes): (usize, usize),
+        caller: &mut Caller,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        let Some(first) = self.acquire_until(wait_until, how, caller, false).await? else {
+            return Ok(Vec::new());
+        };
+        let mut bytes = first.0.body.len();
+        let mut delivered = vec![first];
+        while delivered.len() < max && bytes < max_bytes {
+            match self.acquire_until(Instant::now(), how, caller, true).await {
+                Ok(Some(more)) => {
+                    bytes += more.0.body.len();
+                    delivered.push(more);
+                },
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok(delivered)
+    }
+
     async fn acquire_until(
         self: &Arc<Self>,
         wait_until: Instant,
         how: Acquire,
         caller: &mut Caller,
+        more: bool,
     ) -> Result<Option<Delivery>, QueueError> {
         // Past its wait, a request still gets up to the request timeout to learn the queue's
         // state; then it answers 503, never a 204 it cannot vouch for.
         let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
         let gone = CancellationToken::new();
         let mut first_wait = true;
+        // Whether a barrier after the request arrived found the snapshot without a candidate.
+        let mut vouched = false;
         loop {
             if caller.is_closed() {
                 return Ok(None);
@@ -140,6 +202,10 @@ impl Queue {
                 return Err(QueueError::ShuttingDown);
             }
             let Some(candidate) = self.cache.pop() else {
+                if more {
+                    // More of a batch: only what is there now, without waiting or re-reading.
+                    return Ok(None);
+                }
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
                     let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
@@ -148,10 +214,26 @@ impl Queue {
                         _ = caller.closed() => return Ok(None),
                         _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
-                    if refreshed || !self.cache.is_dirty() {
+                    // A refusal (the queue's ACL does not allow zkq) is the answer; waiting would not change it.
+                    if refreshed? || !self.cache.is_dirty() {
                         continue;
                     }
                     return Err(ZkError::Unavailable.into());
+                }
+                if !vouched {
+                    // "Empty" only once the snapshot holds every change made before now: a put
+                    // acknowledged just before this request may not have reached us as an event.
+                    // Checked before waiting, while the request has time left to learn it.
+                    let confirmed = tokio::select! {
+                        c = self.cache.barrier(answer_by) => c,
+                        _ = caller.closed() => return Ok(None),
+                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    };
+                    if !confirmed {
+                        return Err(ZkError::Unavailable.into());
+                    }
+                    vouched = true;
+                    continue;
                 }
                 if Instant::now() >= wait_until {
                     return Ok(None);
@@ -167,6 +249,9 @@ impl Queue {
             let Some(zk) = self.session.current() else {
                 // Suspended: nothing is handed out from memory; wait for the session.
                 self.cache.push_front(candidate);
+                if more {
+                    return Ok(None);
+                }
                 let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
                 let connected = tokio::select! {
                     c = self.session.connected(answer_by) => c,

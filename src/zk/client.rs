@@ -51,14 +51,15 @@ pub enum NodeMode {
 }
 
 impl NodeMode {
-    fn options(self) -> zkc::CreateOptions<'static> {
+    /// The create options of this mode with the session's ACL (see `zookeeper.acl`).
+    fn options(self, acl: &[zkc::Acl]) -> zkc::CreateOptions<'_> {
         let mode = match self {
             NodeMode::Persistent => zkc::CreateMode::Persistent,
             NodeMode::PersistentSequential => zkc::CreateMode::PersistentSequential,
             NodeMode::Ephemeral => zkc::CreateMode::Ephemeral,
             NodeMode::Container => zkc::CreateMode::Container,
         };
-        mode.with_acls(zkc::Acls::anyone_all())
+        mode.with_acls(zkc::Acls::new(acl))
     }
 }
 
@@ -164,6 +165,8 @@ pub struct Zk {
     request_timeout: Duration,
     deadline: Option<Instant>,
     metrics: Arc<Metrics>,
+    /// The ACL of every node this session creates.
+    acl: Arc<[zkc::Acl]>,
 }
 
 impl std::fmt::Debug for Zk {
@@ -173,8 +176,14 @@ impl std::fmt::Debug for Zk {
 }
 
 impl Zk {
-    pub(super) fn new(client: zkc::Client, generation: u64, request_timeout: Duration, metrics: Arc<Metrics>) -> Zk {
-        Zk { client, generation, request_timeout, deadline: None, metrics }
+    pub(super) fn new(
+        client: zkc::Client,
+        generation: u64,
+        request_timeout: Duration,
+        metrics: Arc<Metrics>,
+        acl: Arc<[zkc::Acl]>,
+    ) -> Zk {
+        Zk { client, generation, request_timeout, deadline: None, metrics, acl }
     }
 
     /// The same session with every call bounded by `deadline` (and by the request timeout).
@@ -189,6 +198,11 @@ impl Zk {
 
     pub fn session_id(&self) -> i64 {
         self.client.session_id().0
+    }
+
+    /// When calls on this handle give up: its deadline, or the request timeout from now.
+    pub fn deadline(&self) -> Instant {
+        self.call_deadline()
     }
 
     fn call_deadline(&self) -> Instant {
@@ -271,7 +285,7 @@ impl Zk {
 
     /// Creates a node; returns its full path (with the sequence suffix for sequential nodes).
     pub async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<String, ZkError> {
-        let options = mode.options();
+        let options = mode.options(&self.acl);
         let (_, sequence) = self.call("create", self.client.create(path, data, &options)).await?;
         Ok(if mode == NodeMode::PersistentSequential { format!("{path}{sequence}") } else { path.to_owned() })
     }
@@ -296,7 +310,7 @@ impl Zk {
         let mut writer = self.client.new_multi_writer();
         for op in ops {
             let added = match op {
-                TxnOp::Create { path, data, mode } => writer.add_create(path, data, &mode.options()),
+                TxnOp::Create { path, data, mode } => writer.add_create(path, data, &mode.options(&self.acl)),
                 TxnOp::Delete { path, version } => writer.add_delete(path, *version),
                 TxnOp::SetData { path, data, version } => writer.add_set_data(path, data, *version),
                 TxnOp::Check { path, version } => writer.add_check_version(path, *version),

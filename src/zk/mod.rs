@@ -5,8 +5,12 @@
 
 mod client;
 mod error;
+mod group;
 mod session;
+mod tls;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
-pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};
+pub use group::GroupCommit;
+pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
+pub use tls::{TlsFileError, TlsMaterial, TlsSettings};

@@ -17,7 +17,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 
+use super::tls::{TlsMaterial, TlsSettings, diagnose};
 use super::{Zk, ZkError};
+use crate::config::{NodeAcl, Secret, acl_perms};
 use crate::metrics::Metrics;
 
 /// Curator's connection states, plus the time before the first session exists.
@@ -78,14 +80,36 @@ pub struct SessionStatus {
     pub epoch: u64,
 }
 
-/// Settings the supervisor needs; taken from the validated configuration.
+/// Settings the supervisor needs; taken from the validated configuration. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct SessionSettings {
     pub connect: String,
     pub session_timeout: Duration,
     pub request_timeout: Duration,
-    pub auth_digest: Option<String>,
+    /// `digest` credentials `user:password`, sent on every (re)connection.
+    pub auth_digest: Option<Secret>,
+    /// SASL DIGEST-MD5 credentials.
+    pub sasl: Option<SaslCredentials>,
+    /// TLS to every server, with the files already read and checked.
+    pub tls: Option<(TlsSettings, TlsMaterial)>,
+    /// The ACL of every node zkq creates.
+    pub acl: NodeAcl,
     pub reconnect_backoff_max: Duration,
+}
+
+/// A SASL user and its password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    pub username: String,
+    pub password: Secret,
+}
+
+/// The TLS state of the session: the certificates every new connection uses, replaced when the
+/// files change.
+struct TlsState {
+    settings: TlsSettings,
+    certs: zkc::TlsDynamicCerts,
+    material: RwLock<TlsMaterial>,
 }
 
 struct Inner {
@@ -93,6 +117,39 @@ struct Inner {
     metrics: Arc<Metrics>,
     status: watch::Sender<SessionStatus>,
     current: RwLock<Option<Zk>>,
+    acl: Arc<[zkc::Acl]>,
+    tls: Option<TlsState>,
+    /// Why the last attempt to open a session failed, in words; `None` once one succeeded.
+    last_error: RwLock<Option<String>>,
+}
+
+/// A session setup that cannot work; found before anything connects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SessionSetupError(String);
+
+/// The crate's ACL list for the configured node ACL.
+fn client_acl(acl: &NodeAcl) -> Arc<[zkc::Acl]> {
+    match acl {
+        NodeAcl::Open => zkc::Acls::anyone_all().to_vec().into(),
+        NodeAcl::CreatorAll => zkc::Acls::creator_all().to_vec().into(),
+        NodeAcl::List(entries) => entries
+            .iter()
+            .map(|entry| {
+                let permission = [
+                    (acl_perms::READ, zkc::Permission::READ),
+                    (acl_perms::WRITE, zkc::Permission::WRITE),
+                    (acl_perms::CREATE, zkc::Permission::CREATE),
+                    (acl_perms::DELETE, zkc::Permission::DELETE),
+                    (acl_perms::ADMIN, zkc::Permission::ADMIN),
+                ]
+                .into_iter()
+                .filter(|(bit, _)| entry.perms & bit != 0)
+                .fold(zkc::Permission::NONE, |all, (_, permission)| all | permission);
+                zkc::Acl::new(permission, zkc::AuthId::new(&entry.scheme, &entry.id))
+            })
+            .collect(),
+    }
 }
 
 /// Handle on the process's supervised session. Cheap to clone.
@@ -108,17 +165,57 @@ impl std::fmt::Debug for ZkSession {
 }
 
 impl ZkSession {
-    /// Starts the supervisor. It runs until `shutdown` is cancelled, then closes the session.
+    /// Starts the supervisor (and, with TLS, the watch on the certificate files). It runs until
+    /// `shutdown` is cancelled, then closes the session.
     pub fn start(
         settings: SessionSettings,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-    ) -> (ZkSession, tokio::task::JoinHandle<()>) {
+    ) -> Result<(ZkSession, tokio::task::JoinHandle<()>), SessionSetupError> {
         let initial = SessionStatus { state: ConnectionState::Connecting, session_id: 0, generation: 0, epoch: 0 };
         let (status, _) = watch::channel(initial);
-        let session = ZkSession { inner: Arc::new(Inner { settings, metrics, status, current: RwLock::new(None) }) };
-        let task = tokio::spawn(session.clone().supervise(shutdown));
-        (session, task)
+        let tls = match &settings.tls {
+            Some((tls_settings, material)) => {
+                let certs = material
+                    .certs()
+                    .map_err(|err| SessionSetupError(format!("the TLS certificates cannot be used: {err}")))?;
+                Some(TlsState {
+                    settings: tls_settings.clone(),
+                    certs: zkc::TlsDynamicCerts::new(certs),
+                    material: RwLock::new(material.clone()),
+                })
+            },
+            None => None,
+        };
+        let acl = client_acl(&settings.acl);
+        let session = ZkSession {
+            inner: Arc::new(Inner {
+                settings,
+                metrics,
+                status,
+                current: RwLock::new(None),
+                acl,
+                tls,
+                last_error: RwLock::new(None),
+            }),
+        };
+        let (supervisor, reloader) = (session.clone(), session.clone());
+        let task = tokio::spawn(async move {
+            tokio::join!(supervisor.supervise(shutdown.clone()), reloader.reload_tls_files(shutdown));
+        });
+        Ok((session, task))
+    }
+
+    /// Why the last attempt to open a session failed (TLS, credentials, unreachable servers);
+    /// `None` while a session is open or before the first attempt ended.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.last_error.read().ok().and_then(|e| e.clone())
+    }
+
+    fn set_last_error(&self, error: Option<String>) {
+        if let Ok(mut slot) = self.inner.last_error.write() {
+            *slot = error;
+        }
     }
 
     /// The latest status.
@@ -235,14 +332,114 @@ impl ZkSession {
             .with_session_timeout(settings.session_timeout)
             .with_connection_timeout(settings.session_timeout.min(Duration::from_secs(5)));
         if let Some(auth) = &settings.auth_digest {
-            connector = connector.with_auth("digest", auth.as_bytes());
+            connector = connector.with_auth("digest", auth.expose().as_bytes());
         }
-        connector.connect(&settings.connect).await
+        if let Some(sasl) = &settings.sasl {
+            connector = connector
+                .with_sasl(zkc::SaslOptions::digest_md5(sasl.username.clone(), sasl.password.expose().to_owned()));
+        }
+        match &self.inner.tls {
+            Some(tls) => {
+                let mut options = zkc::TlsOptions::new().with_certs(tls.certs.clone());
+                if !tls.settings.verify_hostname {
+                    // SAFETY: not a memory-safety matter: the crate marks turning off hostname
+                    // verification `unsafe` because it is a security choice, made here by the
+                    // operator (zookeeper.tls.verify_hostname = false).
+                    #[allow(unsafe_code)]
+                    {
+                        options = unsafe { options.with_no_hostname_verification() };
+                    }
+                }
+                // Every server of the connect string is reached over TLS.
+                connector.with_tls(options).secure_connect(&settings.connect).await
+            },
+            None => connector.connect(&settings.connect).await,
+        }
+    }
+
+    /// Why a connection attempt failed, in words an operator can act on; and whether it is a
+    /// misconfiguration (refused credentials, a failed TLS handshake) rather than an outage.
+    async fn describe_connect_error(&self, err: &zkc::Error) -> (String, bool) {
+        let settings = &self.inner.settings;
+        if *err == zkc::Error::AuthFailed {
+            let configured = match (&settings.sasl, &settings.auth_digest) {
+                (Some(sasl), _) => format!("SASL DIGEST-MD5 as user `{}`", sasl.username),
+                (None, Some(_)) => "digest credentials (zookeeper.auth_digest) and no SASL".to_owned(),
+                (None, None) => "no credentials".to_owned(),
+            };
+            let why = format!(
+                "ZooKeeper refused the session's authentication (zkq sent {configured}): check \
+                 zookeeper.sasl.username and its password; a server with sessionRequireClientSASLAuth=true \
+                 also refuses sessions without SASL"
+            );
+            return (why, true);
+        }
+        if let Some(tls) = &self.inner.tls {
+            let material = tls.material.read().ok().map(|m| m.clone());
+            if let Some(material) = material
+                && let Some(why) = diagnose(&settings.connect, &material).await
+            {
+                let handshake_failed = why.starts_with("TLS");
+                return (why, handshake_failed);
+            }
+        }
+        let why = format!(
+            "no session with {} within {} ({err})",
+            settings.connect,
+            humantime::format_duration(settings.session_timeout)
+        );
+        (why, false)
+    }
+
+    /// Reads the TLS files again every `reload_interval`; changed, valid certificates are used by
+    /// every connection made from then on. Invalid ones are logged and the previous ones kept.
+    async fn reload_tls_files(self, shutdown: CancellationToken) {
+        let Some(tls) = &self.inner.tls else { return };
+        let mut refused: Option<String> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(tls.settings.reload_interval) => {},
+            }
+            let settings = tls.settings.clone();
+            let loaded = match tokio::task::spawn_blocking(move || TlsMaterial::load(&settings)).await {
+                Ok(loaded) => loaded,
+                Err(_) => continue,
+            };
+            let material = match loaded {
+                Ok(material) => material,
+                Err(err) => {
+                    let why = err.to_string();
+                    if refused.as_ref() != Some(&why) {
+                        tracing::error!(error = %why, "the TLS files changed but cannot be used; keeping the previous certificates");
+                        refused = Some(why);
+                    }
+                    continue;
+                },
+            };
+            refused = None;
+            let unchanged = tls.material.read().is_ok_and(|current| current.same_contents(&material));
+            if unchanged {
+                continue;
+            }
+            match material.certs() {
+                Ok(certs) => {
+                    tls.certs.update(certs);
+                    if let Ok(mut current) = tls.material.write() {
+                        *current = material;
+                    }
+                    tracing::info!("TLS files changed: new connections use the new certificates");
+                },
+                Err(err) => {
+                    tracing::error!(error = %err, "the changed TLS files cannot be used; keeping the previous certificates")
+                },
+            }
+        }
     }
 
     async fn supervise(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.inner.settings.reconnect_backoff_max);
-        let mut failures_logged = false;
+        let mut logged: Option<String> = None;
         loop {
             let client = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -251,11 +448,21 @@ impl ZkSession {
             let client = match client {
                 Ok(client) => client,
                 Err(err) => {
-                    if !failures_logged {
-                        tracing::warn!(connect = %self.inner.settings.connect, error = %err,
-                            "cannot reach ZooKeeper; retrying with backoff");
-                        failures_logged = true;
+                    let (why, misconfigured) = tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        described = self.describe_connect_error(&err) => described,
+                    };
+                    // Each distinct reason is logged once, not at every retry.
+                    if logged.as_ref() != Some(&why) {
+                        let connect = &self.inner.settings.connect;
+                        if misconfigured {
+                            tracing::error!(%connect, error = %why, "cannot open a ZooKeeper session; retrying with backoff");
+                        } else {
+                            tracing::warn!(%connect, error = %why, "cannot reach ZooKeeper; retrying with backoff");
+                        }
+                        logged = Some(why.clone());
                     }
+                    self.set_last_error(Some(why));
                     let pause = backoff.next_delay();
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
@@ -264,7 +471,8 @@ impl ZkSession {
                 },
             };
             backoff.reset();
-            failures_logged = false;
+            logged = None;
+            self.set_last_error(None);
             let session_id = client.session_id().0;
             let mut states = client.state_watcher();
             self.set_current(Some(Zk::new(
@@ -272,6 +480,7 @@ impl ZkSession {
                 self.status().generation + 1,
                 self.inner.settings.request_timeout,
                 self.inner.metrics.clone(),
+                self.inner.acl.clone(),
             )));
             self.publish(ConnectionState::Connected, session_id, true, true);
 
@@ -295,8 +504,10 @@ impl ZkSession {
                     S::ConnectedReadOnly => self.publish(ConnectionState::ReadOnly, session_id, false, false),
                     S::Expired => break SessionEnd::Expired,
                     S::AuthFailed => {
-                        tracing::error!(session = %format!("{session_id:#x}"),
-                            "ZooKeeper authentication failed; check zookeeper.auth_digest");
+                        let (why, _) = self.describe_connect_error(&zkc::Error::AuthFailed).await;
+                        tracing::error!(session = %format!("{session_id:#x}"), error = %why,
+                            "ZooKeeper authentication failed");
+                        self.set_last_error(Some(why));
                         break SessionEnd::Expired;
                     },
                     S::Closed => break SessionEnd::Expired,

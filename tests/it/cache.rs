@@ -133,3 +133,45 @@ async fn two_sidecars_draining_one_queue_with_leases_rarely_collide() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A queue deeper than a default Java client can list is reported: `zkq_queue_children_bytes`
+/// counts the child list as a getChildren reply, past Java's default `jute.maxbuffer` (1 MiB),
+/// and zkq still serves the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_list_past_javas_default_limit_is_measured_and_still_served() {
+    const JUTE_MAXBUFFER: usize = 0xfffff; // Java's default
+    let zk = ZkServer::shared();
+    let root = unique_root("deep-children");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let first = zkq.put_ok("deep", b"first").await;
+    // Curator-style fifo items written straight to ZooKeeper, a transaction of 2,000 at a time,
+    // until the child list is past the limit (about 52,000 names of 16 bytes).
+    let client = zk_client(zk).await;
+    let queue = format!("{root}/queues/deep");
+    let envelope = [0u8, 0, 0, 1, 0, 0, 0, 1, b'x'];
+    let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let mut expected = 4 + "queue-0000000000".len();
+    let mut created = 1;
+    while expected <= JUTE_MAXBUFFER {
+        let mut writer = client.new_multi_writer();
+        for _ in 0..2000 {
+            writer.add_create(&format!("{queue}/queue-"), &envelope, &options).expect("create op");
+        }
+        let results = writer.commit().await.expect("a batch of items");
+        created += results.len();
+        expected += results.len() * (4 + "queue-0000000000".len());
+    }
+    let bytes =
+        || async { metric_value(&zkq.metrics().await, "zkq_queue_children_bytes{queue=\"deep\"}").unwrap_or(0.0) };
+    eventually(Duration::from_secs(60), "the gauge counts every child", || async { bytes().await == expected as f64 })
+        .await;
+    assert!(bytes().await > JUTE_MAXBUFFER as f64);
+    let info: serde_json::Value =
+        zkq.http.get(zkq.url("/v1/queues/deep")).send().await.expect("info").json().await.expect("json");
+    assert_eq!(info["depth"], created as u64, "{info}");
+    // Deeper than Curator can read, still in order for zkq.
+    let response = zkq.take("deep", "0s").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["zkq-message-id"], first.as_str());
+    zkq.stop().await;
+}

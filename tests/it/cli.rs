@@ -13,9 +13,16 @@ fn help_documents_every_flag() {
     let output = zkq().arg("--help").output().expect("runs");
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
-    for flag in
-        ["--config", "--zk-connect", "--zk-root", "--api-listen", "--admin-listen", "--log-format", "check-config"]
-    {
+    for flag in [
+        "--config",
+        "--zk-connect",
+        "--zk-root",
+        "--api-listen",
+        "--admin-listen",
+        "--log-format",
+        "check-config",
+        "inspect",
+    ] {
         assert!(text.contains(flag), "--help lacks {flag}:\n{text}");
     }
 }
@@ -155,4 +162,239 @@ async fn readme_quickstart_commands_work() {
     assert_eq!(outputs[1], "hello", "take returns the put body");
     assert!(outputs[2].contains("\"kind\":\"fifo\""), "describe: {}", outputs[2]);
     assert!(outputs[3].contains("\"messages\":[]"), "peek after the take: {}", outputs[3]);
+}
+
+/// Declared queues without `max_items` get a recommendation that keeps their child list readable
+/// by Curator consumers (within Java's default `jute.maxbuffer`); a queue with one gets none.
+#[test]
+fn check_config_recommends_max_items_for_declared_queues_without_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("zkq.toml");
+    std::fs::write(
+        &file,
+        "[queues.orders]\nkind = \"priority\"\n\n[queues.bounded]\nkind = \"fifo\"\nmax_items = 1000\n",
+    )
+    .expect("write config");
+    let output = zkq().arg("--config").arg(&file).arg("check-config").output().expect("runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    let advice: Vec<&str> = text.lines().filter(|l| l.contains("recommended max_items")).collect();
+    assert_eq!(advice.len(), 1, "{text}");
+    assert!(advice[0].contains("queues.orders.max_items"), "{text}");
+    // 90% of Java's default jute.maxbuffer (0xfffff) over 4 + 25 bytes per priority item name.
+    assert!(advice[0].ends_with(&format!("recommended max_items = {}", 0xfffff * 9 / 10 / 29)), "{text}");
+}
+
+/// Runs `zkq inspect` with `args` (off the async runtime); returns the exit code, stdout and stderr.
+async fn inspect(args: Vec<String>) -> (Option<i32>, String, String) {
+    let output = tokio::task::spawn_blocking(move || zkq().arg("inspect").args(&args).output().expect("runs"))
+        .await
+        .expect("join");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Every node under `root` with its data and child change markers (mzxid, pzxid), to show a
+/// command changed nothing.
+async fn tree(client: &zookeeper_client::Client, root: &str) -> Vec<(String, i64, i64)> {
+    let mut out = Vec::new();
+    let mut pending = vec![root.to_owned()];
+    while let Some(path) = pending.pop() {
+        let Ok((children, stat)) = client.get_children(&path).await else { continue };
+        out.push((path.clone(), stat.mzxid, stat.pzxid));
+        pending.extend(children.into_iter().map(|c| format!("{path}/{c}")));
+    }
+    out.sort();
+    out
+}
+
+fn queue<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["queues"]
+        .as_array()
+        .and_then(|queues| queues.iter().find(|q| q["name"] == name))
+        .unwrap_or_else(|| panic!("no queue {name} in {report:#}"))
+}
+
+/// `zkq inspect` sees queues written by Curator (every recipe, found under the root) and by zkq
+/// (declared): kinds, depths, locks with the sessions that hold them (zkq's and a Curator
+/// consumer's), a redelivered message, an undecodable node, a delay item not yet due; and it
+/// changes nothing in ZooKeeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_queues_written_by_curator_and_by_zkq_and_changes_nothing() {
+    use crate::harness::*;
+    use std::time::Duration;
+
+    let zk = ZkServer::shared();
+    let root = unique_root("inspect");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_file = dir.path().join("zkq.toml");
+    std::fs::write(&config_file, "[queues.orders]\nkind = \"priority\"\n").expect("config");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "orders", zkq::config::QueueKind::Priority, None, None);
+    let daemon = TestZkq::start_ready(config).await;
+    let zkq_session = daemon.readyz().await.1["session"].as_str().expect("session").to_owned();
+
+    // zkq: three orders; the first is leased, nacked back and leased again (2 deliveries, held).
+    for (priority, body) in [(1, "first"), (2, "second"), (3, "third")] {
+        let url = daemon.url(&format!("/v1/queues/orders/messages?priority={priority}"));
+        assert_eq!(daemon.http.post(url).body(body).send().await.expect("put").status(), 201);
+    }
+    let lease = || async {
+        let response = daemon.http.post(daemon.url("/v1/queues/orders/leases?wait=1s&visibility=60s")).send();
+        let response = response.await.expect("lease");
+        assert_eq!(response.status(), 200);
+        response.headers()["zkq-lease"].to_str().expect("receipt").to_owned()
+    };
+    let receipt = lease().await;
+    let nack = daemon.http.post(daemon.url(&format!("/v1/queues/orders/leases/{receipt}/nack?mode=requeue")));
+    assert_eq!(nack.send().await.expect("nack").status(), 204);
+    let _held = lease().await;
+
+    // Curator: one queue of every recipe under {root}/queues, a consumer holding a lock.
+    let path = |name: &str| format!("{root}/queues/{name}");
+    Curator::run(zk, &["put", "fifo", &path("curfifo"), "6869", "7468657265"]).await;
+    Curator::run(zk, &["put", "priority", &path("curprio"), "5", "05"]).await;
+    Curator::run(zk, &["put", "delay", &path("curdelay"), "4102444800000", "f0"]).await; // year 2100
+    Curator::run(zk, &["put", "id", &path("curid"), "a/b", "01"]).await;
+    Curator::run(zk, &["offer", "simple", &path("cursimple"), "73"]).await;
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let garbage = direct.create(&format!("{}/queue-", path("curfifo")), b"not an envelope", &options).await;
+    let garbage = format!("queue-{:010}", garbage.expect("raw node").1.into_i64());
+    let locks = format!("{root}/locks/curfifo");
+    let consumer = Curator::spawn(
+        zk,
+        &["consume", "fifo", &path("curfifo"), "1", "60000", "--lock", &locks, "--hold-ms", "60000"],
+    );
+    let (line, _consumer) =
+        tokio::task::spawn_blocking(move || (consumer.next_line(Duration::from_secs(30)), consumer))
+            .await
+            .expect("join");
+    assert_eq!(line.as_deref(), Some("6869"), "Curator holds the head of curfifo");
+
+    let before = tree(&direct, &root).await;
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> =
+            ["--config", config_file.to_str().expect("path"), "--zk-connect"].iter().map(|s| (*s).to_owned()).collect();
+        args.extend([zk.connect_string(), "--zk-root".to_owned(), root.clone()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let (code, stdout, stderr) = inspect(base(&["--json"])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+    assert_eq!(report["complete"], true, "{report:#}");
+    let names: Vec<&str> =
+        report["queues"].as_array().expect("queues").iter().filter_map(|q| q["name"].as_str()).collect();
+    assert_eq!(names, ["curdelay", "curfifo", "curid", "curprio", "cursimple", "orders"]);
+
+    let orders = queue(&report, "orders");
+    assert_eq!((orders["kind"].as_str(), orders["kind_inferred"].as_bool()), (Some("priority"), Some(false)));
+    assert_eq!(orders["depth"], 3);
+    assert_eq!(orders["locks"]["held"], 1);
+    assert_eq!(orders["locks"]["owners"][0]["session"], zkq_session.as_str(), "zkq's session holds the lease");
+    assert_eq!(orders["deliveries"]["most"][0]["deliveries"], 2, "{orders:#}");
+    assert!(orders["oldest_message"].as_str().is_some_and(|m| m.starts_with("queue-100000002")), "{orders:#}");
+
+    for (name, kind, depth) in [
+        ("curfifo", "fifo", 3),
+        ("curprio", "priority", 1),
+        ("curdelay", "delay", 1),
+        ("curid", "id", 1),
+        ("cursimple", "simple", 1),
+    ] {
+        let q = queue(&report, name);
+        assert_eq!((q["kind"].as_str(), q["kind_inferred"].as_bool()), (Some(kind), Some(true)), "{q:#}");
+        assert_eq!(q["depth"], depth, "{q:#}");
+        assert_eq!(q["declared"], false);
+    }
+    let curfifo = queue(&report, "curfifo");
+    let curator_session = curfifo["locks"]["owners"][0]["session"].as_str().expect("an owner");
+    assert_ne!(curator_session, zkq_session, "Curator's consumer has a session of its own");
+    assert_eq!(curfifo["envelopes"]["undecodable"][0]["message_id"], garbage.as_str(), "{curfifo:#}");
+    assert_eq!(curfifo["envelopes"]["undecodable_count"], 1);
+    assert!(curfifo["child_list_bytes"].as_i64().is_some_and(|b| b == 3 * (4 + 16)), "{curfifo:#}");
+    let curdelay = queue(&report, "curdelay");
+    assert_eq!(curdelay["not_yet_due"], 1);
+    assert_eq!(curdelay["oldest_message"], serde_json::Value::Null, "a message due in 2100 is not waiting");
+
+    // The table says the same for people.
+    let (code, text, stderr) = inspect(base(&[])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    for expected in [
+        "QUEUE",
+        "CHILD LIST",
+        "fifo (names)",
+        "simple (names)",
+        &format!("orders: locks held by session {zkq_session} (1)"),
+        &format!("curfifo: locks held by session {curator_session} (1)"),
+        "orders: delivered more than once: queue-100000001",
+        &format!("curfifo: not Curator envelopes (of the first 3 read): {garbage}"),
+    ] {
+        assert!(text.contains(expected), "no {expected:?} in\n{text}");
+    }
+
+    // One queue with its first messages.
+    let (code, stdout, stderr) = inspect(base(&["--queue", "orders", "--messages", "2", "--json"])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let messages = report["queues"][0]["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["priority"], 1);
+    assert_eq!(messages[0]["body_preview"], "first");
+    assert_eq!(messages[0]["deliveries"], 2);
+    assert_eq!(messages[0]["locked_by"], zkq_session.as_str());
+    assert_eq!(messages[1]["body_preview"], "second");
+    assert_eq!(messages[1]["locked_by"], serde_json::Value::Null);
+
+    assert_eq!(tree(&direct, &root).await, before, "zkq inspect wrote to ZooKeeper");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_exits_1_with_a_clear_error_when_zookeeper_is_unreachable() {
+    let port = crate::harness::free_port();
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) =
+        inspect(vec!["--zk-connect".into(), format!("127.0.0.1:{port}"), "--timeout".into(), "2s".into()]).await;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("cannot reach ZooKeeper at 127.0.0.1:{port} within 2s")), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "bounded by --timeout: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_keeps_to_its_bounds_and_refuses_what_it_cannot_find() {
+    use crate::harness::*;
+
+    let zk = ZkServer::shared();
+    let root = unique_root("inspect-bounds");
+    let daemon = TestZkq::start_ready(test_config(zk, &root)).await;
+    for queue in ["a", "b", "c", "d"] {
+        daemon.put_ok(queue, b"x").await;
+    }
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["--zk-connect".to_owned(), zk.connect_string(), "--zk-root".to_owned(), root.clone()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let (code, stdout, stderr) = inspect(args(&["--json", "--max-queues", "2", "--max-reads", "0"])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(report["queues"].as_array().map(Vec::len), Some(2));
+    assert_eq!(report["omitted_queues"], 2);
+    assert_eq!(report["queues"][0]["envelopes"]["checked"], 0, "--max-reads 0 reads no node");
+    assert_eq!(report["limits"]["max_queues"], 2);
+
+    let (code, _, stderr) = inspect(args(&["--queue", "nosuch"])).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no queue \"nosuch\""), "{stderr}");
+    let (code, _, stderr) = inspect(args(&["--queue", "bad/name"])).await;
+    assert_eq!(code, Some(2), "a usage error: {stderr}");
+    let (code, _, stderr) = inspect(args(&["--timeout", "5"])).await;
+    assert_eq!(code, Some(2), "a duration needs a unit: {stderr}");
+    daemon.stop().await;
 }

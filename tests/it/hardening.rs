@@ -340,13 +340,6 @@ async fn slow_and_idle_connections_do_not_starve_or_bloat_zkq() {
     assert!(closed.is_ok(), "a slowloris connection was still open after 20 s");
 }
 
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 /// The backlog gauge shows the depth at every scrape, and a declared queue's series exist at 0
 /// before anything happened to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,11 +364,11 @@ async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
         "zkq_put_outcome_unknown_total",
     ] {
         let line = format!("{series}{{queue=\"declared\"}}");
-        assert_eq!(metric(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
+        assert_eq!(metric_value(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
     }
     for mode in ["requeue", "delete", "keep"] {
         let line = format!("zkq_messages_nacked_total{{mode=\"{mode}\",queue=\"declared\"}}");
-        assert_eq!(metric(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
+        assert_eq!(metric_value(&fresh, &line), Some(0.0), "{line} missing on a fresh zkq");
     }
 
     for i in 0..5 {
@@ -383,8 +376,8 @@ async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
         zkq.put_ok("declared", b"x").await;
     }
     let text = zkq.metrics().await;
-    assert_eq!(metric(&text, "zkq_queue_children{queue=\"backlog\"}"), Some(5.0), "5 puts, no takes");
-    assert_eq!(metric(&text, "zkq_queue_children{queue=\"declared\"}"), Some(5.0), "5 puts, no takes");
+    assert_eq!(metric_value(&text, "zkq_queue_children{queue=\"backlog\"}"), Some(5.0), "5 puts, no takes");
+    assert_eq!(metric_value(&text, "zkq_queue_children{queue=\"declared\"}"), Some(5.0), "5 puts, no takes");
     // A message put by someone else shows at the next scrape too.
     let direct = zk_client(zk).await;
     let info: serde_json::Value =
@@ -393,7 +386,7 @@ async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
     let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
     let envelope = zkq::queue::envelope::encode([b"elsewhere".as_slice()]);
     direct.create(&format!("{path}/queue-"), &envelope, &sequential).await.expect("put elsewhere");
-    assert_eq!(metric(&zkq.metrics().await, "zkq_queue_children{queue=\"backlog\"}"), Some(6.0));
+    assert_eq!(metric_value(&zkq.metrics().await, "zkq_queue_children{queue=\"backlog\"}"), Some(6.0));
 }
 
 /// A queue cannot have more than `lease.max_per_queue` leases out: the next one is told to retry.
@@ -531,7 +524,8 @@ async fn reads_of_unknown_names_create_nothing_and_take_no_slot() {
 
     // A taker of a queue nobody created yet waits for it, and gets the first message put to it
     // elsewhere (a Curator producer, another sidecar: here straight to ZooKeeper).
-    let exists_calls = |text: &str| metric(text, "zkq_zookeeper_requests_total{operation=\"exists\",outcome=\"ok\"}");
+    let exists_calls =
+        |text: &str| metric_value(text, "zkq_zookeeper_requests_total{operation=\"exists\",outcome=\"ok\"}");
     let before = exists_calls(&zkq.metrics().await);
     let waiting = {
         let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/later/take?wait=20s"));

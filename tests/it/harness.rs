@@ -82,6 +82,11 @@ pub fn zookeeper_classpath() -> String {
 /// plain connect string.
 pub trait ConnectTarget {
     fn connect_string(&self) -> String;
+
+    /// JVM options a Java client (Curator) needs for this target: TLS settings, credentials.
+    fn java_options(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl ConnectTarget for str {
@@ -100,6 +105,27 @@ impl<T: ConnectTarget + ?Sized> ConnectTarget for &T {
     fn connect_string(&self) -> String {
         (**self).connect_string()
     }
+
+    fn java_options(&self) -> Vec<String> {
+        (**self).java_options()
+    }
+}
+
+/// A connect string plus what a Java client needs to use it (a secured port, credentials).
+#[derive(Debug, Clone)]
+pub struct JavaTarget {
+    pub connect: String,
+    pub java_options: Vec<String>,
+}
+
+impl ConnectTarget for JavaTarget {
+    fn connect_string(&self) -> String {
+        self.connect.clone()
+    }
+
+    fn java_options(&self) -> Vec<String> {
+        self.java_options.clone()
+    }
 }
 
 impl ConnectTarget for ZkServer {
@@ -113,22 +139,41 @@ pub struct ZkServer {
     port: u16,
     dir: tempfile::TempDir,
     child: Mutex<Option<Child>>,
+    jvm_args: Vec<String>,
+}
+
+/// What a server gets beyond the plain standalone configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Extra `zoo.cfg` lines (e.g. `secureClientPort=…`, `ssl.clientAuth=need`).
+    pub config: Vec<String>,
+    /// Extra JVM arguments (e.g. `-Djava.security.auth.login.config=…`).
+    pub jvm_args: Vec<String>,
 }
 
 impl ZkServer {
     /// Starts a new server on a free loopback port and waits until it answers `ruok`.
     pub fn start() -> ZkServer {
+        ZkServer::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with extra configuration; its plain client port still answers `ruok`.
+    pub fn start_with(options: ServerOptions) -> ZkServer {
         let dir = tempfile::Builder::new().prefix("zkq-zk-").tempdir().expect("temp dir");
         let port = stable_port(); // restart() binds it again
-        let config = format!(
+        let mut config = format!(
             "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
              maxClientCnxns=0\n",
             dir.path().join("data").display()
         );
+        for line in &options.config {
+            config.push_str(line);
+            config.push('\n');
+        }
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
         std::fs::write(dir.path().join("zoo.cfg"), config).expect("zoo.cfg");
-        let server = ZkServer { port, dir, child: Mutex::new(None) };
+        let server = ZkServer { port, dir, child: Mutex::new(None), jvm_args: options.jvm_args };
         server.launch();
         server
     }
@@ -145,6 +190,7 @@ impl ZkServer {
         let mut command = Command::new("java");
         command
             .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true"])
+            .args(&self.jvm_args)
             .arg("-cp")
             .arg(zookeeper_classpath())
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -395,6 +441,14 @@ pub async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<Stri
     names
 }
 
+/// The value of one exact series (`name{labels}`) in Prometheus text, if present.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() { "-".to_owned() } else { bytes.iter().map(|b| format!("{b:02x}")).collect() }
 }
@@ -424,7 +478,9 @@ impl Curator {
     fn command(zk: &(impl ConnectTarget + ?Sized), args: &[&str]) -> Command {
         let mut command = Command::new("java");
         command
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", Self::classpath(), "CuratorTool"])
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .args(zk.java_options())
+            .args(["-cp", Self::classpath(), "CuratorTool"])
             .arg(zk.connect_string())
             .args(args);
         command

@@ -8,6 +8,7 @@
     reason = "tests drive ZooKeeper and read their environment directly"
 )] // a failed expectation is a failed test
 
+mod batch;
 mod cache;
 mod chaos;
 mod cli;
@@ -20,7 +21,9 @@ mod hardening;
 mod harness;
 mod idempotency;
 mod leases;
+mod opskit;
 mod proxy;
 mod queues;
+mod secure;
 mod session;
 mod shutdown;

@@ -385,6 +385,56 @@ async fn queue_listing_describes_declared_and_dynamic_queues() {
     assert!(queues[1]["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0));
 }
 
+/// `?all=true` lists every queue under the root, also those this zkq never opened (another
+/// sidecar's, a Curator producer's), and opens or creates nothing doing so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_all_shows_every_queue_under_the_root_without_opening_or_creating_anything() {
+    let zk = ZkServer::shared();
+    let root = unique_root("listing-all");
+    let other = TestZkq::start_ready(test_config(zk, &root)).await;
+    other.put_ok("from-zkq", b"1").await;
+    other.put_ok("from-zkq", b"2").await;
+    Curator::run(zk, &["put", "fifo", &format!("{root}/queues/from-curator"), "6869"]).await;
+
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "declared", QueueKind::Priority, Some(&format!("{root}/app/q")), None);
+    let zkq = TestZkq::start_ready(config).await;
+    let opened = json(zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list")).await;
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["queues"].as_array().expect("array").iter().filter_map(|q| q["name"].as_str().map(str::to_owned)).collect()
+    };
+    assert_eq!(names(&opened), ["declared"], "without all: only what this zkq has open");
+
+    let direct = zk_client(zk).await;
+    let mut dirs_before = Vec::new();
+    for dir in ["queues", "locks", "deliveries"] {
+        dirs_before.push(children(&direct, &format!("{root}/{dir}")).await);
+    }
+    let all = json(zkq.http.get(zkq.url("/v1/queues?all=true")).send().await.expect("list all")).await;
+    assert_eq!(names(&all), ["declared", "from-curator", "from-zkq"], "{all}");
+    assert_eq!(all["omitted"], 0);
+    let by_name = |name: &str| all["queues"].as_array().and_then(|q| q.iter().find(|q| q["name"] == name)).cloned();
+    let from_zkq = by_name("from-zkq").expect("from-zkq");
+    assert_eq!(from_zkq["depth"], 2);
+    assert_eq!(from_zkq["kind"], "fifo");
+    assert_eq!(from_zkq["declared"], false);
+    assert_eq!(from_zkq["waiting_takers"], 0);
+    assert!(from_zkq["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "{from_zkq}");
+    assert_eq!(by_name("from-curator").expect("from-curator")["depth"], 1);
+    assert_eq!(by_name("declared").expect("declared")["kind"], "priority");
+
+    let opened = json(zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list")).await;
+    assert_eq!(names(&opened), ["declared"], "listing all opened no queue");
+    let mut dirs_after = Vec::new();
+    for dir in ["queues", "locks", "deliveries"] {
+        dirs_after.push(children(&direct, &format!("{root}/{dir}")).await);
+    }
+    assert_eq!(dirs_after, dirs_before, "listing all created nothing");
+
+    let refused = zkq.http.get(zkq.url("/v1/queues?all=maybe")).send().await.expect("list");
+    assert_error(refused, 400, "invalid_parameter").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_credentials_open_acl_protected_queues_and_their_absence_is_a_clear_error() {
     let zk = ZkServer::shared();
@@ -420,7 +470,7 @@ zk.stop()
             Some(&format!("{root}/secure/jobs")),
             Some(&format!("{root}/secure/locks")),
         );
-        config.zookeeper.auth_digest = auth.map(str::to_owned);
+        config.zookeeper.auth_digest = auth.map(zkq::config::Secret::new);
         config
     };
     let authorised = TestZkq::start_ready(configure(Some("app:s3cret"))).await;
@@ -494,4 +544,70 @@ async fn the_first_look_at_a_deep_queue_after_a_start_knows_the_age_of_its_head(
     let info = json(zkq.http.get(zkq.url("/v1/queues/deep")).send().await.expect("info")).await;
     assert_eq!(info["depth"], 500, "{info}");
     assert!(info["oldest_message_age_ms"].as_i64().is_some_and(|age| age >= 0), "the head's age is known: {info}");
+}
+
+/// A 204 means empty: a message another sidecar acknowledged before the take arrived is taken
+/// by a take that does not wait, every time, although it reaches this sidecar only as a
+/// ZooKeeper event. (Each miss would be a consumer that stops early, "drained" but not empty.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_without_wait_sees_every_put_acknowledged_before_it() {
+    let zk = ZkServer::shared();
+    let root = unique_root("no-false-empty");
+    let taker = TestZkq::start_ready(test_config(zk, &root)).await;
+    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
+    // The taker's cache is live (it has read the queue once) before the race starts.
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    for i in 0..300 {
+        let body = format!("message {i}");
+        producer.put_ok("q", body.as_bytes()).await;
+        let taken = taker.take_body("q", "0s").await;
+        assert_eq!(taken.as_deref(), Some(body.as_bytes()), "put {i} was acknowledged, then the take said empty");
+    }
+    // And 204 still answers an empty queue at once.
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    taker.stop().await;
+    producer.stop().await;
+}
+
+/// "Drain until the first 204" takes every message: 16 takers with `wait=0s`, each stopping at
+/// its first 204, on a queue another sidecar has just filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_stops_at_the_first_204_takes_every_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("drain-to-204");
+    let taker = std::sync::Arc::new(TestZkq::start_ready(test_config(zk, &root)).await);
+    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(taker.take("q", "0s").await.status(), 204);
+    let total = 1000;
+    use futures::StreamExt;
+    futures::stream::iter(0..total)
+        .map(|i| {
+            let producer = &producer;
+            async move { producer.put_ok("q", format!("m{i}").as_bytes()).await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let mut drains = Vec::new();
+    for _ in 0..16 {
+        let taker = taker.clone();
+        drains.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(body) = taker.take_body("q", "0s").await {
+                got.push(body);
+            }
+            got
+        }));
+    }
+    let mut taken = Vec::new();
+    for drain in drains {
+        taken.extend(drain.await.expect("drain"));
+    }
+    taken.sort();
+    taken.dedup();
+    assert_eq!(taken.len(), total, "a drain that stops at the first 204 left messages behind");
+    producer.stop().await;
+    if let Ok(taker) = std::sync::Arc::try_unwrap(taker) {
+        taker.stop().await;
+    }
 }

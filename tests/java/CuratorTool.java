@@ -19,6 +19,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.queue.DistributedDelayQueue;
 import org.apache.curator.framework.recipes.queue.DistributedIdQueue;
 import org.apache.curator.framework.recipes.queue.DistributedPriorityQueue;
@@ -36,6 +37,8 @@ import org.apache.curator.framework.recipes.shared.SharedCountReader;
 import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 
 public final class CuratorTool {
 
@@ -191,12 +194,28 @@ public final class CuratorTool {
                 throw new UsageException("unknown command '" + cmd + "'\n" + USAGE);
         }
 
-        CuratorFramework client = CuratorFrameworkFactory.builder()
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
             .connectString(connect)
             .sessionTimeoutMs(SESSION_TIMEOUT_MS)
             .connectionTimeoutMs(CONNECTION_TIMEOUT_MS)
-            .retryPolicy(new ExponentialBackoffRetry(100, 3))
-            .build();
+            .retryPolicy(new ExponentialBackoffRetry(100, 3));
+        // Credentials and node ACLs for secured ensembles, as JVM system properties:
+        //   -Dzkq.test.auth=SCHEME:CREDENTIALS (e.g. digest:app:secret), sent on every connection;
+        //   -Dzkq.test.acl=creator: nodes Curator creates get CREATOR_ALL_ACL (auth::cdrwa).
+        // TLS and SASL need no code: ZooKeeper's client reads zookeeper.ssl.* and the JAAS file itself.
+        String auth = System.getProperty("zkq.test.auth");
+        if (auth != null) {
+            int colon = auth.indexOf(':');
+            if (colon < 1) throw new UsageException("zkq.test.auth must be SCHEME:CREDENTIALS");
+            builder.authorization(auth.substring(0, colon), auth.substring(colon + 1).getBytes(StandardCharsets.UTF_8));
+        }
+        if ("creator".equals(System.getProperty("zkq.test.acl"))) {
+            builder.aclProvider(new ACLProvider() {
+                @Override public List<ACL> getDefaultAcl() { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                @Override public List<ACL> getAclForPath(String path) { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+            });
+        }
+        CuratorFramework client = builder.build();
         client.getConnectionStateListenable().addListener((c, state) -> {
             if (state != ConnectionState.CONNECTED) err("connection state: " + state);
         });

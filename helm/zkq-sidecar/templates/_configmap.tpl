@@ -2,14 +2,17 @@
 zkq-sidecar.config: zkq.toml rendered from zkq.config. Strings are written as TOML basic strings
 (JSON escaping is a subset of TOML's), integers as integers. No secret ever appears here:
 zookeeper.auth_digest is refused in values and reaches zkq as ZKQ__ZOOKEEPER__AUTH_DIGEST from a
-Secret.
+Secret; the TLS files, the SASL password and the API token are files mounted from Secrets, and
+only their paths are written here.
 */}}
 {{- define "zkq-sidecar.config" -}}
 {{- $zkq := include "zkq-sidecar.values" . | fromYaml -}}
 {{- $c := $zkq.config -}}
+{{- $secrets := include "zkq-sidecar.secretsDir" . -}}
 # zkq configuration, rendered by the zkq-sidecar Helm chart from the zkq.config values.
 # Credentials are not here: zookeeper.auth_digest comes from the ZKQ__ZOOKEEPER__AUTH_DIGEST
-# environment variable (a Secret). Validate with: zkq check-config --config zkq.toml
+# environment variable, TLS files, the SASL password and the API token from files mounted from
+# Secrets. Validate with: zkq check-config --config zkq.toml (in the pod, where the files are)
 queues_dynamic = {{ $c.queues_dynamic }}
 max_dynamic_queues = {{ int64 $c.max_dynamic_queues }}
 counters_dynamic = {{ $c.counters_dynamic }}
@@ -20,10 +23,36 @@ root = {{ toString $c.zookeeper.root | toJson }}
 session_timeout = {{ toString $c.zookeeper.session_timeout | toJson }}
 request_timeout = {{ toString $c.zookeeper.request_timeout | toJson }}
 reconnect_backoff_max = {{ toString $c.zookeeper.reconnect_backoff_max | toJson }}
+{{- with $c.zookeeper.acl }}
+acl = {{ toJson . }}
+{{- end }}
+
+[zookeeper.tls]
+enabled = {{ $c.zookeeper.tls.enabled }}
+verify_hostname = {{ $c.zookeeper.tls.verify_hostname }}
+reload_interval = {{ toString $c.zookeeper.tls.reload_interval | toJson }}
+{{- if $zkq.tlsSecret.name }}
+ca_file = {{ printf "%s/tls/ca.crt" $secrets | toJson }}
+{{- if $zkq.tlsSecret.certKey }}
+cert_file = {{ printf "%s/tls/tls.crt" $secrets | toJson }}
+key_file = {{ printf "%s/tls/tls.key" $secrets | toJson }}
+{{- end }}
+{{- end }}
+{{- if $c.zookeeper.sasl.mechanism }}
+
+[zookeeper.sasl]
+mechanism = {{ toString $c.zookeeper.sasl.mechanism | toJson }}
+username = {{ toString $c.zookeeper.sasl.username | toJson }}
+password_file = {{ printf "%s/sasl/password" $secrets | toJson }}
+{{- end }}
 
 [api]
 listen = {{ toString $c.api.listen | toJson }}
 max_message_bytes = {{ int64 $c.api.max_message_bytes }}
+refuse_cross_origin = {{ $c.api.refuse_cross_origin }}
+{{- if $zkq.apiTokenSecret.name }}
+token_file = {{ include "zkq-sidecar.apiTokenFile" . | toJson }}
+{{- end }}
 
 [admin]
 listen = {{ toString $c.admin.listen | toJson }}

@@ -75,6 +75,22 @@ Usage (under `initContainers:` of a pod spec, any indentation):
     - name: zkq-config
       mountPath: /etc/zkq
       readOnly: true
+    {{- $secrets := include "zkq-sidecar.secretsDir" . }}
+    {{- if $zkq.tlsSecret.name }}
+    - name: zkq-tls
+      mountPath: {{ printf "%s/tls" $secrets }}
+      readOnly: true
+    {{- end }}
+    {{- if $zkq.saslSecret.name }}
+    - name: zkq-sasl
+      mountPath: {{ printf "%s/sasl" $secrets }}
+      readOnly: true
+    {{- end }}
+    {{- if $zkq.apiTokenSecret.name }}
+    - name: zkq-api-token
+      mountPath: {{ printf "%s/api-token" $secrets }}
+      readOnly: true
+    {{- end }}
   terminationMessagePolicy: FallbackToLogsOnError
 {{- end -}}
 
@@ -105,14 +121,54 @@ Together they make zkq.nativeSidecar a pure values switch:
 {{- end -}}
 
 {{/*
-zkq-sidecar.volumes: the pod volume holding zkq.toml (from the zkq-sidecar.configmap ConfigMap),
-as one item of the pod's `volumes:` list.
+zkq-sidecar.volumes: the pod volumes of zkq, as items of the pod's `volumes:` list: zkq-config
+(zkq.toml, from the zkq-sidecar.configmap ConfigMap), and the Secrets that are configured:
+zkq-tls (zkq.tlsSecret: ca.crt, and tls.crt and tls.key for mutual TLS), zkq-sasl
+(zkq.saslSecret: password) and zkq-api-token (zkq.apiTokenSecret: token). Only the named keys are
+projected, under fixed file names.
 */}}
 {{- define "zkq-sidecar.volumes" -}}
+{{- $zkq := include "zkq-sidecar.values" . | fromYaml -}}
 - name: zkq-config
   configMap:
     name: {{ include "zkq-sidecar.configMapName" . | quote }}
     items:
       - key: zkq.toml
         path: zkq.toml
+{{- with $zkq.tlsSecret }}
+{{- if .name }}
+- name: zkq-tls
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .caKey | quote }}
+        path: ca.crt
+      {{- if .certKey }}
+      - key: {{ .certKey | quote }}
+        path: tls.crt
+      - key: {{ .keyKey | quote }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- with $zkq.saslSecret }}
+{{- if .name }}
+- name: zkq-sasl
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .key | quote }}
+        path: password
+{{- end }}
+{{- end }}
+{{- with $zkq.apiTokenSecret }}
+{{- if .name }}
+- name: zkq-api-token
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .key | quote }}
+        path: token
+{{- end }}
+{{- end }}
 {{- end -}}

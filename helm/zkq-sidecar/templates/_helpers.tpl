@@ -23,6 +23,17 @@ partOf: ""
 authSecret:
   name: ""
   key: auth-digest
+tlsSecret:
+  name: ""
+  caKey: ca.crt
+  certKey: ""
+  keyKey: ""
+saslSecret:
+  name: ""
+  key: password
+apiTokenSecret:
+  name: ""
+  key: token
 extraEnv: []
 resources:
   requests:
@@ -64,6 +75,66 @@ podMonitor:
   scrapeTimeout: 10s
   labels: {}
   selector: {}
+prometheusRule:
+  enabled: false
+  labels: {}
+  alertLabels: {}
+  selector: ""
+  runbookUrl: docs/operations.md
+  alerts:
+    backlogGrowing:
+      enabled: true
+      severity: warning
+      minDepth: 1000
+      window: 30m
+      for: 15m
+    oldestMessage:
+      enabled: true
+      severity: warning
+      maxAgeSeconds: 900
+      for: 5m
+    leasesExpiring:
+      enabled: true
+      severity: warning
+      ratio: 0.05
+      for: 10m
+    deadLetters:
+      enabled: true
+      severity: warning
+      window: 10m
+      for: 0m
+    claimConflicts:
+      enabled: true
+      severity: warning
+      perMessage: 1
+      for: 15m
+    childListLarge:
+      enabled: true
+      severity: warning
+      bytes: 943718
+      for: 5m
+    putsFailing:
+      enabled: true
+      severity: critical
+      ratio: 0.01
+      for: 5m
+    sessionLost:
+      enabled: true
+      severity: warning
+      window: 10m
+    disconnected:
+      enabled: true
+      severity: warning
+      for: 1m
+    notReady:
+      enabled: true
+      severity: critical
+      for: 5m
+dashboard:
+  enabled: false
+  labels:
+    grafana_dashboard: "1"
+  annotations: {}
 config:
   zookeeper:
     connect: ""
@@ -71,9 +142,18 @@ config:
     session_timeout: 30s
     request_timeout: 10s
     reconnect_backoff_max: 5s
+    acl: []
+    tls:
+      enabled: false
+      verify_hostname: true
+      reload_interval: 1m
+    sasl:
+      mechanism: ""
+      username: ""
   api:
     listen: 127.0.0.1:8080
     max_message_bytes: 524288
+    refuse_cross_origin: true
   admin:
     listen: 0.0.0.0:9090
   log:
@@ -231,6 +311,26 @@ container and configmap templates.
 {{- if hasKey $zkq.config.zookeeper "auth_digest" -}}
 {{- fail "zkq-sidecar: zkq.config.zookeeper.auth_digest is not accepted (it would land in a ConfigMap); put \"user:password\" in a Secret and set zkq.authSecret.name and zkq.authSecret.key" -}}
 {{- end -}}
+{{- $tls := $zkq.config.zookeeper.tls -}}
+{{- if and $tls.enabled (not $zkq.tlsSecret.name) -}}
+{{- fail "zkq-sidecar: zkq.config.zookeeper.tls.enabled needs zkq.tlsSecret.name: the Secret with the CA bundle (and the client certificate and key for mutual TLS)" -}}
+{{- end -}}
+{{- if and $zkq.tlsSecret.name (not $tls.enabled) -}}
+{{- fail "zkq-sidecar: zkq.tlsSecret.name is set but zkq.config.zookeeper.tls.enabled is false; enable TLS or remove the Secret" -}}
+{{- end -}}
+{{- if ne (empty $zkq.tlsSecret.certKey) (empty $zkq.tlsSecret.keyKey) -}}
+{{- fail "zkq-sidecar: zkq.tlsSecret.certKey and zkq.tlsSecret.keyKey go together (a client certificate needs its key): set both or neither" -}}
+{{- end -}}
+{{- $sasl := $zkq.config.zookeeper.sasl -}}
+{{- if or (hasKey $sasl "password") (hasKey $sasl "password_file") -}}
+{{- fail "zkq-sidecar: the SASL password is not accepted in zkq.config (it would land in a ConfigMap); put it in a Secret and set zkq.saslSecret.name and zkq.saslSecret.key" -}}
+{{- end -}}
+{{- if and $sasl.mechanism (or (not $sasl.username) (not $zkq.saslSecret.name)) -}}
+{{- fail "zkq-sidecar: zkq.config.zookeeper.sasl.mechanism needs zkq.config.zookeeper.sasl.username and zkq.saslSecret.name (the Secret holding the password)" -}}
+{{- end -}}
+{{- if and (not $sasl.mechanism) (or $sasl.username $zkq.saslSecret.name) -}}
+{{- fail "zkq-sidecar: zkq.config.zookeeper.sasl.username and zkq.saslSecret need zkq.config.zookeeper.sasl.mechanism: DIGEST-MD5" -}}
+{{- end -}}
 {{- $admin := toString $zkq.config.admin.listen -}}
 {{- if regexMatch "^(127\\.|\\[::1\\]:|localhost:)" $admin -}}
 {{- fail (printf "zkq-sidecar: zkq.config.admin.listen = %q is loopback: the kubelet's probes and Prometheus reach the pod IP, so listen on 0.0.0.0:PORT or [::]:PORT" $admin) -}}
@@ -242,4 +342,20 @@ container and configmap templates.
 {{- if and $zkq.nativeSidecar (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "zkq-sidecar: zkq.nativeSidecar=true needs Kubernetes >= 1.29 (native sidecar containers); this release targets %s. Set zkq.nativeSidecar=false to run zkq as a regular container." .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+zkq-sidecar.secretsDir: where the Secrets of zkq.tlsSecret, zkq.saslSecret and zkq.apiTokenSecret
+are mounted (one directory each), outside /etc/zkq (a ConfigMap volume cannot hold mount points).
+*/}}
+{{- define "zkq-sidecar.secretsDir" -}}
+/var/run/secrets/zkq
+{{- end -}}
+
+{{/*
+zkq-sidecar.apiTokenFile: the path of the API token file (zkq.apiTokenSecret), also where the app
+finds it once it mounts the zkq-api-token volume at {{ include "zkq-sidecar.secretsDir" . }}/api-token.
+*/}}
+{{- define "zkq-sidecar.apiTokenFile" -}}
+{{- printf "%s/api-token/token" (include "zkq-sidecar.secretsDir" .) -}}
 {{- end -}}

@@ -254,11 +254,12 @@ impl Queue {
             },
         };
         // The delivery count goes with the message; it may be missing (counted by an older zkq).
-        let results = match zk.multi(&ops).await {
+        // Through group commit: acks in flight together share one transaction.
+        let results = match self.group.submit(&self.background, &zk, ops.clone()).await {
             Ok(results) => results,
             Err(err) if err.error == ZkError::NoNode && err.index == Some(ops.len() - 1) => {
                 ops.pop();
-                zk.multi(&ops).await.map_err(|e| e.error)?
+                self.group.submit(&self.background, &zk, ops).await.map_err(|e| e.error)?
             },
             Err(err) => return Err(err.error),
         };

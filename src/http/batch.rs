@@ -1,0 +1,318 @@
+//! Many messages per HTTP request: batch put, `?max=` answers of take and lease, batch ack.
+//!
+//! Bodies travel as JSON: `text` (UTF-8, easy from curl) or `body` (standard base64, any bytes)
+//! on the way in, always `body` (base64) on the way out.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
+use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
+use super::leases::NackModeParam;
+use super::queues::{KindFields, QueuePath, put_options};
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError};
+
+/// The route of a batch put (its body limit is larger than a single put's).
+pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
+
+/// One message of a batch put.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchMessage {
+    /// The body as UTF-8 text. Exactly one of `text` and `body`.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The body as standard base64 (any bytes). Exactly one of `text` and `body`.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Priority queues only: lower is delivered first (int32, default 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    #[serde(default)]
+    pub deliver_at: Option<i64>,
+    /// Id queues only (required there): the message's id.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// A batch put: 1 to `api.max_batch` messages, stored all or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchPutRequest {
+    pub messages: Vec<BatchMessage>,
+}
+
+/// Query parameters of a batch put.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BatchPutQuery {
+    /// How long to wait for room for every message when the queue has `max_items` (default 0;
+    /// longer values are cut to `take.max_wait`).
+    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
+    pub wait: Option<String>,
+}
+
+/// Answer to a batch put: the message ids, in the order of the request.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchPutResponse {
+    pub queue: String,
+    pub message_ids: Vec<String>,
+}
+
+/// Put many messages in one request: one ZooKeeper transaction, all or none.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/batch", tag = "queues",
+    params(QueuePath, BatchPutQuery),
+    request_body(content = BatchPutRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Every message stored in ZooKeeper, in one transaction", body = BatchPutResponse),
+        (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64)", body = ErrorBody),
+        (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
+        (status = 409, description = "A field that does not fit the queue's kind, or an id queue message without `id`", body = ErrorBody),
+        (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together", body = ErrorBody),
+        (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
+        (status = 429, description = "No room for every message under max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+        ZookeeperErrors,
+    )
+)]
+pub async fn put_batch(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiQuery(query): ApiQuery<BatchPutQuery>,
+    ApiJson(request): ApiJson<BatchPutRequest>,
+) -> Result<Response, ApiError> {
+    let api = &state.config.api;
+    if request.messages.is_empty() || request.messages.len() > api.max_batch {
+        return Err(ApiError::invalid(format!(
+            "a batch holds 1 to api.max_batch = {} messages, not {}",
+            api.max_batch,
+            request.messages.len()
+        )));
+    }
+    let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
+    let mut bodies = Vec::with_capacity(request.messages.len());
+    let mut options = Vec::with_capacity(request.messages.len());
+    let mut total = 0usize;
+    for (index, message) in request.messages.into_iter().enumerate() {
+        let body = match (message.text, message.body) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                .decode(encoded.as_bytes())
+                .map_err(|err| ApiError::invalid(format!("messages[{index}].body is not standard base64: {err}")))?,
+            _ => return Err(ApiError::invalid(format!("messages[{index}] needs exactly one of `text` and `body`"))),
+        };
+        total = total.saturating_add(body.len());
+        if total > api.max_batch_bytes {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the messages' bodies are larger than api.max_batch_bytes = {} together", api.max_batch_bytes),
+            ));
+        }
+        let fields = KindFields {
+            priority: message.priority,
+            delay: message.delay,
+            deliver_at: message.deliver_at,
+            id: message.id,
+        };
+        options.push(
+            put_options(&state, fields, wait)
+                .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?,
+        );
+        bodies.push(body);
+    }
+    let queue = state.queues.open(&path.queue)?;
+    let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
+    let receipts = queue.put_many(messages, wait).await?;
+    let message_ids = receipts.into_iter().filter_map(|r| r.message_id).collect();
+    Ok((StatusCode::CREATED, Json(BatchPutResponse { queue: queue.name.clone(), message_ids })).into_response())
+}
+
+/// One message of a `?max=` answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveredMessage {
+    /// Node name of the message.
+    pub message_id: String,
+    /// The body, standard base64.
+    pub body: String,
+    /// Priority queues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Delay queues: epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_at: Option<i64>,
+    /// Id queues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Leases: the receipt for ack, nack and extend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// Leases: expiry, epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// Leases: how many times this message was leased, this time included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_count: Option<u32>,
+}
+
+/// A `?max=` answer: 1 to `max` messages in delivery order.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveredMessages {
+    pub messages: Vec<DeliveredMessage>,
+}
+
+/// Checks `?max=` against `api.max_batch`.
+pub fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    if max == 0 || max > state.config.api.max_batch {
+        return Err(ApiError::invalid(format!(
+            "`max` must be between 1 and api.max_batch = {}",
+            state.config.api.max_batch
+        )));
+    }
+    Ok(max)
+}
+
+/// The JSON answer of a `?max=` take or lease; 204 when nothing was delivered.
+pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
+    if messages.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let messages = messages
+        .into_iter()
+        .map(|(message, grant)| {
+            let (mut priority, mut deliver_at, mut id) = (None, None, None);
+            match message.meta {
+                ItemMeta::Priority(p) => priority = Some(p),
+                ItemMeta::DeliverAt(at) => deliver_at = Some(at),
+                ItemMeta::Id(i) => id = Some(i),
+                ItemMeta::Plain => {},
+            }
+            DeliveredMessage {
+                message_id: message.message_id,
+                body: base64::engine::general_purpose::STANDARD.encode(&message.body),
+                priority,
+                deliver_at,
+                id,
+                expires_at: grant.as_ref().map(|g| g.expires_at_ms),
+                delivery_count: grant.as_ref().map(|g| g.delivery_count),
+                lease: grant.map(|g| g.receipt),
+            }
+        })
+        .collect();
+    (StatusCode::OK, Json(DeliveredMessages { messages })).into_response()
+}
+
+/// What a batch ack does with its leases: ack (default), or nack like
+/// `POST …/leases/{lease}/nack`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchNack {
+    #[serde(default)]
+    pub mode: Option<NackModeParam>,
+    /// Requeue: deliver again no earlier than this (`30s`; cut to `lease.max_visibility`).
+    #[serde(default)]
+    pub delay: Option<String>,
+}
+
+/// A batch ack: 1 to `api.max_batch` receipts of one queue.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchAckRequest {
+    pub leases: Vec<String>,
+    /// Nack them instead of acking.
+    #[serde(default)]
+    pub nack: Option<BatchNack>,
+}
+
+/// The outcome for one receipt of a batch ack.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LeaseOutcome {
+    pub lease: String,
+    /// The status the single ack (or nack) would have answered: 204, 404, 409, 503, 504.
+    pub status: u16,
+    /// The error code when it failed (see the error table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Answer to a batch ack: one outcome per receipt, in the order of the request.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchAckResponse {
+    pub results: Vec<LeaseOutcome>,
+}
+
+/// Ack (or nack) many leases in one request; each receipt gets its own outcome, so one stale
+/// receipt does not fail the others. Acks in flight together share ZooKeeper transactions.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/acks", tag = "leases",
+    params(QueuePath),
+    request_body(content = BatchAckRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One outcome per receipt (each with the status its single ack would have had)", body = BatchAckResponse),
+        (status = 400, description = "Bad queue name or body (no receipts, more than api.max_batch)", body = ErrorBody),
+        (status = 404, description = "A queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
+        (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
+    )
+)]
+pub async fn ack_batch(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+    ApiJson(request): ApiJson<BatchAckRequest>,
+) -> Result<Response, ApiError> {
+    let max = state.config.api.max_batch;
+    if request.leases.is_empty() || request.leases.len() > max {
+        return Err(ApiError::invalid(format!(
+            "a batch ack holds 1 to api.max_batch = {max} receipts, not {}",
+            request.leases.len()
+        )));
+    }
+    let nack = match &request.nack {
+        Some(nack) => {
+            let mode = match nack.mode.unwrap_or_default() {
+                NackModeParam::Requeue => NackMode::Requeue,
+                NackModeParam::Delete => NackMode::Delete,
+                NackModeParam::Keep => NackMode::Keep,
+            };
+            let delay = bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?;
+            Some((mode, delay))
+        },
+        None => None,
+    };
+    let queue = state.queues.open_only(&path.queue)?;
+    let steps = request.leases.iter().map(|lease| {
+        let queue = &queue;
+        async move {
+            match nack {
+                Some((mode, delay)) => queue.nack(lease, mode, delay).await,
+                None => queue.ack(lease).await,
+            }
+        }
+    });
+    let outcomes = futures::future::join_all(steps).await;
+    let results = request
+        .leases
+        .into_iter()
+        .zip(outcomes)
+        .map(|(lease, outcome): (String, Result<(), QueueError>)| match outcome {
+            Ok(()) => LeaseOutcome { lease, status: 204, code: None, message: None },
+            Err(err) => {
+                let err = ApiError::from(err);
+                let (status, code) = err.code.status_and_code();
+                LeaseOutcome { lease, status: status.as_u16(), code: Some(code.to_owned()), message: Some(err.message) }
+            },
+        })
+        .collect();
+    Ok((StatusCode::OK, Json(BatchAckResponse { results })).into_response())
+}
