@@ -6,8 +6,11 @@
 //! sent at once, alone (a lone `create` is sent as a plain `create`): no write waits for company.
 //! Units that arrive while the limit is reached queue up, and the next transaction carries all of
 //! them (up to [`MAX_BATCH_OPS`] operations and [`MAX_BATCH_BYTES`], well under the server's
-//! `jute.maxbuffer`). Each unit still gets its own answer, only after ZooKeeper confirmed the
-//! transaction:
+//! `jute.maxbuffer`). A unit may carry tags (idempotent puts tag their messages' contents, so
+//! that identical messages of different puts never share a transaction and each can be found by
+//! its content after a lost answer): a pending unit sharing a tag with one already in the next
+//! transaction keeps its place and goes in the one after. Each unit still gets its own answer, only
+//! after ZooKeeper confirmed the transaction:
 //!
 //! - applied: every unit gets its results (each create its own node and sequence number);
 //! - refused because of one operation (a missing parent, an existing node, a quota): the unit
@@ -21,7 +24,7 @@
 //! shutdown waits for), never on a request's future: a client that leaves cannot take the answers
 //! of the other units with it. A unit whose caller left before it was sent is dropped unsent.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -46,6 +49,8 @@ struct Unit {
     deadline: Instant,
     ops: Vec<TxnOp>,
     bytes: usize,
+    /// Never in one transaction with another unit sharing one of these.
+    tags: Vec<u64>,
     reply: Reply,
 }
 
@@ -97,12 +102,24 @@ impl GroupCommit {
         zk: &Zk,
         ops: Vec<TxnOp>,
     ) -> Result<Vec<TxnResult>, TxnError> {
+        self.submit_apart(tasks, zk, ops, Vec::new()).await
+    }
+
+    /// As [`GroupCommit::submit`], but never in one transaction with another unit that shares one
+    /// of `tags`.
+    pub async fn submit_apart(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+        tags: Vec<u64>,
+    ) -> Result<Vec<TxnResult>, TxnError> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
         let (reply, answer) = oneshot::channel();
         let bytes = ops.iter().map(op_bytes).sum();
-        let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply };
+        let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, tags, reply };
         let start = {
             let mut state = self.state();
             state.pending.push_back(unit);
@@ -138,20 +155,28 @@ impl GroupCommit {
     }
 
     /// The next units to send together: the oldest pending unit, then more of the same session
-    /// while they fit. A unit larger than the limits on its own is sent alone.
+    /// while they fit. A unit larger than the limits on its own is sent alone; a unit sharing a tag
+    /// with one already taken is passed over and keeps its place.
     fn next_batch(pending: &mut VecDeque<Unit>) -> Vec<Unit> {
         let mut batch: Vec<Unit> = Vec::new();
         let (mut ops, mut bytes) = (0, 0);
-        while let Some(unit) = pending.front() {
+        let mut tags: HashSet<u64> = HashSet::new();
+        let mut index = 0;
+        while let Some(unit) = pending.get(index) {
             if let Some(first) = batch.first() {
                 let fits = ops + unit.ops.len() <= MAX_BATCH_OPS && bytes + unit.bytes <= MAX_BATCH_BYTES;
                 if !fits || unit.zk.generation() != first.zk.generation() {
                     break;
                 }
+                if unit.tags.iter().any(|tag| tags.contains(tag)) {
+                    index += 1;
+                    continue;
+                }
             }
-            let Some(unit) = pending.pop_front() else { break };
+            let Some(unit) = pending.remove(index) else { break };
             ops += unit.ops.len();
             bytes += unit.bytes;
+            tags.extend(unit.tags.iter().copied());
             batch.push(unit);
         }
         batch
