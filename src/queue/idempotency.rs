@@ -10,14 +10,20 @@
 //!   which the record expires (`t`: that second's end, epoch ms, 15 digits). The sweeper lists only
 //!   the bucket names and the buckets whose end has passed; it never lists or reads a live record.
 //!
-//! A keyed put's transaction creates the record (or renews an expired one), its index entry and
-//! the message, in one multi. The message's name is known only once the multi has answered (the
-//! server appends the sequence), so the record cannot hold it yet: a versioned `setData` writes it
-//! after the put answered, batched with other puts' names ([`RecordNames`], best effort). A record
-//! without a name (zkq died, or lost the connection, between the two steps) is
-//! resolved by the message whose creation zxid is the record's `mzxid`, since every operation of a
-//! multi has the same zxid; a message consumed before that is found has no name left to tell, and
-//! the replay says so (`message_id: null`).
+//! A put goes to ZooKeeper as one unit of group commit ([`GroupCommit`](crate::zk::GroupCommit)):
+//! for each keyed message, the ops that create its record (or renew an expired one) and its index
+//! entry, then the message's create; a message without a key, its create alone. The unit is
+//! applied all or none, possibly in one multi with other puts' units. The message's name is known
+//! only once the multi has answered (the server appends the sequence), so the record cannot hold
+//! it yet: a versioned `setData` writes it after the put answered, batched with other puts' names
+//! ([`RecordNames`], best effort). A record without a name (zkq died, or lost the connection,
+//! between the two steps, or the multi's answer was lost) is resolved among the nodes created by
+//! the transaction whose zxid is the record's `mzxid` (every operation of a multi has the same
+//! zxid): the one with the record's content (a hash of the node's name prefix and data), and of
+//! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. A message
+//! consumed before that is found has no name left to tell, nor one that cannot be told apart
+//! from an identical node another unit of the same multi stored; the answer says so
+//! (`message_id: null`).
 //!
 //! Invariants:
 //! - A record's key and fingerprint are written only by a transaction that also creates the
@@ -35,6 +41,8 @@
 //! - A record counts until its `expires_at` (the writer's clock), whether swept or not; a lookup
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -76,6 +84,9 @@ const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
 /// Names waiting to be written at most; beyond, the oldest are dropped (their records are
 /// resolved by zxid).
 const MAX_PENDING_NAMES: usize = 10_000;
+/// Nodes read at most while looking for those one transaction created (a unit holds at most
+/// 1,000 ops; the rest allows for nodes consumed since).
+const MAX_BLOCK_READS: usize = 2_048;
 
 /// Whether `key` may be an idempotency key: 1 to 200 bytes of visible ASCII (`!` to `~`).
 pub fn is_valid_key(key: &[u8]) -> bool {
@@ -98,6 +109,11 @@ pub(super) struct Record {
     bucket: String,
     /// Unique to the transaction that wrote the record: evidence after a lost answer.
     token: String,
+    /// The message among the nodes its transaction created ([`Copy`]): the hash of its node's
+    /// name prefix and data, and which of its unit's identical nodes it is.
+    content: String,
+    copy: u32,
+    copies: u32,
     /// The message's node name, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message_id: Option<String>,
@@ -287,15 +303,15 @@ pub(super) struct KeyedPut {
     fingerprint: String,
 }
 
-/// What a keyed put found in ZooKeeper for its key.
-pub(super) enum KeyCheck {
-    /// An earlier put with this key stored its message within the window.
-    Replay(PutReceipt),
-    /// The key is free: the put goes on and writes its record with its message.
-    Fresh(FreshKey),
+/// One message of a put as its create sends it: the server appends the sequence to `prefix`.
+#[derive(Debug, Clone)]
+pub(super) struct NodeCreate {
+    /// The node name's prefix (`queue-`, `queue-{priority}-`, …), relative to the queue node.
+    pub(super) prefix: String,
+    pub(super) data: Vec<u8>,
 }
 
-/// A keyed put whose key was free when last read.
+/// A keyed message whose key was free when last read.
 pub(super) struct FreshKey {
     keyed: KeyedPut,
     free: Free,
@@ -318,14 +334,32 @@ enum Found {
     Free(Free),
 }
 
-/// The operations a keyed put adds to the transaction that creates its message, and what they
-/// write (see [`Queue::put_keyed`] for the steps around them).
-pub(super) struct RecordWrite {
-    /// Put these in front of the message's create, in this order.
-    pub(super) ops: Vec<TxnOp>,
-    /// Directories the ops may find missing (created like Curator would, then the transaction
-    /// runs again), by index within `ops`.
-    pub(super) parents: Vec<(usize, String)>,
+/// Where one message of a put stands.
+enum Slot {
+    /// No key: stored with the others, nothing to check.
+    Plain,
+    /// A key free when last read: the message goes with its record's ops.
+    Fresh(FreshKey),
+    /// Answered (a replay, or stored).
+    Done(PutReceipt),
+}
+
+/// The message among those one transaction created: the hash of its node (name prefix and data),
+/// and which of the `copies` identical nodes of its unit it is (in the order of the unit's ops).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Copy {
+    content: String,
+    copy: u32,
+    copies: u32,
+}
+
+/// The operations a keyed message adds in front of its create, and what they write.
+struct RecordWrite {
+    /// In front of the message's create, in this order.
+    ops: Vec<TxnOp>,
+    /// Directories the ops may find missing (created like Curator would, then the unit goes
+    /// again), by index within `ops`.
+    parents: Vec<(usize, String)>,
     /// Index (within `ops`) of the op that fails when the index entry of the record being renewed
     /// is gone.
     fence: Option<usize>,
@@ -336,10 +370,56 @@ pub(super) struct RecordWrite {
     started: Instant,
 }
 
-/// What the evidence says about a keyed put whose answer was lost.
-pub(super) enum Written {
-    /// Our record is there: the message was stored.
-    Applied(Record, NodeStat),
+/// One message of a unit: where its ops are.
+struct Member {
+    /// Index of the message in the put.
+    slot: usize,
+    /// Its first op (a record's, or the create) and its create, within the unit.
+    first_op: usize,
+    create_op: usize,
+    /// The record's ops of a keyed message.
+    write: Option<RecordWrite>,
+    copy: Copy,
+}
+
+/// The messages of a put still to store, as one unit of group commit: each keyed message's
+/// record ops, then its create; a message without a key, its create.
+struct Unit {
+    ops: Vec<TxnOp>,
+    /// Creates whose parent may be missing: (index within `ops`, directory).
+    parents: Vec<(usize, String)>,
+    members: Vec<Member>,
+}
+
+impl Unit {
+    /// The directory a create at `index` needs.
+    fn parent_of(&self, index: usize) -> Option<&str> {
+        self.parents.iter().find(|(at, _)| *at == index).map(|(_, dir)| dir.as_str())
+    }
+
+    /// The keyed message one of whose record's ops is at `index`.
+    fn record_of(&self, index: usize) -> Option<&Member> {
+        self.members.iter().find(|m| m.write.is_some() && (m.first_op..m.create_op).contains(&index))
+    }
+
+    /// A record whose token tells whether the unit applied (they all share its fate).
+    fn evidence(&self) -> Option<&RecordWrite> {
+        self.members.iter().find_map(|m| m.write.as_ref())
+    }
+}
+
+/// A keyed message whose unit was refused at one of its record's ops.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    slot: usize,
+    /// The op was the fence: the index entry of the expired record being renewed is gone.
+    fence_missing: bool,
+}
+
+/// What the evidence says about a unit whose answer was lost.
+enum Written {
+    /// Our record is there: the unit applied.
+    Applied(NodeStat),
     NotApplied,
     Unknown,
 }
@@ -396,12 +476,55 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The name a transaction gave the sequential node it created under `prefix`.
-fn created_name<'a>(results: &'a [TxnResult], prefix: &str) -> Option<&'a str> {
-    results.iter().find_map(|r| match r {
-        TxnResult::Created(path) if path.starts_with(prefix) => path.rsplit('/').next(),
+/// The hash of a node as a put creates it: its name's prefix (without the sequence) and its data.
+fn content_of(prefix: &str, data: &[u8]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(b"zkq-node-1\0");
+    hash.update((prefix.len() as u64).to_be_bytes());
+    hash.update(prefix.as_bytes());
+    hash.update(data);
+    let digest = hash.finalize();
+    hex(digest.get(..16).unwrap_or(&digest))
+}
+
+/// The prefix a sequential node's name was created with: the name without its 10-digit sequence.
+fn created_prefix(name: &str) -> Option<&str> {
+    let cut = name.len().checked_sub(10)?;
+    let (prefix, sequence) = (name.get(..cut)?, name.get(cut..)?);
+    sequence.bytes().all(|b| b.is_ascii_digit()).then_some(prefix)
+}
+
+/// The name `copy` stands for among `block` (the nodes one transaction created, in sequence order,
+/// with their contents): the `copy`-th node of its content when exactly `copies` such are there;
+/// `None` when fewer are (consumed since) or more (another put of that transaction stored the same
+/// node), as the name cannot be told then.
+fn pick(block: &[(String, String)], copy: &Copy) -> Option<String> {
+    let same: Vec<&String> =
+        block.iter().filter(|(_, content)| *content == copy.content).map(|(name, _)| name).collect();
+    if same.len() != usize::try_from(copy.copies).unwrap_or(usize::MAX) {
+        return None;
+    }
+    same.get(usize::try_from(copy.copy).unwrap_or(usize::MAX)).map(|name| (*name).clone())
+}
+
+/// The name of the node a unit's create at `index` created.
+fn created_name(results: &[TxnResult], index: usize) -> Option<String> {
+    match results.get(index)? {
+        TxnResult::Created(path) => path.rsplit('/').next().map(str::to_owned),
         _ => None,
-    })
+    }
+}
+
+/// The answers of a put whose every message is answered.
+fn receipts(slots: Vec<Slot>) -> Vec<PutReceipt> {
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Slot::Done(receipt) => receipt,
+            // Never reached: every slot is answered before the receipts are gathered.
+            Slot::Plain | Slot::Fresh(_) => PutReceipt { message_id: None, replay: false },
+        })
+        .collect()
 }
 
 impl Queue {
@@ -415,29 +538,261 @@ impl Queue {
         Ok(KeyedPut { key: key.to_owned(), hash: key_hash(key), fingerprint: fingerprint(body, options) })
     }
 
-    /// Checks the key of a put before anything waits or is written. On a queue with `max_items`
-    /// the record is read first: an earlier put with the key within the window is answered (a
-    /// replay, or 409 for another body) without waiting for room. Elsewhere the put goes on at
-    /// once and its transaction's create of the record is the check ([`Queue::check_again`]).
-    pub(super) async fn check_key(
+    /// Stores the messages of a put of which some carry a key (`keys[i]` is that of `creates[i]`)
+    /// all or none, as one unit of group commit that also writes each key's record. A message
+    /// whose key was used within the window is not stored again: its receipt is the earlier
+    /// message's, marked as a replay; a key used with another body refuses the whole put (409,
+    /// nothing stored).
+    ///
+    /// On a queue with `max_items` the records are read first, so that a replay never waits for
+    /// room. Elsewhere the unit's creates of the records are the check: a unit refused at one of
+    /// its records' ops (another put with that key, in this process or another, or a sweeper got
+    /// there first) reads its keys again and goes once more without its replays. A lost answer is
+    /// settled by a record's token: applied, the names are found by the transaction's zxid; not
+    /// applied, the unit is sent once more.
+    pub(super) async fn put_keyed(
         &self,
-        key: &str,
-        body: &[u8],
-        options: &PutOptions,
+        creates: Vec<NodeCreate>,
+        keys: Vec<Option<KeyedPut>>,
+        wait: Duration,
+        mut deadline: Instant,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        let contents: Vec<String> = creates.iter().map(|c| content_of(&c.prefix, &c.data)).collect();
+        let mut slots: Vec<Slot> = keys
+            .into_iter()
+            .map(|keyed| match keyed {
+                Some(keyed) => Slot::Fresh(FreshKey { keyed, free: Free::Absent }),
+                None => Slot::Plain,
+            })
+            .collect();
+        if self.max_items.is_some() {
+            let zk = self.session.connected(deadline).await?;
+            self.check_keys(&zk, &mut slots, None, deadline).await?;
+            let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
+            if count > 0 {
+                self.wait_for_room(count, wait).await?;
+            }
+        }
+        let (mut retried_lost, mut races, mut parents_made) = (false, 0, 0);
+        loop {
+            if slots.iter().all(|slot| matches!(slot, Slot::Done(_))) {
+                return Ok(receipts(slots));
+            }
+            let zk = self.session.connected(deadline).await?;
+            let unit = self.unit(&creates, &contents, &slots);
+            let tags = unit.members.iter().filter(|m| m.write.is_some()).map(|m| self.content_tag(&m.copy)).collect();
+            let failed = match self.group.submit_apart(&self.background, &zk, unit.ops.clone(), tags).await {
+                Ok(results) => {
+                    let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();
+                    return Ok(self.unit_stored(unit, names, slots));
+                },
+                Err(failed) => failed,
+            };
+            if failed.error == ZkError::OutcomeUnknown {
+                // The evidence gets its own request timeout, as a claim's does.
+                deadline = deadline.max(Instant::now() + self.session.request_timeout());
+                let written = match unit.evidence() {
+                    Some(write) => self.written(write, deadline).await,
+                    None => Written::Unknown,
+                };
+                match written {
+                    Written::Applied(stat) => {
+                        let names = self.names_created_by(&unit, stat.mzxid, deadline).await;
+                        return Ok(self.unit_stored(unit, names, slots));
+                    },
+                    Written::NotApplied if !retried_lost => {
+                        retried_lost = true;
+                        continue;
+                    },
+                    // Nothing was stored: say so (a retry is safe).
+                    Written::NotApplied => return Err(ZkError::Unavailable.into()),
+                    Written::Unknown => {
+                        self.qm.put_outcome_unknown.inc();
+                        return Err(ZkError::OutcomeUnknown.into());
+                    },
+                }
+            }
+            let Some(index) = failed.index else { return Err(failed.error.into()) };
+            if failed.error == ZkError::NoNode
+                && parents_made <= unit.parents.len()
+                && let Some(dir) = unit.parent_of(index)
+            {
+                // A directory (the queue node, the records', a bucket) is missing: made the way
+                // Curator makes parents, then the unit goes again.
+                zk.ensure_path(dir).await?;
+                parents_made += 1;
+                continue;
+            }
+            let refused = match unit.record_of(index) {
+                Some(member) if matches!(failed.error, ZkError::NodeExists | ZkError::BadVersion | ZkError::NoNode) => {
+                    let fence = member.write.as_ref().and_then(|w| w.fence).map(|fence| member.first_op + fence);
+                    Refused {
+                        slot: member.slot,
+                        fence_missing: failed.error == ZkError::NoNode && fence == Some(index),
+                    }
+                },
+                _ => return Err(failed.error.into()),
+            };
+            races += 1;
+            if races > MAX_ATTEMPTS {
+                return Err(ZkError::Unavailable.into());
+            }
+            self.check_keys(&zk, &mut slots, Some(refused), deadline).await?;
+        }
+    }
+
+    /// The group-commit tag of a keyed message's node: another put's identical node in this
+    /// queue waits for another transaction, so that each can be found by its content.
+    fn content_tag(&self, copy: &Copy) -> u64 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&self.path, &copy.content).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// The unit of the messages not answered yet, with their records' ops (fresh tokens).
+    fn unit(&self, creates: &[NodeCreate], contents: &[String], slots: &[Slot]) -> Unit {
+        let sending = |slot: &Slot| !matches!(slot, Slot::Done(_));
+        let mut copies: HashMap<&str, u32> = HashMap::new();
+        for (_, content) in slots.iter().zip(contents).filter(|(slot, _)| sending(slot)) {
+            *copies.entry(content.as_str()).or_default() += 1;
+        }
+        let mut seen: HashMap<&str, u32> = HashMap::new();
+        let mut unit = Unit { ops: Vec::new(), parents: Vec::new(), members: Vec::new() };
+        for (index, ((slot, create), content)) in slots.iter().zip(creates).zip(contents).enumerate() {
+            if !sending(slot) {
+                continue;
+            }
+            let copy = seen.entry(content.as_str()).or_default();
+            let copy = Copy {
+                content: content.clone(),
+                copy: std::mem::replace(copy, copy.saturating_add(1)),
+                copies: copies.get(content.as_str()).copied().unwrap_or(1),
+            };
+            let first_op = unit.ops.len();
+            let write = match slot {
+                Slot::Fresh(fresh) => {
+                    let write = self.record_write(fresh, &copy);
+                    unit.ops.extend(write.ops.iter().cloned());
+                    unit.parents.extend(write.parents.iter().map(|(at, dir)| (first_op + at, dir.clone())));
+                    Some(write)
+                },
+                Slot::Plain | Slot::Done(_) => None,
+            };
+            let create_op = unit.ops.len();
+            unit.ops.push(TxnOp::Create {
+                path: format!("{}/{}", self.path, create.prefix),
+                data: create.data.clone(),
+                mode: NodeMode::PersistentSequential,
+            });
+            unit.parents.push((create_op, self.path.clone()));
+            unit.members.push(Member { slot: index, first_op, create_op, write, copy });
+        }
+        unit
+    }
+
+    /// The receipts of a unit that applied, its messages named `names` (in the order of its
+    /// members): each record learns its message's name soon ([`Queue::committed`]).
+    fn unit_stored(&self, unit: Unit, names: Vec<Option<String>>, mut slots: Vec<Slot>) -> Vec<PutReceipt> {
+        for (member, name) in unit.members.into_iter().zip(names) {
+            let receipt = match &member.write {
+                Some(write) => self.committed(write, name.as_deref()),
+                None => PutReceipt { message_id: name.map(|name| self.stored(&name)), replay: false },
+            };
+            if let Some(slot) = slots.get_mut(member.slot) {
+                *slot = Slot::Done(receipt);
+            }
+        }
+        receipts(slots)
+    }
+
+    /// The names of a unit's messages after its answer was lost and its record showed it applied
+    /// in transaction `zxid`: found among the nodes that transaction created. A name that cannot be
+    /// told (the message consumed since, or ZooKeeper not answering) is `None`: stored, name unknown.
+    async fn names_created_by(&self, unit: &Unit, zxid: i64, deadline: Instant) -> Vec<Option<String>> {
+        let block = match self.session.connected(deadline).await {
+            Ok(zk) => self.created_by(&zk, zxid).await,
+            Err(err) => Err(err),
+        };
+        let block = block.unwrap_or_else(|err| {
+            tracing::debug!(queue = %self.name, error = %err, "could not find the names of messages stored by a lost answer");
+            Vec::new()
+        });
+        unit.members.iter().map(|member| pick(&block, &member.copy)).collect()
+    }
+
+    /// Reads the records of the put's keys still free, all at once: a key used within the window
+    /// makes its message a replay; used with another body (or by another key with the same hash),
+    /// it refuses the whole put (409). After a unit was `refused`, a `sync` first: the winner may
+    /// have written through another server.
+    async fn check_keys(
+        &self,
+        zk: &Zk,
+        slots: &mut [Slot],
+        refused: Option<Refused>,
         deadline: Instant,
-    ) -> Result<KeyCheck, QueueError> {
-        let keyed = self.keyed_put(key, body, options)?;
-        if self.max_items.is_none() {
-            // Optimistic: the transaction's create of the record is the check (a replay costs a
-            // failed transaction and a read instead of every put costing a read). A queue with
-            // max_items reads first, so that a replay never waits for room.
-            return Ok(KeyCheck::Fresh(FreshKey { keyed, free: Free::Absent }));
+    ) -> Result<(), QueueError> {
+        if refused.is_some() {
+            match zk.sync(&self.idempotency.keys_dir()).await {
+                Ok(()) | Err(ZkError::NoNode) => {},
+                Err(err) => return Err(err.into()),
+            }
         }
-        let zk = self.session.connected(deadline).await?;
-        match self.look_up(&zk, &keyed).await? {
-            Found::Live(record, stat) => Ok(KeyCheck::Replay(self.replay(&zk, &keyed, record, stat, deadline).await?)),
-            Found::Free(free) => Ok(KeyCheck::Fresh(FreshKey { keyed, free })),
+        let found = futures::future::join_all(slots.iter().map(|slot| async move {
+            match slot {
+                Slot::Fresh(fresh) => Some(self.look_up(zk, &fresh.keyed).await),
+                Slot::Plain | Slot::Done(_) => None,
+            }
+        }))
+        .await;
+        let mut live = Vec::new();
+        let mut conflicts = Vec::new();
+        for (index, (slot, found)) in slots.iter_mut().zip(found).enumerate() {
+            let (Slot::Fresh(fresh), Some(found)) = (slot, found) else { continue };
+            match found? {
+                Found::Live(record, stat) => match self.conflict(&fresh.keyed, &record) {
+                    Some(what) => conflicts.push((index, what)),
+                    None => live.push((index, record, stat)),
+                },
+                // The record is unchanged but its index entry is gone (removed by hand): renew
+                // without the fence; the versioned write still guards the record.
+                Found::Free(Free::Expired { version, .. })
+                    if refused.is_some_and(|r| r.slot == index && r.fence_missing)
+                        && matches!(fresh.free, Free::Expired { version: seen, .. } if seen == version) =>
+                {
+                    fresh.free = Free::Expired { version, entry: None };
+                },
+                Found::Free(free) => fresh.free = free,
+            }
         }
+        if let Some((index, what)) = conflicts.first() {
+            self.qm.idempotent_conflicts.inc_by(conflicts.len() as u64);
+            let which = if slots.len() > 1 { format!("messages[{index}]: the") } else { "this".to_owned() };
+            return Err(QueueError::IdempotencyKeyReused(format!(
+                "{which} Idempotency-Key was used {what} on queue {:?} within its idempotency window ({}); use a \
+                 new key for a new message",
+                self.name,
+                humantime::format_duration(self.idempotency.window)
+            )));
+        }
+        let replays = futures::future::join_all(live.into_iter().map(|(index, record, stat)| {
+            let keyed = match slots.get(index) {
+                Some(Slot::Fresh(fresh)) => Some(&fresh.keyed),
+                _ => None,
+            };
+            async move {
+                let Some(keyed) = keyed else { return (index, Ok(None)) };
+                (index, self.name_of(zk, &keyed.hash, record, stat, deadline, true).await)
+            }
+        }))
+        .await;
+        for (index, message_id) in replays {
+            let message_id = message_id?;
+            self.qm.idempotent_replays.inc();
+            if let Some(slot) = slots.get_mut(index) {
+                *slot = Slot::Done(PutReceipt { message_id, replay: true });
+            }
+        }
+        Ok(())
     }
 
     /// Reads the key's record.
@@ -462,39 +817,22 @@ impl Queue {
         })
     }
 
-    /// Answers a put whose key has a live record: the original message (a replay), or 409 when
-    /// the record is of another body (or of another key with the same hash).
-    async fn replay(
-        &self,
-        zk: &Zk,
-        keyed: &KeyedPut,
-        record: Record,
-        stat: NodeStat,
-        deadline: Instant,
-    ) -> Result<PutReceipt, QueueError> {
-        if record.key != keyed.key || record.fingerprint != keyed.fingerprint {
-            self.qm.idempotent_conflicts.inc();
-            let what = if record.key == keyed.key {
-                "with a different body, priority or id"
-            } else {
-                "by another key with the same hash"
-            };
-            return Err(QueueError::IdempotencyKeyReused(format!(
-                "this Idempotency-Key was used {what} on queue {:?} within its idempotency window \
-                 ({}); use a new key for a new message",
-                self.name,
-                humantime::format_duration(self.idempotency.window)
-            )));
+    /// How a live record differs from a put with its key, if it does: another body, priority or
+    /// id (or another key with the same hash). The put is then refused (409).
+    fn conflict(&self, keyed: &KeyedPut, record: &Record) -> Option<&'static str> {
+        if record.key != keyed.key {
+            Some("by another key with the same hash")
+        } else if record.fingerprint != keyed.fingerprint {
+            Some("with a different body, priority or id")
+        } else {
+            None
         }
-        let message_id = self.name_of(zk, &keyed.hash, record, stat, deadline, true).await?;
-        self.qm.idempotent_replays.inc();
-        Ok(PutReceipt { message_id, replay: true })
     }
 
     /// The message name a record stands for: the one it holds, else (the put that wrote it has
-    /// not recorded it yet, or never will) the message created by the same transaction, found by
-    /// its zxid. `None` when that message is gone. `wait`: give the put in flight up to
-    /// [`NAME_WAIT`] to record the name first.
+    /// not recorded it yet, or never will) the node created by the same transaction with the
+    /// record's content and copy, found by its zxid. `None` when that message is gone. `wait`:
+    /// give the put in flight up to [`NAME_WAIT`] to record the name first.
     async fn name_of(
         &self,
         zk: &Zk,
@@ -526,10 +864,11 @@ impl Queue {
                 _ = tokio::time::sleep_until(waited_until) => break,
             }
         }
-        if let Some(name) = record.message_id.filter(|name| names::is_item_name(self.kind, name)) {
-            return Ok(Some(name));
+        if let Some(name) = record.message_id.as_ref().filter(|name| names::is_item_name(self.kind, name)) {
+            return Ok(Some(name.clone()));
         }
-        let found = self.find_created(zk, stat.mzxid).await?;
+        let copy = Copy { content: record.content.clone(), copy: record.copy, copies: record.copies };
+        let found = pick(&self.created_by(zk, stat.mzxid).await?, &copy);
         if let Some(name) = &found {
             // Later replays need no search; a newer record (another version) is left alone.
             let named = Record { message_id: Some(name.clone()), ..record };
@@ -538,14 +877,16 @@ impl Queue {
         Ok(found)
     }
 
-    /// The child of the queue created by transaction `zxid`: a binary search over the children
-    /// sorted by their sequence suffix (the server hands suffixes out in the order it orders
-    /// transactions, so their czxids ascend with them), one `exists` per probe. Nodes split from a
-    /// putMulti node (named, not sequential) are left out.
-    async fn find_created(&self, zk: &Zk, zxid: i64) -> Result<Option<String>, ZkError> {
+    /// The children of the queue created by transaction `zxid`, in sequence order, with their
+    /// contents ([`content_of`]). A binary search over the children sorted by their sequence
+    /// suffix (the server hands suffixes out in the order it applies operations, so their czxids
+    /// ascend with them), one `exists` per probe, finds one; its neighbours with the same czxid
+    /// are the rest (one transaction's nodes under one parent have adjacent sequences). Nodes
+    /// split from a putMulti node (named, not sequential) are left out.
+    async fn created_by(&self, zk: &Zk, zxid: i64) -> Result<Vec<(String, String)>, ZkError> {
         let children = match zk.get_children(&self.path).await {
             Ok((children, _)) => children,
-            Err(ZkError::NoNode) => return Ok(None),
+            Err(ZkError::NoNode) => return Ok(Vec::new()),
             Err(err) => return Err(err),
         };
         let mut items: Vec<ItemName> = children
@@ -555,6 +896,7 @@ impl Queue {
             .collect();
         items.sort_by_key(|item| item.sequence);
         let (mut low, mut high) = (0, items.len());
+        let mut found = None;
         while low < high {
             let middle = low + (high - low) / 2;
             let Some(item) = items.get(middle) else { break };
@@ -563,17 +905,61 @@ impl Queue {
                     items.remove(middle);
                     high -= 1;
                 },
-                Some(stat) if stat.czxid == zxid => return Ok(Some(item.name.clone())),
+                Some(stat) if stat.czxid == zxid => {
+                    found = Some(middle);
+                    break;
+                },
                 Some(stat) if stat.czxid < zxid => low = middle + 1,
                 Some(_) => high = middle,
             }
         }
-        Ok(None)
+        let Some(found) = found else { return Ok(Vec::new()) };
+        let mut block = std::collections::VecDeque::new();
+        let mut reads = 0;
+        for item in items.iter().take(found + 1).rev() {
+            match self.created_node(zk, item, zxid, &mut reads).await? {
+                Some(Some(node)) => block.push_front(node),
+                Some(None) => {}, // gone: its neighbours may still be ours
+                None => break,
+            }
+        }
+        for item in items.iter().skip(found + 1) {
+            match self.created_node(zk, item, zxid, &mut reads).await? {
+                Some(Some(node)) => block.push_back(node),
+                Some(None) => {},
+                None => break,
+            }
+        }
+        Ok(block.into())
     }
 
-    /// The operations that write a keyed put's record (created, or renewed in place when the one
-    /// found had expired) and its index entry; a fresh token each time.
-    pub(super) fn record_write(&self, fresh: &FreshKey) -> RecordWrite {
+    /// Reads `item` for [`Queue::created_by`]: `Some(Some((name, content)))` when transaction
+    /// `zxid` created it, `Some(None)` when it is gone, `None` when another transaction created it
+    /// (or [`MAX_BLOCK_READS`] were made: the search ends there).
+    async fn created_node(
+        &self,
+        zk: &Zk,
+        item: &ItemName,
+        zxid: i64,
+        reads: &mut usize,
+    ) -> Result<Option<Option<(String, String)>>, ZkError> {
+        *reads += 1;
+        if *reads > MAX_BLOCK_READS {
+            return Ok(None);
+        }
+        match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
+            Err(ZkError::NoNode) => Ok(Some(None)),
+            Err(err) => Err(err),
+            Ok((data, stat)) if stat.czxid == zxid => {
+                Ok(Some(created_prefix(&item.name).map(|prefix| (item.name.clone(), content_of(prefix, &data)))))
+            },
+            Ok(_) => Ok(None),
+        }
+    }
+
+    /// The operations that write a keyed message's record (created, or renewed in place when the
+    /// one found had expired) and its index entry; a fresh token each time.
+    fn record_write(&self, fresh: &FreshKey, copy: &Copy) -> RecordWrite {
         let FreshKey { keyed, free } = fresh;
         let started = Instant::now();
         let expires_at = now_epoch_ms().saturating_add(millis(self.idempotency.window));
@@ -584,6 +970,9 @@ impl Queue {
             expires_at,
             bucket: bucket_of(expires_at),
             token: format!("{:032x}", rand::random::<u128>()),
+            content: copy.content.clone(),
+            copy: copy.copy,
+            copies: copy.copies,
             message_id: None,
         };
         let path = self.idempotency.record_path(&keyed.hash);
@@ -613,11 +1002,11 @@ impl Queue {
         RecordWrite { ops, parents, fence, path, record, version, started }
     }
 
-    /// The step after the transaction of `write` applied and created the message `name`: the
+    /// The step after the unit holding `write` applied and created the message `name`: the
     /// record learns the name soon, in a batch with others (versioned: a record renewed since is
     /// left alone; best effort, as a record without a name is resolved by its zxid), the cache and
     /// the counter learn of the message now.
-    pub(super) fn committed(&self, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
+    fn committed(&self, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
         self.idempotency.holds_records.store(true, Ordering::SeqCst);
         if let Some(name) = name {
             let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
@@ -630,134 +1019,26 @@ impl Queue {
         PutReceipt { message_id: name.map(|name| self.stored(name)), replay: false }
     }
 
-    /// Whether the transaction of `write`, whose answer was lost, applied: after a `sync`, our
+    /// Whether the unit holding `write`, whose answer was lost, applied: after a `sync`, our
     /// record (its token) is there or not.
-    pub(super) async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
+    async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
         let Ok(zk) = self.session.connected(deadline).await else { return Written::Unknown };
         match zk.sync(&write.path).await {
             Ok(()) | Err(ZkError::NoNode) => {},
             Err(_) => return Written::Unknown,
         }
         let mine = match zk.get_data(&write.path).await {
-            Ok((data, stat)) => Record::parse(&data).filter(|r| r.token == write.record.token).map(|r| (r, stat)),
+            Ok((data, stat)) => Record::parse(&data).filter(|r| r.token == write.record.token).map(|_| stat),
             Err(ZkError::NoNode) => None,
             Err(_) => return Written::Unknown,
         };
         match mine {
-            Some((record, stat)) => Written::Applied(record, stat),
+            Some(stat) => Written::Applied(stat),
             // Within half a window our record cannot have expired and been replaced or swept
             // (allowing for clocks half a window apart): not there means not applied.
             None if write.started.elapsed() < self.idempotency.window / 2 => Written::NotApplied,
             None => Written::Unknown,
         }
-    }
-
-    /// The answer to a put whose lost transaction did apply: its message, found by the record's
-    /// zxid (the record cannot name it yet).
-    pub(super) async fn applied(
-        &self,
-        fresh: &FreshKey,
-        record: Record,
-        stat: NodeStat,
-        deadline: Instant,
-    ) -> Result<PutReceipt, QueueError> {
-        self.idempotency.holds_records.store(true, Ordering::SeqCst);
-        let zk = self.session.connected(deadline).await?;
-        let name = self.name_of(&zk, &fresh.keyed.hash, record, stat, deadline, false).await?;
-        Ok(PutReceipt { message_id: name.map(|name| self.stored(&name)), replay: false })
-    }
-
-    /// Reads the key again after the transaction of `write` failed on one of its record's
-    /// operations (`failed`, an index within `write.ops`): another put with this key, or a
-    /// sweeper, got there first. A replay now, or free again.
-    pub(super) async fn check_again(
-        &self,
-        fresh: FreshKey,
-        write: &RecordWrite,
-        failed: &TxnError,
-        deadline: Instant,
-    ) -> Result<KeyCheck, QueueError> {
-        let zk = self.session.connected(deadline).await?;
-        // The winner may have written through another server.
-        match zk.sync(&write.path).await {
-            Ok(()) | Err(ZkError::NoNode) => {},
-            Err(err) => return Err(err.into()),
-        }
-        let fence_missing = failed.error == ZkError::NoNode && failed.index.is_some() && failed.index == write.fence;
-        let FreshKey { keyed, free: before } = fresh;
-        let free = match self.look_up(&zk, &keyed).await? {
-            Found::Live(record, stat) => {
-                return Ok(KeyCheck::Replay(self.replay(&zk, &keyed, record, stat, deadline).await?));
-            },
-            // The record is unchanged but its index entry is gone (removed by hand): renew
-            // without the fence; the versioned write still guards the record.
-            Found::Free(Free::Expired { version, .. })
-                if fence_missing && matches!(before, Free::Expired { version: seen, .. } if seen == version) =>
-            {
-                Free::Expired { version, entry: None }
-            },
-            Found::Free(free) => free,
-        };
-        Ok(KeyCheck::Fresh(FreshKey { keyed, free }))
-    }
-
-    /// Stores a keyed put's message with its record, in one transaction. Another put with the
-    /// same key that wins the race makes this one a replay; a lost answer is resolved by the
-    /// record's token and, if it did not apply, the transaction is sent once more.
-    ///
-    /// A put of several messages does the same per keyed message: [`Queue::record_write`]'s ops
-    /// go in front of each message's create, [`Queue::committed`] runs after the commit,
-    /// [`Queue::written`] and [`Queue::applied`] settle a lost answer, [`Queue::check_again`]
-    /// follows a failure at one of the record's ops.
-    pub(super) async fn put_keyed(
-        &self,
-        mut fresh: FreshKey,
-        prefix: &str,
-        data: &[u8],
-        mut deadline: Instant,
-    ) -> Result<PutReceipt, QueueError> {
-        let mut retried_lost = false;
-        for _ in 0..MAX_ATTEMPTS {
-            let zk = self.session.connected(deadline).await?;
-            let write = self.record_write(&fresh);
-            let message_index = write.ops.len();
-            let mut ops = write.ops.clone();
-            ops.push(TxnOp::Create {
-                path: prefix.to_owned(),
-                data: data.to_vec(),
-                mode: NodeMode::PersistentSequential,
-            });
-            let mut parents = write.parents.clone();
-            parents.push((message_index, self.path.clone()));
-            let failed = match self.apply_txn(&zk, &ops, &parents).await {
-                Ok(results) => return Ok(self.committed(&write, created_name(&results, prefix))),
-                Err(err) => err,
-            };
-            match failed.error {
-                ZkError::OutcomeUnknown => {
-                    // The evidence gets its own request timeout, as a claim's does.
-                    deadline = deadline.max(Instant::now() + self.session.request_timeout());
-                    match self.written(&write, deadline).await {
-                        Written::Applied(record, stat) => return self.applied(&fresh, record, stat, deadline).await,
-                        // Nothing was stored: send it once more, else say so (a retry is safe).
-                        Written::NotApplied if !retried_lost => retried_lost = true,
-                        Written::NotApplied => return Err(ZkError::Unavailable.into()),
-                        Written::Unknown => {
-                            self.qm.put_outcome_unknown.inc();
-                            return Err(ZkError::OutcomeUnknown.into());
-                        },
-                    }
-                },
-                ZkError::NodeExists | ZkError::BadVersion | ZkError::NoNode
-                    if failed.index.is_some_and(|index| index < message_index) => {},
-                other => return Err(other.into()),
-            }
-            fresh = match self.check_again(fresh, &write, &failed, deadline).await? {
-                KeyCheck::Replay(receipt) => return Ok(receipt),
-                KeyCheck::Fresh(fresh) => fresh,
-            };
-        }
-        Err(ZkError::Unavailable.into())
     }
 
     /// Deletes expired records of this queue, in batches: every period (a tenth of the window,
@@ -935,6 +1216,9 @@ mod tests {
             expires_at: 7,
             bucket: bucket_of(7),
             token: "t".into(),
+            content: content_of("queue-", b"x"),
+            copy: 0,
+            copies: 1,
             message_id: None,
         };
         assert_eq!(Record::parse(&record.to_bytes()), Some(record.clone()));
@@ -945,5 +1229,39 @@ mod tests {
         for garbage in [&b""[..], b"{}", b"\xff\x00", b"[1,2]", b"{\"v\":1}"] {
             assert_eq!(Record::parse(garbage), None);
         }
+    }
+
+    #[test]
+    fn a_node_is_known_by_its_name_prefix_and_data() {
+        assert_eq!(created_prefix("queue-0000000042"), Some("queue-"));
+        assert_eq!(created_prefix("queue-5-0000000042"), Some("queue-5-"));
+        for foreign in ["", "000000004", "queue-00000000x2", "xé000000004"] {
+            assert_eq!(created_prefix(foreign), None, "{foreign:?}");
+        }
+        let base = content_of("queue-", b"body");
+        assert_eq!(base.len(), 32);
+        assert_ne!(base, content_of("queue-1-", b"body"), "another priority is another node");
+        assert_ne!(base, content_of("queue-", b"body2"));
+        // The length prefix keeps name and data apart.
+        assert_ne!(content_of("queue-a", b"b"), content_of("queue-", b"ab"));
+    }
+
+    #[test]
+    fn identical_nodes_of_one_transaction_are_told_apart_by_their_order_while_all_are_there() {
+        let (a, b) = (content_of("queue-", b"a"), content_of("queue-", b"b"));
+        let block: Vec<(String, String)> =
+            [("queue-0000000010", &a), ("queue-0000000011", &b), ("queue-0000000012", &a)]
+                .into_iter()
+                .map(|(name, content)| (name.to_owned(), content.clone()))
+                .collect();
+        let of = |content: &String, copy, copies| Copy { content: content.clone(), copy, copies };
+        assert_eq!(pick(&block, &of(&b, 0, 1)).as_deref(), Some("queue-0000000011"));
+        assert_eq!(pick(&block, &of(&a, 0, 2)).as_deref(), Some("queue-0000000010"));
+        assert_eq!(pick(&block, &of(&a, 1, 2)).as_deref(), Some("queue-0000000012"));
+        // Another unit stored the same node, or one of ours was consumed: not told apart.
+        assert_eq!(pick(&block, &of(&a, 0, 1)), None);
+        assert_eq!(pick(&block, &of(&a, 2, 3)), None);
+        assert_eq!(pick(&block, &of(&content_of("queue-", b"c"), 0, 1)), None);
+        assert_eq!(pick(&[], &of(&b, 0, 1)), None);
     }
 }

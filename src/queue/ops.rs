@@ -1,11 +1,11 @@
 //! Put, take, peek, remove and introspection on one queue.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::idempotency::KeyCheck;
+use super::idempotency::NodeCreate;
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
@@ -108,9 +108,6 @@ impl Queue {
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
-        if let Some(key) = options.idempotency_key.clone() {
-            return self.put_one_keyed(&key, body, options).await;
-        }
         let wait = options.wait;
         let mut receipts = self.put_many(vec![(body, options)], wait).await?;
         receipts.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))
@@ -118,7 +115,9 @@ impl Queue {
 
     /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
     /// flight, [`GroupCommit`](crate::zk::GroupCommit)); the receipts are in the same order. With
-    /// `max_items`, waits up to `wait` until there is room for all of them.
+    /// `max_items`, waits up to `wait` until there is room for all of them. A message with an
+    /// idempotency key goes with its key's record, in the same transaction; one whose key was used
+    /// within the window is not stored again (`idempotency.rs`).
     pub async fn put_many(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
@@ -127,29 +126,43 @@ impl Queue {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        let mut ops = Vec::with_capacity(messages.len());
+        let mut creates = Vec::with_capacity(messages.len());
+        let mut keys = Vec::with_capacity(messages.len());
         for (body, options) in &messages {
             if body.len() > self.max_message_bytes {
                 return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
-            ops.push(TxnOp::Create { path: prefix, data: self.encode(body), mode: NodeMode::PersistentSequential });
+            creates.push(NodeCreate { prefix: names::put_prefix(self.kind, &meta), data: self.encode(body) });
+            keys.push(match options.idempotency_key.as_deref() {
+                Some(key) => Some(self.keyed_put(key, body, options)?),
+                None => None,
+            });
+        }
+        let mut seen = HashMap::new();
+        for (index, (_, options)) in messages.iter().enumerate() {
+            if let Some(key) = options.idempotency_key.as_deref()
+                && let Some(first) = seen.insert(key, index)
+            {
+                return Err(QueueError::InvalidParameter(format!(
+                    "messages[{index}] carries the same Idempotency-Key as messages[{first}]; a key stands for one message"
+                )));
+            }
         }
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(wait);
-        if let Some(max_items) = self.max_items {
-            let count = u32::try_from(ops.len()).unwrap_or(u32::MAX);
-            // Room for all: fewer than `max_items - count + 1` children now.
-            let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
-            let room = match below {
-                Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
-                None => false,
-            };
-            if !room {
-                return Err(QueueError::Full { max_items });
-            }
+        if !seen.is_empty() {
+            return self.put_keyed(creates, keys, wait, deadline).await;
         }
+        self.wait_for_room(creates.len(), wait).await?;
+        let ops: Vec<TxnOp> = creates
+            .into_iter()
+            .map(|create| TxnOp::Create {
+                path: format!("{}/{}", self.path, create.prefix),
+                data: create.data,
+                mode: NodeMode::PersistentSequential,
+            })
+            .collect();
         let zk = self.session.connected(deadline).await?;
         let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
@@ -174,6 +187,19 @@ impl Queue {
         Ok(receipts)
     }
 
+    /// With `max_items`, waits up to `wait` until there is room for `count` more messages.
+    pub(super) async fn wait_for_room(&self, count: usize, wait: Duration) -> Result<(), QueueError> {
+        let Some(max_items) = self.max_items else { return Ok(()) };
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        // Room for all: fewer than `max_items - count + 1` children now.
+        let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
+        let room = match below {
+            Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
+            None => false,
+        };
+        if room { Ok(()) } else { Err(QueueError::Full { max_items }) }
+    }
+
     /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
     pub(super) fn stored(&self, name: &str) -> String {
         if let Some(item) = names::parse(self.kind, name) {
@@ -181,32 +207,6 @@ impl Queue {
         }
         self.qm.messages_put.inc();
         name.to_owned()
-    }
-
-    /// Stores one message with its idempotency key's record, in a transaction of its own.
-    async fn put_one_keyed(&self, key: &str, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
-        if self.shutdown.is_cancelled() {
-            return Err(QueueError::ShuttingDown);
-        }
-        if body.len() > self.max_message_bytes {
-            return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
-        }
-        let meta = self.meta_for(&options)?;
-        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
-        let deadline = self.deadline_for(options.wait);
-        // A key already used within its window stores nothing: answered here, or by `put_keyed`.
-        let fresh = match self.check_key(key, body, &options, deadline).await? {
-            KeyCheck::Replay(receipt) => return Ok(receipt),
-            KeyCheck::Fresh(fresh) => fresh,
-        };
-        if let Some(max_items) = self.max_items
-            && !self.cache.room_for(max_items, Instant::now() + options.wait).await
-        {
-            return Err(QueueError::Full { max_items });
-        }
-        let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
-        let data = self.encode(body);
-        self.put_keyed(fresh, &prefix, &data, deadline).await
     }
 
     /// The first `limit` messages in delivery order, without removing them; stops before the
