@@ -766,9 +766,13 @@ impl Queue {
         }
         if let Some((index, what)) = conflicts.first() {
             self.qm.idempotent_conflicts.inc_by(conflicts.len() as u64);
-            let which = if slots.len() > 1 { format!("messages[{index}]: the") } else { "this".to_owned() };
+            let which = if slots.len() > 1 {
+                format!("messages[{index}]: its idempotency key")
+            } else {
+                "this Idempotency-Key".to_owned()
+            };
             return Err(QueueError::IdempotencyKeyReused(format!(
-                "{which} Idempotency-Key was used {what} on queue {:?} within its idempotency window ({}); use a \
+                "{which} was used {what} on queue {:?} within its idempotency window ({}); use a \
                  new key for a new message",
                 self.name,
                 humantime::format_duration(self.idempotency.window)

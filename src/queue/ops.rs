@@ -145,7 +145,7 @@ impl Queue {
                 && let Some(first) = seen.insert(key, index)
             {
                 return Err(QueueError::InvalidParameter(format!(
-                    "messages[{index}] carries the same Idempotency-Key as messages[{first}]; a key stands for one message"
+                    "messages[{index}] carries the same idempotency key as messages[{first}]; a key stands for one message"
                 )));
             }
         }
