@@ -127,9 +127,14 @@ async fn a_replay_on_a_full_queue_answers_at_once() {
     let full = keyed_put(&zkq.http, &zkq.api, "tiny", "other", b"N").await;
     assert_eq!((full.status, full.code.as_str()), (429, "queue_full"), "the queue is full: {full:?}");
     let replay = keyed_put(&zkq.http, &zkq.api, "tiny", "k", b"M").await;
-    assert_eq!((replay.status, replay.replay, replay.id), (201, true, first.id), "a replay, not 429");
+    assert_eq!((replay.status, replay.replay, &replay.id), (201, true, &first.id), "a replay, not 429");
     let conflict = keyed_put(&zkq.http, &zkq.api, "tiny", "k", b"other body").await;
     assert_eq!((conflict.status, conflict.code.as_str()), (409, "idempotency_key_reused"));
+    let batch = batch_put(&zkq.http, &zkq.api, "tiny", &[("M", Some("k"))]).await;
+    assert_eq!((batch.status, &batch.replayed[..], &batch.ids[0]), (201, &[true][..], &first.id), "{batch:?}");
+    // With one new message, the batch needs room for it.
+    let more = batch_put(&zkq.http, &zkq.api, "tiny", &[("M", Some("k")), ("N", Some("n"))]).await;
+    assert_eq!((more.status, more.code.as_str()), (429, "queue_full"), "{more:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,4 +400,286 @@ async fn past_the_window_a_key_stores_a_new_message_and_expired_records_are_swep
     assert!(swept == 2.0 || swept == 3.0, "swept {swept}");
     assert_eq!(metric(&text, "zkq_idempotency_records{queue=\"q\"}"), 0.0);
     assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "M", "O"], "Curator's view: the messages");
+}
+
+/// What a batch put answered.
+#[derive(Debug)]
+struct Batch {
+    status: u16,
+    ids: Vec<Option<String>>,
+    replayed: Vec<bool>,
+    /// `zkq-idempotent-replay: true`: every message was a replay.
+    replay_header: bool,
+    code: String,
+    message: String,
+}
+
+/// A batch put of `(body, key)` pairs (`None`: no key).
+async fn batch_put(http: &reqwest::Client, api: &str, queue: &str, messages: &[(&str, Option<&str>)]) -> Batch {
+    let messages: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(text, key)| match key {
+            Some(key) => serde_json::json!({"text": text, "idempotency_key": key}),
+            None => serde_json::json!({"text": text}),
+        })
+        .collect();
+    let url = format!("{api}/v1/queues/{queue}/batch");
+    let response = http.post(url).json(&serde_json::json!({ "messages": messages })).send().await.expect("batch");
+    let status = response.status().as_u16();
+    let replay_header = response.headers().get("zkq-idempotent-replay").is_some_and(|v| v == "true");
+    let json: serde_json::Value = response.json().await.unwrap_or_default();
+    let list = |field: &str| json[field].as_array().cloned().unwrap_or_default();
+    Batch {
+        status,
+        ids: list("message_ids").iter().map(|id| id.as_str().map(str::to_owned)).collect(),
+        replayed: list("replayed").iter().map(|r| r.as_bool().expect("a boolean")).collect(),
+        replay_header,
+        code: json["code"].as_str().unwrap_or_default().to_owned(),
+        message: json["message"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// The body of message `id` in `queue` (a path).
+async fn body_of(direct: &zookeeper_client::Client, queue: &str, id: &str) -> String {
+    let (data, _) = direct.get_data(&format!("{queue}/{id}")).await.expect("the message is there");
+    let bodies = zkq::queue::envelope::decode(&data).expect("envelope");
+    assert_eq!(bodies.len(), 1);
+    String::from_utf8_lossy(&bodies[0]).into_owned()
+}
+
+/// The message names the records of `queue` hold (`None` for a record without one yet).
+async fn recorded_names(direct: &zookeeper_client::Client, root: &str, queue: &str) -> Vec<Option<String>> {
+    let keys = format!("{root}/idempotency/{queue}/keys");
+    let mut names = Vec::new();
+    for record in children(direct, &keys).await {
+        let (data, _) = direct.get_data(&format!("{keys}/{record}")).await.expect("record");
+        let record: serde_json::Value = serde_json::from_slice(&data).expect("JSON record");
+        names.push(record["message_id"].as_str().map(str::to_owned));
+    }
+    names.sort();
+    names
+}
+
+/// A keyed batch (two identical bodies under two keys, and a third body) is stored, but the answer
+/// of its transaction is lost: zkq settles it by a record and finds each message's name among the
+/// nodes that transaction created, the identical two by their order. Retried through either zkq,
+/// the batch is all replays with the same ids, and each message is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_batch_whose_answer_is_lost_is_settled_and_its_retry_stores_each_message_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-batch-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201, "directories exist");
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+    let batch = [("same", Some("k1")), ("same", Some("k2")), ("other", Some("k3"))];
+
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let put = batch_put(&a.http, &a.api, "q", &batch).await;
+    assert!(lost.has_fired(), "the batch's transaction was sent and its answer dropped");
+    assert_eq!((put.status, &put.replayed[..], put.replay_header), (201, &[false; 3][..], false), "{put:?}");
+    let ids: Vec<String> = put.ids.iter().map(|id| id.clone().expect("every name is found")).collect();
+    assert!(ids[0] < ids[1], "the identical two in the order given: {ids:?}");
+    let queue = format!("{root}/queues/q");
+    for (id, (body, _)) in ids.iter().zip(&batch) {
+        assert_eq!(&body_of(&direct, &queue, id).await, body, "{id} is the message given as {body}");
+    }
+    for zkq in [&a, &b] {
+        let retry = batch_put(&zkq.http, &zkq.api, "q", &batch).await;
+        assert_eq!((retry.status, &retry.replayed[..], retry.replay_header), (201, &[true; 3][..], true), "{retry:?}");
+        assert_eq!(retry.ids, put.ids, "the retry answers the first batch's messages");
+    }
+    assert_eq!(stored(&direct, &queue).await, ["other", "same", "same", "w"], "each message stored once");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
+    eventually(SOON, "every record names its message", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+    let names = recorded_names(&direct, &root, "q").await;
+    assert_eq!(names.len(), 4, "the warm-up's record and one per key: {names:?}");
+    for id in ids {
+        assert!(names.contains(&Some(id.clone())), "{id} recorded: {names:?}");
+    }
+}
+
+/// A batch whose keys are partly new, partly seen: the seen ones are replays (their earlier ids,
+/// `replayed: true`), the new ones and those without a key are stored, in one transaction. A key
+/// reused with another body refuses the whole batch and stores nothing (the new key in it stays
+/// free); a key twice in one batch, or a bad one, is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_mixing_new_and_replayed_keys_stores_only_the_new_messages() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-batch-mixed");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let (http, api) = (&zkq.http, zkq.api.as_str());
+    let a = keyed_put(http, api, "q", "a", b"A").await;
+    assert_eq!((a.status, a.replay), (201, false));
+
+    let mixed = batch_put(http, api, "q", &[("A", Some("a")), ("B", Some("b")), ("P", None)]).await;
+    assert_eq!((mixed.status, &mixed.replayed[..], mixed.replay_header), (201, &[true, false, false][..], false));
+    assert_eq!(mixed.ids[0], a.id, "the replay answers the single put's message");
+    assert!(mixed.ids.iter().all(Option::is_some) && mixed.ids[1] != mixed.ids[2] && mixed.ids[1] != a.id);
+
+    let replays = batch_put(http, api, "q", &[("B", Some("b")), ("A", Some("a"))]).await;
+    assert_eq!((replays.status, &replays.replayed[..], replays.replay_header), (201, &[true, true][..], true));
+    assert_eq!(replays.ids, [mixed.ids[1].clone(), a.id.clone()]);
+    let single = keyed_put(http, api, "q", "b", b"B").await;
+    assert_eq!((single.status, single.replay, &single.id), (201, true, &mixed.ids[1]), "a single put replays it too");
+
+    let reused = batch_put(http, api, "q", &[("C", Some("c")), ("B changed", Some("b"))]).await;
+    assert_eq!((reused.status, reused.code.as_str()), (409, "idempotency_key_reused"), "{reused:?}");
+    assert!(reused.message.starts_with("messages[1]"), "names the message: {}", reused.message);
+    let c = keyed_put(http, api, "q", "c", b"C").await;
+    assert_eq!((c.status, c.replay), (201, false), "the refused batch stored nothing, not even c's record");
+
+    let twice = batch_put(http, api, "q", &[("D", Some("d")), ("D", Some("d"))]).await;
+    assert_eq!((twice.status, twice.code.as_str()), (400, "invalid_parameter"), "{twice:?}");
+    let bad = batch_put(http, api, "q", &[("E", Some("with space"))]).await;
+    assert_eq!((bad.status, bad.code.as_str()), (400, "invalid_parameter"), "{bad:?}");
+    assert!(bad.message.starts_with("messages[0].idempotency_key"), "{}", bad.message);
+
+    let direct = zk_client(zk).await;
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["A", "B", "C", "P"]);
+    let text = zkq.metrics().await;
+    assert_eq!(metric(&text, "zkq_idempotent_replays_total{queue=\"q\"}"), 4.0);
+    assert_eq!(metric(&text, "zkq_idempotent_conflicts_total{queue=\"q\"}"), 1.0);
+    assert_eq!(metric(&text, "zkq_messages_put_total{queue=\"q\"}"), 4.0);
+}
+
+/// Keyed puts in flight together go through group commit like any put: they share transactions,
+/// each gets its own message, each record names its own message, and retried all at once they
+/// are all replays of their own messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_puts_in_flight_together_share_transactions_and_replay_their_own_messages() {
+    use futures::StreamExt;
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-group");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&zkq.http, &zkq.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+    let units = |text: &str, part: &str| metric_value(text, &format!("zkq_group_commit_units_{part}")).unwrap_or(0.0);
+    let before = zkq.metrics().await;
+    let puts = 200;
+    let put_all = || {
+        futures::stream::iter(0..puts)
+            .map(|i| {
+                let zkq = &zkq;
+                async move { keyed_put(&zkq.http, &zkq.api, "q", &format!("key-{i}"), format!("m{i}").as_bytes()).await }
+            })
+            .buffered(64)
+            .collect::<Vec<Put>>()
+    };
+    let first = put_all().await;
+    let after = zkq.metrics().await;
+    let (transactions, sent) =
+        (units(&after, "count") - units(&before, "count"), units(&after, "sum") - units(&before, "sum"));
+    assert!(sent >= puts as f64, "every keyed put went through group commit: {sent} units");
+    assert!(transactions < sent, "64 keyed puts in flight never shared a transaction ({transactions} for {sent})");
+    let queue = format!("{root}/queues/q");
+    for (i, put) in first.iter().enumerate() {
+        assert_eq!((put.status, put.replay), (201, false), "{put:?}");
+        let id = put.id.as_ref().expect("an id");
+        assert_eq!(body_of(&direct, &queue, id).await, format!("m{i}"), "put {i} answers its own message");
+    }
+    let again = put_all().await;
+    for (put, retry) in first.iter().zip(&again) {
+        assert_eq!((retry.status, retry.replay, &retry.id), (201, true, &put.id), "{retry:?}");
+    }
+    assert_eq!(children(&direct, &queue).await.len(), puts + 1, "one message per key");
+    let mut ids: Vec<Option<String>> = first.into_iter().map(|put| put.id).collect();
+    eventually(SOON, "every record names its message", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+    let names = recorded_names(&direct, &root, "q").await;
+    ids.retain(|id| !names.contains(id));
+    assert!(ids.is_empty(), "records name their own messages; not named: {ids:?}");
+}
+
+/// Several keyed puts share one transaction, and its answer is lost: each is settled by its own
+/// record and answers its own message, found by content among the nodes of that transaction.
+/// Puts of an identical body under different keys never share a transaction, so each is found.
+/// Placed: the first put's transaction is held, the second one queued behind it on the
+/// connection, the rest wait in group commit and go together, and the answer of that transaction
+/// is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_puts_sharing_a_transaction_whose_answer_is_lost_each_answer_their_own_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-shared-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+    eventually(SOON, "the warm-up's name is written", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+    let gauge = |text: &str, name: &str| metric_value(text, name).unwrap_or(0.0);
+    let transactions = |text: &str| gauge(text, "zkq_group_commit_units_count");
+    let sent_before = transactions(&a.metrics().await);
+
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let _second = proxy.arm(&[op::MULTI], Fault::Pass);
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let bodies = ["first", "second", "same", "same", "same", "x", "y", "z"];
+    let mut puts = tokio::task::JoinSet::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let (http, api, body) = (a.http.clone(), a.api.clone(), body.to_string());
+        puts.spawn(async move { (i, keyed_put(&http, &api, "q", &format!("key-{i}"), body.as_bytes()).await) });
+        match i {
+            0 => tokio::time::timeout(SOON, held.held()).await.expect("the first transaction is held"),
+            1 => {
+                eventually(SOON, "the second transaction is sent", || async {
+                    transactions(&a.metrics().await) >= sent_before + 2.0
+                })
+                .await
+            },
+            _ => {},
+        }
+    }
+    eventually(SOON, "every put waits in group commit", || async {
+        gauge(&a.metrics().await, "zkq_puts_in_flight{queue=\"q\"}") >= bodies.len() as f64
+    })
+    .await;
+    held.release_deliver();
+    let mut answers: Vec<Option<Put>> = (0..bodies.len()).map(|_| None).collect();
+    while let Some(joined) = puts.join_next().await {
+        let (i, put) = joined.expect("join");
+        answers[i] = Some(put);
+    }
+    assert!(lost.has_fired(), "the shared transaction's answer was dropped");
+    let queue = format!("{root}/queues/q");
+    let mut stored_ids = Vec::new();
+    for (i, put) in answers.iter().enumerate() {
+        let put = put.as_ref().expect("answered");
+        // Units sent on the dropped connection after the lost one may answer 503 (never sent).
+        assert!(put.status == 201 || (put.status == 503 && i >= 2), "put {i}: {put:?}");
+        if put.status == 201 {
+            assert!(!put.replay, "{put:?}");
+            let id = put.id.clone().unwrap_or_else(|| panic!("put {i} ({}) has its name: {put:?}", bodies[i]));
+            assert_eq!(body_of(&direct, &queue, &id).await, bodies[i], "put {i} answers its own message");
+            stored_ids.push(id);
+        }
+    }
+    stored_ids.sort();
+    stored_ids.dedup();
+    assert_eq!(stored_ids.len(), answers.iter().flatten().filter(|p| p.status == 201).count(), "distinct ids");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0, "none reported 504");
+    // Retried through the other zkq: every message once.
+    for (i, body) in bodies.iter().enumerate() {
+        let retry = keyed_put(&b.http, &b.api, "q", &format!("key-{i}"), body.as_bytes()).await;
+        assert_eq!(retry.status, 201, "{retry:?}");
+        if let Some(Put { status: 201, id, .. }) = &answers[i] {
+            assert_eq!((retry.replay, &retry.id), (true, id), "put {i} was stored");
+        }
+    }
+    let mut expected: Vec<&str> = bodies.to_vec();
+    expected.push("w");
+    expected.sort();
+    assert_eq!(stored(&direct, &queue).await, expected, "each key's message once");
 }
