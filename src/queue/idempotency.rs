@@ -20,10 +20,10 @@
 //! between the two steps, or the multi's answer was lost) is resolved among the nodes created by
 //! the transaction whose zxid is the record's `mzxid` (every operation of a multi has the same
 //! zxid): the one with the record's content (a hash of the node's name prefix and data), and of
-//! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. A message
-//! consumed before that is found has no name left to tell, nor one that cannot be told apart
-//! from an identical node another unit of the same multi stored; the answer says so
-//! (`message_id: null`).
+//! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. Keyed units
+//! with an identical node never share a multi (group-commit tags), so only a put without a key
+//! can store one beside it. A message consumed before it is found has no name left to tell, nor
+//! one that cannot be told apart from such a node; the answer says so (`message_id: null`).
 //!
 //! Invariants:
 //! - A record's key and fingerprint are written only by a transaction that also creates the
@@ -496,8 +496,8 @@ fn created_prefix(name: &str) -> Option<&str> {
 
 /// The name `copy` stands for among `block` (the nodes one transaction created, in sequence order,
 /// with their contents): the `copy`-th node of its content when exactly `copies` such are there;
-/// `None` when fewer are (consumed since) or more (another put of that transaction stored the same
-/// node), as the name cannot be told then.
+/// `None` when fewer are (consumed since) or more (a put without a key stored the same node in
+/// that transaction), as the name cannot be told then.
 fn pick(block: &[(String, String)], copy: &Copy) -> Option<String> {
     let same: Vec<&String> =
         block.iter().filter(|(_, content)| *content == copy.content).map(|(name, _)| name).collect();
