@@ -20,10 +20,13 @@
 //! between the two steps, or the multi's answer was lost) is resolved among the nodes created by
 //! the transaction whose zxid is the record's `mzxid` (every operation of a multi has the same
 //! zxid): the one with the record's content (a hash of the node's name prefix and data), and of
-//! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. Keyed units
-//! with an identical node never share a multi (group-commit tags), so only a put without a key
-//! can store one beside it. A message consumed before it is found has no name left to tell, nor
-//! one that cannot be told apart from such a node; the answer says so (`message_id: null`).
+//! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. After a lost
+//! answer the put knows more: group commit tells it where its creates stood among all the
+//! multi's identical creates ([`Twins`]), so identical messages of other puts in the same multi
+//! are told apart too. A replay after a crash between the steps knows only the record's unit: an
+//! identical node another put stored in the same multi leaves the name untold. A message consumed
+//! before it is found has no name left to tell. Either way the answer says so
+//! (`message_id: null`), never guesses.
 //!
 //! Invariants:
 //! - A record's key and fingerprint are written only by a transaction that also creates the
@@ -42,7 +45,6 @@
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -57,7 +59,9 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use super::ops::{PutOptions, PutReceipt};
 use super::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
+use crate::zk::{
+    ConnectionState, NodeMode, NodeStat, Refusal, Twins, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession,
+};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 200;
@@ -496,8 +500,8 @@ fn created_prefix(name: &str) -> Option<&str> {
 
 /// The name `copy` stands for among `block` (the nodes one transaction created, in sequence order,
 /// with their contents): the `copy`-th node of its content when exactly `copies` such are there;
-/// `None` when fewer are (consumed since) or more (a put without a key stored the same node in
-/// that transaction), as the name cannot be told then.
+/// `None` when fewer are (consumed since) or more (another put stored the same node in that
+/// transaction, and `copy` counts only its own unit's), as the name cannot be told then.
 fn pick(block: &[(String, String)], copy: &Copy) -> Option<String> {
     let same: Vec<&String> =
         block.iter().filter(|(_, content)| *content == copy.content).map(|(name, _)| name).collect();
@@ -580,13 +584,12 @@ impl Queue {
             }
             let zk = self.session.connected(deadline).await?;
             let unit = self.unit(&creates, &contents, &slots);
-            let tags = unit.members.iter().filter(|m| m.write.is_some()).map(|m| self.content_tag(&m.copy)).collect();
-            let failed = match self.group.submit_apart(&self.background, &zk, unit.ops.clone(), tags).await {
+            let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
                     let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();
                     return Ok(self.unit_stored(unit, names, slots));
                 },
-                Err(failed) => failed,
+                Err(Refusal { error, twins }) => (error, twins),
             };
             if failed.error == ZkError::OutcomeUnknown {
                 // The evidence gets its own request timeout, as a claim's does.
@@ -597,7 +600,7 @@ impl Queue {
                 };
                 match written {
                     Written::Applied(stat) => {
-                        let names = self.names_created_by(&unit, stat.mzxid, deadline).await;
+                        let names = self.names_created_by(&unit, &twins, stat.mzxid, deadline).await;
                         return Ok(self.unit_stored(unit, names, slots));
                     },
                     Written::NotApplied if !retried_lost => {
@@ -639,14 +642,6 @@ impl Queue {
             }
             self.check_keys(&zk, &mut slots, Some(refused), deadline).await?;
         }
-    }
-
-    /// The group-commit tag of a keyed message's node: another put's identical node in this
-    /// queue waits for another transaction, so that each can be found by its content.
-    fn content_tag(&self, copy: &Copy) -> u64 {
-        let mut hasher = std::hash::DefaultHasher::new();
-        (&self.path, &copy.content).hash(&mut hasher);
-        hasher.finish()
     }
 
     /// The unit of the messages not answered yet, with their records' ops (fresh tokens).
@@ -706,9 +701,11 @@ impl Queue {
     }
 
     /// The names of a unit's messages after its answer was lost and its record showed it applied
-    /// in transaction `zxid`: found among the nodes that transaction created. A name that cannot be
-    /// told (the message consumed since, or ZooKeeper not answering) is `None`: stored, name unknown.
-    async fn names_created_by(&self, unit: &Unit, zxid: i64, deadline: Instant) -> Vec<Option<String>> {
+    /// in transaction `zxid`: found among the nodes that transaction created, by content and, among
+    /// identical ones, by the rank group commit reported (`twins`, per op of the unit: the server
+    /// names sequential nodes in the order of the operations). A name that cannot be told (the
+    /// message consumed since, or ZooKeeper not answering) is `None`: stored, name unknown.
+    async fn names_created_by(&self, unit: &Unit, twins: &Twins, zxid: i64, deadline: Instant) -> Vec<Option<String>> {
         let block = match self.session.connected(deadline).await {
             Ok(zk) => self.created_by(&zk, zxid).await,
             Err(err) => Err(err),
@@ -717,7 +714,16 @@ impl Queue {
             tracing::debug!(queue = %self.name, error = %err, "could not find the names of messages stored by a lost answer");
             Vec::new()
         });
-        unit.members.iter().map(|member| pick(&block, &member.copy)).collect()
+        unit.members
+            .iter()
+            .map(|member| {
+                let copy = match twins.get(member.create_op) {
+                    Some(&(copy, copies)) => Copy { content: member.copy.content.clone(), copy, copies },
+                    None => member.copy.clone(),
+                };
+                pick(&block, &copy)
+            })
+            .collect()
     }
 
     /// Reads the records of the put's keys still free, all at once: a key used within the window

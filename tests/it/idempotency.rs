@@ -600,9 +600,8 @@ async fn keyed_puts_in_flight_together_share_transactions_and_replay_their_own_m
 }
 
 /// Several keyed puts share one transaction, and its answer is lost: each is settled by its own
-/// record and answers its own message, found by content among the nodes of that transaction.
-/// Puts of an identical body under different keys never share a transaction, so each is found.
-/// Placed: the first put's transaction is held, the second one queued behind it on the
+/// record and answers its own message, found by content among the nodes of that transaction;
+/// three puts of an identical body under different keys by their order in it. Placed: the first put's transaction is held, the second one queued behind it on the
 /// connection, the rest wait in group commit and go together, and the answer of that transaction
 /// is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
