@@ -88,6 +88,8 @@ const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
 /// Names waiting to be written at most; beyond, the oldest are dropped (their records are
 /// resolved by zxid).
 const MAX_PENDING_NAMES: usize = 10_000;
+/// How long after a put found a used key the queue's keyed puts read their records first.
+const READ_FIRST_AFTER_REPLAY: Duration = Duration::from_secs(1);
 /// Nodes read at most while looking for those one transaction created (a unit holds at most
 /// 1,000 ops; the rest allows for nodes consumed since).
 const MAX_BLOCK_READS: usize = 2_048;
@@ -145,6 +147,8 @@ pub(super) struct Idempotency {
     holds_records: AtomicBool,
     /// When the sweeper last listed the buckets.
     listed_at: Mutex<Option<Instant>>,
+    /// When a put of this queue last found a key used (a replay or a 409).
+    replayed_at: Mutex<Option<Instant>>,
 }
 
 impl Idempotency {
@@ -154,6 +158,7 @@ impl Idempotency {
             window,
             holds_records: AtomicBool::new(false),
             listed_at: Mutex::new(None),
+            replayed_at: Mutex::new(None),
         }
     }
 
@@ -187,6 +192,15 @@ impl Idempotency {
     /// Whether the sweeper should list the buckets now.
     fn sweep_due(&self) -> bool {
         self.holds_records() || self.listed_at().is_none_or(|at| at.elapsed() >= IDLE_CHECK)
+    }
+
+    fn replayed_at(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.replayed_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether puts of this queue found used keys lately: then puts read their records first.
+    fn replaying(&self) -> bool {
+        self.replayed_at().is_some_and(|at| at.elapsed() < READ_FIRST_AFTER_REPLAY)
     }
 }
 
@@ -549,9 +563,11 @@ impl Queue {
     /// nothing stored).
     ///
     /// On a queue with `max_items` the records are read first, so that a replay never waits for
-    /// room. Elsewhere the unit's creates of the records are the check: a unit refused at one of
-    /// its records' ops (another put with that key, in this process or another, or a sweeper got
-    /// there first) reads its keys again and goes once more without its replays. A lost answer is
+    /// room; so they are for a second after a put of the queue found a used key (retries come in
+    /// bursts, and each replay in a shared transaction would cost the others a round trip).
+    /// Elsewhere the unit's creates of the records are the check: a unit refused at one of its
+    /// records' ops (another put with that key, in this process or another, or a sweeper got there
+    /// first) reads its keys again and goes once more without its replays. A lost answer is
     /// settled by a record's token: applied, the names are found by the transaction's zxid; not
     /// applied, the unit is sent once more.
     pub(super) async fn put_keyed(
@@ -569,7 +585,7 @@ impl Queue {
                 None => Slot::Plain,
             })
             .collect();
-        if self.max_items.is_some() {
+        if self.max_items.is_some() || self.idempotency.replaying() {
             let zk = self.session.connected(deadline).await?;
             self.check_keys(&zk, &mut slots, None, deadline).await?;
             let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
@@ -769,6 +785,9 @@ impl Queue {
                 },
                 Found::Free(free) => fresh.free = free,
             }
+        }
+        if !live.is_empty() || !conflicts.is_empty() {
+            *self.idempotency.replayed_at() = Some(Instant::now());
         }
         if let Some((index, what)) = conflicts.first() {
             self.qm.idempotent_conflicts.inc_by(conflicts.len() as u64);

@@ -682,3 +682,50 @@ async fn keyed_puts_sharing_a_transaction_whose_answer_is_lost_each_answer_their
     expected.sort();
     assert_eq!(stored(&direct, &queue).await, expected, "each key's message once");
 }
+
+/// `multi` calls to ZooKeeper so far, every outcome.
+fn multis(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("zkq_zookeeper_requests_total{") && l.contains("operation=\"multi\""))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Retries come in bursts: once a put found its key used, the queue's keyed puts read their
+/// records first for a while, so the rest of a burst of retries is answered by reads instead of
+/// each sending a transaction that ZooKeeper refuses (in a shared transaction, each refusal costs
+/// the others a round trip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_replay_the_retries_that_follow_are_answered_by_reads() {
+    use futures::StreamExt;
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-burst");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let (http, api) = (&zkq.http, zkq.api.as_str());
+    let keys = 20;
+    let mut ids = Vec::new();
+    for i in 0..keys {
+        let put = keyed_put(http, api, "q", &format!("key-{i}"), format!("m{i}").as_bytes()).await;
+        assert_eq!((put.status, put.replay), (201, false));
+        ids.push(put.id);
+    }
+    let direct = zk_client(zk).await;
+    eventually(SOON, "every record names its message", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+    let before = multis(&zkq.metrics().await);
+    let first = keyed_put(http, api, "q", "key-0", b"m0").await;
+    assert_eq!((first.status, first.replay, &first.id), (201, true, &ids[0]));
+    let burst: Vec<Put> = futures::stream::iter(1..keys)
+        .map(|i| async move { keyed_put(http, api, "q", &format!("key-{i}"), format!("m{i}").as_bytes()).await })
+        .buffered(keys)
+        .collect()
+        .await;
+    for (put, id) in burst.iter().zip(&ids[1..]) {
+        assert_eq!((put.status, put.replay, &put.id), (201, true, id), "{put:?}");
+    }
+    let sent = multis(&zkq.metrics().await) - before;
+    assert_eq!(sent, 1.0, "only the first retry sent a transaction (refused); the burst was answered by reads");
+    assert_eq!(children(&direct, &format!("{root}/queues/q")).await.len(), keys);
+}
