@@ -188,7 +188,7 @@ impl From<QueueError> for ApiError {
             },
             QueueError::InvalidParameter(_) => ErrorCode::InvalidParameter,
             QueueError::NotForKind(_) => ErrorCode::ParameterNotForKind,
-            QueueError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
+            QueueError::TooLarge { .. } | QueueError::TransactionTooLarge { .. } => ErrorCode::PayloadTooLarge,
             QueueError::Full { .. } => ErrorCode::QueueFull,
             QueueError::MessageNotFound(_) => ErrorCode::MessageNotFound,
             QueueError::LeaseLost(_) => ErrorCode::LeaseLost,

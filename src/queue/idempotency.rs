@@ -88,6 +88,12 @@ const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
 /// Names waiting to be written at most; beyond, the oldest are dropped (their records are
 /// resolved by zxid).
 const MAX_PENDING_NAMES: usize = 10_000;
+/// The largest unit a keyed put sends, estimated as its paths and data plus [`OP_OVERHEAD`] per
+/// operation: ZooKeeper answers a request over `jute.maxbuffer` (1 MiB by default) by dropping the
+/// connection, which every request in flight on it would pay for.
+const MAX_UNIT_BYTES: usize = 960 * 1024;
+/// Headers and ACLs of one operation of a transaction, at most (an estimate with room to spare).
+const OP_OVERHEAD: usize = 64;
 /// How long after a put found a used key the queue's keyed puts read their records first.
 const READ_FIRST_AFTER_REPLAY: Duration = Duration::from_secs(1);
 /// Nodes read at most while looking for those one transaction created (a unit holds at most
@@ -420,6 +426,20 @@ impl Unit {
         self.members.iter().find(|m| m.write.is_some() && (m.first_op..m.create_op).contains(&index))
     }
 
+    /// What the unit adds to a request, estimated: paths, data and [`OP_OVERHEAD`] per operation.
+    fn size(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| {
+                OP_OVERHEAD
+                    + match op {
+                        TxnOp::Create { path, data, .. } | TxnOp::SetData { path, data, .. } => path.len() + data.len(),
+                        TxnOp::Delete { path, .. } | TxnOp::Check { path, .. } => path.len(),
+                    }
+            })
+            .sum()
+    }
+
     /// A record whose token tells whether the unit applied (they all share its fate).
     fn evidence(&self) -> Option<&RecordWrite> {
         self.members.iter().find_map(|m| m.write.as_ref())
@@ -600,6 +620,10 @@ impl Queue {
             }
             let zk = self.session.connected(deadline).await?;
             let unit = self.unit(&creates, &contents, &slots);
+            let size = unit.size();
+            if size > MAX_UNIT_BYTES {
+                return Err(QueueError::TransactionTooLarge { size, max: MAX_UNIT_BYTES });
+            }
             let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
                     let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();

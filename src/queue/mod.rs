@@ -69,6 +69,12 @@ pub enum QueueError {
     /// The put's idempotency key was used within the window for another message.
     #[error("{0}")]
     IdempotencyKeyReused(String),
+    /// A put whose messages with their idempotency records would pass ZooKeeper's request limit.
+    #[error(
+        "the messages with their idempotency records would be a ZooKeeper transaction of about {size} bytes, more \
+         than {max}; send fewer messages (or shorter keys) per batch"
+    )]
+    TransactionTooLarge { size: usize, max: usize },
     #[error("zkq is shutting down; retry on another instance")]
     ShuttingDown,
     #[error(transparent)]

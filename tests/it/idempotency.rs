@@ -734,3 +734,30 @@ async fn after_a_replay_the_retries_that_follow_are_answered_by_reads() {
     assert_eq!(sent, 1.0, "only the first retry sent a transaction (refused); the burst was answered by reads");
     assert_eq!(children(&direct, &format!("{root}/queues/q")).await.len(), keys);
 }
+
+/// Idempotency records make a batch's transaction larger than its bodies: a keyed batch that would
+/// pass ZooKeeper's request limit is refused with 413 before anything is sent, and stores nothing;
+/// the same messages without keys, and a smaller keyed batch, are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_batch_too_large_for_one_transaction_is_413_and_stores_nothing() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-batch-size");
+    let mut config = test_config(zk, &root);
+    config.api.max_batch = 1000;
+    let zkq = TestZkq::start_ready(config).await;
+    let (http, api) = (&zkq.http, zkq.api.as_str());
+    let body = "b".repeat(400);
+    let keys: Vec<String> = (0..1000).map(|i| format!("{i:0>200}")).collect();
+    let keyed: Vec<(&str, Option<&str>)> = keys.iter().map(|key| (body.as_str(), Some(key.as_str()))).collect();
+    let refused = batch_put(http, api, "q", &keyed).await;
+    assert_eq!((refused.status, refused.code.as_str()), (413, "payload_too_large"), "{refused:?}");
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty(), "nothing stored");
+    assert!(children(&direct, &format!("{root}/idempotency/q/keys")).await.is_empty(), "no record");
+
+    let plain: Vec<(&str, Option<&str>)> = keyed.iter().map(|(body, _)| (*body, None)).collect();
+    assert_eq!(batch_put(http, api, "q", &plain).await.status, 201, "without keys it fits");
+    let stored_keyed = batch_put(http, api, "q", &keyed[..300]).await;
+    assert_eq!((stored_keyed.status, stored_keyed.ids.len()), (201, 300), "{:?}", stored_keyed.code);
+    assert_eq!(children(&direct, &format!("{root}/queues/q")).await.len(), 1300);
+}
