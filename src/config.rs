@@ -320,7 +320,17 @@ pub struct QueueConfig {
     /// Push delivery to the app (`[queues.NAME.push]`); none: the app pulls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushConfig>,
+    /// How long a put's `Idempotency-Key` is remembered (default [`DEFAULT_IDEMPOTENCY_WINDOW`]).
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub idempotency_window: Option<Duration>,
 }
+
+/// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.
+pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);
+/// The shortest and longest `queues.NAME.idempotency_window`: ZooKeeper holds one record per key
+/// in memory for the whole window, so a long window costs the ensemble put rate × window nodes.
+pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(1);
+pub const MAX_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(3600);
 
 fn default_kind() -> QueueKind {
     QueueKind::Fifo
@@ -737,6 +747,14 @@ impl Config {
                     ));
                 }
             }
+            if let Some(window) = queue.idempotency_window {
+                check_duration(
+                    &format!("{key}.idempotency_window"),
+                    window,
+                    MIN_IDEMPOTENCY_WINDOW,
+                    MAX_IDEMPOTENCY_WINDOW,
+                )?;
+            }
             if queue.max_deliveries.is_some() && queue.dead_letter.is_none() {
                 return Err(invalid(
                     format!("{key}.max_deliveries"),
@@ -823,6 +841,11 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The idempotency window of queue `name` (declared or dynamic).
+    pub fn idempotency_window(&self, name: &str) -> Duration {
+        self.queues.get(name).and_then(|q| q.idempotency_window).unwrap_or(DEFAULT_IDEMPOTENCY_WINDOW)
     }
 
     /// The configuration as TOML with secrets replaced, for `zkq check-config`.
@@ -1245,6 +1268,7 @@ fn allowed_for(key: &str) -> &'static str {
             || key.ends_with("wait")
             || key.ends_with("grace")
             || key.ends_with("close")
+            || key.ends_with("window")
             || key.ends_with("max") =>
         {
             "a duration written like \"20s\", \"500ms\" or \"2m\""
@@ -1432,6 +1456,23 @@ mod tests {
         let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
         let config = Config::load_with_env(&overrides, HashMap::new()).expect("valid queue");
         assert_eq!(config.queues["jobs"].kind, QueueKind::Priority);
+    }
+
+    #[test]
+    fn idempotency_windows_default_to_five_minutes_and_are_bounded() {
+        let file = write_toml("[queues.orders]\nidempotency_window = \"90s\"\n[queues.plain]\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        let config = Config::load_with_env(&overrides, HashMap::new()).expect("valid window");
+        assert_eq!(config.idempotency_window("orders"), Duration::from_secs(90));
+        assert_eq!(config.idempotency_window("plain"), DEFAULT_IDEMPOTENCY_WINDOW);
+        assert_eq!(config.idempotency_window("dynamic"), Duration::from_secs(300));
+        assert!(config.to_redacted_toml().contains("idempotency_window = \"1m 30s\""), "{}", config.to_redacted_toml());
+        for bad in ["0s", "500ms", "2h", "soon"] {
+            let file = write_toml(&format!("[queues.orders]\nidempotency_window = \"{bad}\"\n"));
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(bad);
+            assert_eq!(err.key, "queues.orders.idempotency_window", "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -1682,6 +1723,7 @@ mod tests {
                     max_deliveries: None,
                     dead_letter: None,
                     push: None,
+                    idempotency_window: None,
                 },
             );
         }

@@ -57,6 +57,10 @@ pub struct Metrics {
     pub claim_attempts: IntCounterVec,
     pub candidates_pruned: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
+    pub idempotent_replays: IntCounterVec,
+    pub idempotent_conflicts: IntCounterVec,
+    pub idempotency_records: IntGaugeVec,
+    pub idempotency_records_swept: IntCounterVec,
     pub shutdown_duration: Histogram,
     pub group_commit_units: Histogram,
     pub counter_operations: IntCounterVec,
@@ -92,6 +96,10 @@ pub struct QueueMetrics {
     pub leases_extended: IntCounter,
     pub put_outcome_unknown: IntCounter,
     pub candidates_pruned: IntCounter,
+    pub idempotent_replays: IntCounter,
+    pub idempotent_conflicts: IntCounter,
+    pub idempotency_records: IntGauge,
+    pub idempotency_records_swept: IntCounter,
     nacked: [IntCounter; 3],
     claims: [IntCounter; 4],
 }
@@ -304,6 +312,36 @@ impl Metrics {
                 ),
                 &["queue"],
             )?)?,
+            idempotent_replays: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_idempotent_replays_total",
+                    "Puts answered with the message an earlier put with the same Idempotency-Key stored (nothing new stored).",
+                ),
+                &["queue"],
+            )?)?,
+            idempotent_conflicts: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_idempotent_conflicts_total",
+                    "Puts refused (409 idempotency_key_reused): their Idempotency-Key was used within the window for a \
+                     different body, priority or id.",
+                ),
+                &["queue"],
+            )?)?,
+            idempotency_records: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_idempotency_records",
+                    "Idempotency-key records of the queue in ZooKeeper (expired ones not yet swept included), read at \
+                     every scrape.",
+                ),
+                &["queue"],
+            )?)?,
+            idempotency_records_swept: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_idempotency_records_swept_total",
+                    "Expired idempotency-key records deleted by this zkq's sweeper.",
+                ),
+                &["queue"],
+            )?)?,
             counter_operations: reg.add(IntCounterVec::new(
                 Opts::new("zkq_counter_operations_total", "Shared counter operations by operation and outcome."),
                 &["operation", "outcome"],
@@ -351,6 +389,10 @@ impl Metrics {
             leases_extended: self.leases_extended.with_label_values(q),
             put_outcome_unknown: self.put_outcome_unknown.with_label_values(q),
             candidates_pruned: self.candidates_pruned.with_label_values(q),
+            idempotent_replays: self.idempotent_replays.with_label_values(q),
+            idempotent_conflicts: self.idempotent_conflicts.with_label_values(q),
+            idempotency_records: self.idempotency_records.with_label_values(q),
+            idempotency_records_swept: self.idempotency_records_swept.with_label_values(q),
             nacked: NACK_MODES.map(|mode| self.messages_nacked.with_label_values(&[queue, mode])),
             claims: CLAIM_OUTCOMES.map(|outcome| self.claim_attempts.with_label_values(&[queue, outcome])),
         }
@@ -365,6 +407,7 @@ impl Metrics {
             &self.waiting_takers,
             &self.leases_in_flight,
             &self.children_bytes,
+            &self.idempotency_records,
         ] {
             let _ = gauge.remove_label_values(&[queue]);
         }
@@ -381,7 +424,7 @@ impl Metrics {
         }
     }
 
-    fn queue_counters(&self) -> [&IntCounterVec; 10] {
+    fn queue_counters(&self) -> [&IntCounterVec; 13] {
         [
             &self.messages_put,
             &self.messages_taken,
@@ -393,6 +436,9 @@ impl Metrics {
             &self.leases_extended,
             &self.children_reads,
             &self.put_outcome_unknown,
+            &self.idempotent_replays,
+            &self.idempotent_conflicts,
+            &self.idempotency_records_swept,
         ]
     }
 

@@ -1,9 +1,9 @@
 //! Background tasks that survive their own bugs.
 //!
-//! A background task (a queue's cache refresher, lease reaper, delivery-count sweeper, a counter's
-//! watch) runs until shutdown. If it panics or ends before shutdown, nothing else would ever run
-//! it again and its queue or counter would silently stop working; so it is restarted, with a
-//! capped exponential backoff, logged as an error and counted in
+//! A background task (a queue's cache refresher, lease reaper, delivery-count and idempotency
+//! sweepers, a counter's watch) runs until shutdown. If it panics or ends before shutdown, nothing
+//! else would ever run it again and its queue or counter would silently stop working; so it is
+//! restarted, with a capped exponential backoff, logged as an error and counted in
 //! `zkq_background_task_restarts_total{task}`. A task that finishes on its own (a lock watch) is
 //! restarted only when it panics before it is done.
 
@@ -35,11 +35,12 @@ pub enum Task {
     UndecodableMover,
     PushWorker,
     PushReadiness,
+    IdempotencySweeper,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 8] = [
+    pub const ALL: [Task; 9] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
@@ -48,6 +49,7 @@ impl Task {
         Task::UndecodableMover,
         Task::PushWorker,
         Task::PushReadiness,
+        Task::IdempotencySweeper,
     ];
 
     /// The metric label.
@@ -61,6 +63,7 @@ impl Task {
             Task::UndecodableMover => "undecodable_mover",
             Task::PushWorker => "push_worker",
             Task::PushReadiness => "push_readiness",
+            Task::IdempotencySweeper => "idempotency_sweeper",
         }
     }
 }

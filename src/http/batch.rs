@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -15,8 +15,8 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
 use super::leases::NackModeParam;
-use super::queues::{KindFields, QueuePath, put_options};
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError};
+use super::queues::{HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, put_options};
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError};
 
 /// The route of a batch put (its body limit is larger than a single put's).
 pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
@@ -43,6 +43,13 @@ pub struct BatchMessage {
     /// Id queues only (required there): the message's id.
     #[serde(default)]
     pub id: Option<String>,
+    /// Store this message at most once per key within the queue's idempotency window, as the
+    /// `Idempotency-Key` header does for a single put: 1–200 bytes of visible ASCII, each key once
+    /// per batch. A key used within the window with the same body, priority and id stores nothing:
+    /// the message's id is the earlier one and `replayed` says so.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$")]
+    pub idempotency_key: Option<String>,
 }
 
 /// A batch put: 1 to `api.max_batch` messages, stored all or none.
@@ -66,20 +73,34 @@ pub struct BatchPutQuery {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BatchPutResponse {
     pub queue: String,
-    pub message_ids: Vec<String>,
+    /// Node names, e.g. `queue-0000000042`. `null` only for a message with an `idempotency_key`
+    /// (or in a batch with one) whose name zkq could not tell after a lost answer or a crash (it
+    /// was stored; see the single put's `message_id`).
+    pub message_ids: Vec<Option<String>>,
+    /// Per message, in the same order: `true` when an earlier put with the same idempotency key
+    /// stored it and this batch stored nothing for it.
+    pub replayed: Vec<bool>,
 }
 
 /// Put many messages in one request: one ZooKeeper transaction, all or none.
+///
+/// A message may carry an `idempotency_key`. Messages whose key was used within the queue's
+/// idempotency window (with the same body, priority and id) are not stored again: their ids are
+/// the earlier messages', flagged in `replayed`, and the rest are stored all or none, each new
+/// key's record in the same transaction. A key used with another body refuses the whole batch
+/// (409 `idempotency_key_reused`, nothing stored). When every message was a replay the answer also
+/// carries `zkq-idempotent-replay: true`.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/batch", tag = "queues",
     params(QueuePath, BatchPutQuery),
     request_body(content = BatchPutRequest, content_type = "application/json"),
     responses(
-        (status = 201, description = "Every message stored in ZooKeeper, in one transaction", body = BatchPutResponse),
-        (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64)", body = ErrorBody),
+        (status = 201, description = "Every message stored in ZooKeeper, in one transaction (or, with an idempotency_key seen within the window, stored by an earlier put: see `replayed`)", body = BatchPutResponse,
+            headers(("zkq-idempotent-replay" = String, description = "`true` when every message was a replay and this batch stored nothing"))),
+        (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64, a bad idempotency_key or one given twice)", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
-        (status = 409, description = "A field that does not fit the queue's kind, or an id queue message without `id`", body = ErrorBody),
-        (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together", body = ErrorBody),
+        (status = 409, description = "A field that does not fit the queue's kind, or an id queue message without `id` (`parameter_not_for_kind`); an idempotency_key used within the window with another body, priority or id (`idempotency_key_reused`; nothing stored)", body = ErrorBody),
+        (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together, or messages with idempotency keys whose records would make the transaction larger than 960 KiB", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
         (status = 429, description = "No room for every message under max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         ZookeeperErrors,
@@ -118,23 +139,39 @@ pub async fn put_batch(
                 format!("the messages' bodies are larger than api.max_batch_bytes = {} together", api.max_batch_bytes),
             ));
         }
+        if let Some(key) = &message.idempotency_key
+            && !crate::queue::is_valid_idempotency_key(key.as_bytes())
+        {
+            return Err(ApiError::invalid(format!(
+                "messages[{index}].idempotency_key must be 1 to {} bytes of visible ASCII (! to ~), without spaces \
+                 or control characters; this one has {} bytes",
+                crate::queue::MAX_IDEMPOTENCY_KEY_LEN,
+                key.len()
+            )));
+        }
         let fields = KindFields {
             priority: message.priority,
             delay: message.delay,
             deliver_at: message.deliver_at,
             id: message.id,
         };
-        options.push(
-            put_options(&state, fields, wait)
-                .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?,
-        );
+        let kind_options = put_options(&state, fields, wait)
+            .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?;
+        options.push(PutOptions { idempotency_key: message.idempotency_key, ..kind_options });
         bodies.push(body);
     }
     let queue = state.queues.open(&path.queue)?;
     let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
     let receipts = queue.put_many(messages, wait).await?;
+    let every_one_replayed = receipts.iter().all(|r| r.replay);
+    let replayed = receipts.iter().map(|r| r.replay).collect();
     let message_ids = receipts.into_iter().map(|r| r.message_id).collect();
-    Ok((StatusCode::CREATED, Json(BatchPutResponse { queue: queue.name.clone(), message_ids })).into_response())
+    let body = BatchPutResponse { queue: queue.name.clone(), message_ids, replayed };
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    if every_one_replayed {
+        response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// One message of a `?max=` answer.

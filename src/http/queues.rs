@@ -22,6 +22,9 @@ pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
 pub const HEADER_PRIORITY: &str = "zkq-priority";
 pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
 pub const HEADER_ID: &str = "zkq-id";
+/// The request header that makes a put idempotent, and the answer's mark of a replay.
+pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
 
 /// Path parameter: a queue name.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -111,8 +114,11 @@ pub struct RemoveQuery {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PutResponse {
     pub queue: String,
-    /// The node name, e.g. `queue-0000000042`.
-    pub message_id: String,
+    /// The node name, e.g. `queue-0000000042`. `null` only for a put with an `Idempotency-Key`
+    /// whose message was stored but consumed before zkq could record or find its name (after a
+    /// lost answer or a crash between the put's two steps).
+    #[schema(required = true)]
+    pub message_id: Option<String>,
 }
 
 /// One queue's description.
@@ -211,16 +217,46 @@ async fn existing(state: &AppState, name: &str) -> Result<QueueRef, ApiError> {
     }
 }
 
+/// The `Idempotency-Key` of a put, if it sent one: one header of 1–200 bytes of visible ASCII.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all(HEADER_IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ApiError::invalid("send one Idempotency-Key header, not several"));
+    }
+    let key = value.as_bytes();
+    if !crate::queue::is_valid_idempotency_key(key) {
+        return Err(ApiError::invalid(format!(
+            "Idempotency-Key must be 1 to {} bytes of visible ASCII (! to ~), without spaces or control \
+             characters; this one has {} bytes",
+            crate::queue::MAX_IDEMPOTENCY_KEY_LEN,
+            key.len()
+        )));
+    }
+    Ok(Some(String::from_utf8_lossy(key).into_owned()))
+}
+
 /// Put a message.
+///
+/// With an `Idempotency-Key`, the message is stored at most once per key within the queue's
+/// idempotency window (`queues.NAME.idempotency_window`, 5 minutes by default): a put with a key
+/// seen within the window stores nothing and answers 201 with the first put's `message_id` and
+/// `zkq-idempotent-replay: true`, or 409 `idempotency_key_reused` when its body, `priority` or
+/// `id` differ. A keyed put whose ZooKeeper answer was lost is settled by zkq before it answers.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/messages", tag = "queues",
-    params(QueuePath, PutQuery),
+    params(
+        QueuePath, PutQuery,
+        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$",
+            description = "Store the message at most once per key within the queue's idempotency window: 1–200 bytes of visible ASCII"),
+    ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The message, any bytes (empty allowed), stored verbatim."),
     responses(
-        (status = 201, description = "Stored in ZooKeeper", body = PutResponse),
-        (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
+        (status = 201, description = "Stored in ZooKeeper (or, with an Idempotency-Key seen within the window, stored by an earlier put)", body = PutResponse,
+            headers(("zkq-idempotent-replay" = String, description = "`true` when an earlier put with the same Idempotency-Key stored the message and this one stored nothing"))),
+        (status = 400, description = "Bad queue name, parameter or Idempotency-Key", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
-        (status = 409, description = "A parameter that does not fit the queue's kind, or an id queue without `id`", body = ErrorBody),
+        (status = 409, description = "A parameter that does not fit the queue's kind, or an id queue without `id` (`parameter_not_for_kind`); an Idempotency-Key used within the window with another body, priority or id (`idempotency_key_reused`)", body = ErrorBody),
         (status = 413, description = "Message larger than api.max_message_bytes", body = ErrorBody),
         (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         ZookeeperErrors,
@@ -230,16 +266,22 @@ pub async fn put_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<PutQuery>,
+    headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let queue = state.queues.open(&path.queue)?;
+    let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let fields =
         KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
-    let options = put_options(&state, fields, wait)?;
+    let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
     let receipt = queue.put(&body, options).await?;
     let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    if receipt.replay {
+        response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// A message's kind fields as a client gives them (query parameters of a put, or one message
@@ -290,7 +332,7 @@ pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Resu
         )));
     }
     let deliver_at = after_delay.max(fields.deliver_at);
-    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait })
+    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait, idempotency_key: None })
 }
 
 /// Take the head message (removes it).

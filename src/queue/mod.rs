@@ -4,6 +4,7 @@
 mod cache;
 mod claims;
 pub mod envelope;
+mod idempotency;
 mod lease;
 pub(crate) mod names;
 mod ops;
@@ -22,6 +23,8 @@ use tokio_util::task::TaskTracker;
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
+use idempotency::{Idempotency, RecordNames};
+pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
 pub use names::ItemMeta;
@@ -63,6 +66,15 @@ pub enum QueueError {
     /// The queue has `lease.max_per_queue` leases out.
     #[error("the queue has lease.max_per_queue = {0} leases out; ack or nack some, then retry")]
     TooManyLeases(usize),
+    /// The put's idempotency key was used within the window for another message.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
+    /// A put whose messages with their idempotency records would pass ZooKeeper's request limit.
+    #[error(
+        "the messages with their idempotency records would be a ZooKeeper transaction of about {size} bytes, more \
+         than {max}; send fewer messages (or shorter keys) per batch"
+    )]
+    TransactionTooLarge { size: usize, max: usize },
     #[error("zkq is shutting down; retry on another instance")]
     ShuttingDown,
     #[error(transparent)]
@@ -94,6 +106,10 @@ pub struct Queue {
     qm: QueueMetrics,
     cache: Arc<ChildrenCache>,
     leases: LeaseTable,
+    /// Records of idempotency keys: `{root}/idempotency/{queue}`.
+    idempotency: Idempotency,
+    /// Message names on their way into idempotency records (shared by every queue of the process).
+    record_names: Arc<RecordNames>,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
     /// Puts in flight together go to ZooKeeper as one transaction (shared by every queue).
@@ -132,11 +148,13 @@ impl Drop for QueueRef {
 }
 
 impl Queue {
-    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`.
+    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`, and
+    /// its sweeper has no idempotency record left to delete.
     fn idle_for(&self, idle: Duration) -> bool {
         self.users.load(Ordering::SeqCst) == 0
             && self.cache.waiting() == 0
             && self.leases_out() == 0
+            && !self.idempotency.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 }
@@ -182,6 +200,7 @@ pub struct QueueService {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     markers: Arc<ClaimMarkers>,
+    record_names: Arc<RecordNames>,
     group: Arc<GroupCommit>,
     background: TaskTracker,
 }
@@ -203,6 +222,11 @@ impl QueueService {
             let (markers, shutdown) = (markers.clone(), shutdown.clone());
             async move { markers.run_stale_sweeper(shutdown).await }
         });
+        let record_names = Arc::new(RecordNames::new(session.clone()));
+        tasks.spawn({
+            let record_names = record_names.clone();
+            async move { record_names.run_flusher().await }
+        });
         let group = GroupCommit::new(metrics.clone());
         let service = Arc::new(QueueService {
             config,
@@ -213,6 +237,7 @@ impl QueueService {
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             markers,
+            record_names,
             group,
             background: TaskTracker::new(),
         });
@@ -356,6 +381,8 @@ impl QueueService {
             qm: self.metrics.queue(name),
             cache: cache.clone(),
             leases: LeaseTable::default(),
+            idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
+            record_names: self.record_names.clone(),
             markers: self.markers.clone(),
             group: self.group.clone(),
             background: self.background.clone(),
@@ -394,9 +421,19 @@ impl QueueService {
                 },
             ));
         }
-        self.tasks.spawn(supervise::until_shutdown(Task::DeliveryCountSweeper, owner, metrics, stop.clone(), {
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::DeliveryCountSweeper,
+            owner.clone(),
+            metrics.clone(),
+            stop.clone(),
+            {
+                let (queue, stop) = (queue.clone(), stop.clone());
+                move || queue.clone().run_delivery_count_sweeper(stop.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
             let (queue, stop) = (queue.clone(), stop.clone());
-            move || queue.clone().run_delivery_count_sweeper(stop.clone())
+            move || queue.clone().run_idempotency_sweeper(stop.clone())
         }));
         Ok(queue)
     }
@@ -440,7 +477,8 @@ impl QueueService {
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
-    /// lost answers, then deletes the claim markers they left; true if all finished in time.
+    /// lost answers, then deletes the claim markers they left and writes the message names
+    /// idempotency records still wait for; true if all finished in time.
     /// Shutdown calls this before it closes the session.
     pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
         self.background.close();
@@ -449,6 +487,7 @@ impl QueueService {
             tracing::error!("shutdown grace ended with takes still being settled; see the errors above");
         }
         let _ = tokio::time::timeout_at(deadline, self.markers.flush_now()).await;
+        let _ = tokio::time::timeout_at(deadline, self.record_names.flush_now()).await;
         settled
     }
 
@@ -462,18 +501,24 @@ impl QueueService {
     }
 
     /// Sets `zkq_queue_children` and `zkq_queue_oldest_message_age_seconds` of every open queue
-    /// from ZooKeeper: one `exists` of the queue node per queue, plus one of its head when the head
-    /// changed since the last scrape, all at once, within `budget`. A queue whose read fails or is
-    /// late keeps its last values. Called by every `/metrics` scrape, so the gauges are as fresh as
-    /// the scrape.
+    /// from ZooKeeper, and `zkq_idempotency_records` from its records' directory: one `exists` of
+    /// the queue node and one of its records' directory per queue, plus one of its head when the
+    /// head changed since the last scrape, all at once, within `budget`. A queue whose read fails
+    /// or is late keeps its last values. Called by every `/metrics` scrape, so the gauges are as
+    /// fresh as the scrape.
     pub async fn sample_for_scrape(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
             let zk = zk.clone();
             async move {
-                if let Ok(Some(stat)) = zk.exists(&queue.path).await {
+                let keys = queue.idempotency.keys_dir();
+                let (depth, records) = futures::join!(zk.exists(&queue.path), zk.exists(&keys));
+                if let Ok(Some(stat)) = depth {
                     queue.qm.queue_children.set(i64::from(stat.num_children));
+                }
+                if let Ok(stat) = records {
+                    queue.qm.idempotency_records.set(stat.map_or(0, |s| i64::from(s.num_children)));
                 }
                 match queue.head_waiting_since(&zk).await {
                     Ok(ops::HeadAge::Since(since)) => {

@@ -68,6 +68,11 @@ fn split_base(name: &str) -> Option<&str> {
     ((4..=9).contains(&index.len()) && digits(index) && sequence.parse::<i64>().is_ok()).then_some(base)
 }
 
+/// Whether `name` is a node split from a Curator putMulti node (named by zkq, not sequential).
+pub fn is_split(name: &str) -> bool {
+    split_base(name).is_some()
+}
+
 /// The name of item `index` (1-based) of the `count` items split off a Curator putMulti node
 /// `name`. Curator orders `{name}-0001` right after `{name}` and before the next sequence, for
 /// every kind (the sequence and delay fields keep their places); the index has one width per

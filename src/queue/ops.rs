@@ -1,10 +1,11 @@
 //! Put, take, peek, remove and introspection on one queue.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::idempotency::NodeCreate;
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
@@ -20,12 +21,19 @@ pub struct PutOptions {
     pub id: Option<String>,
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
+    /// Stores the message at most once per key within the queue's idempotency window
+    /// (`idempotency.rs`).
+    pub idempotency_key: Option<String>,
 }
 
 /// A stored message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutReceipt {
-    pub message_id: String,
+    /// The message's node name. `None` only when a keyed put's message was consumed before its
+    /// name could be recorded or found (it was stored; its name is gone with it).
+    pub message_id: Option<String>,
+    /// An earlier put with the same idempotency key stored the message; nothing new was stored.
+    pub replay: bool,
 }
 
 /// A message handed out by a take.
@@ -129,7 +137,9 @@ impl Queue {
 
     /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
     /// flight, [`GroupCommit`](crate::zk::GroupCommit)); the receipts are in the same order. With
-    /// `max_items`, waits up to `wait` until there is room for all of them.
+    /// `max_items`, waits up to `wait` until there is room for all of them. A message with an
+    /// idempotency key goes with its key's record, in the same transaction; one whose key was used
+    /// within the window is not stored again (`idempotency.rs`).
     pub async fn put_many(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
@@ -138,29 +148,43 @@ impl Queue {
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        let mut ops = Vec::with_capacity(messages.len());
+        let mut creates = Vec::with_capacity(messages.len());
+        let mut keys = Vec::with_capacity(messages.len());
         for (body, options) in &messages {
             if body.len() > self.max_message_bytes {
                 return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &meta));
-            ops.push(TxnOp::Create { path: prefix, data: self.encode(body), mode: NodeMode::PersistentSequential });
+            creates.push(NodeCreate { prefix: names::put_prefix(self.kind, &meta), data: self.encode(body) });
+            keys.push(match options.idempotency_key.as_deref() {
+                Some(key) => Some(self.keyed_put(key, body, options)?),
+                None => None,
+            });
+        }
+        let mut seen = HashMap::new();
+        for (index, (_, options)) in messages.iter().enumerate() {
+            if let Some(key) = options.idempotency_key.as_deref()
+                && let Some(first) = seen.insert(key, index)
+            {
+                return Err(QueueError::InvalidParameter(format!(
+                    "messages[{index}] carries the same idempotency key as messages[{first}]; a key stands for one message"
+                )));
+            }
         }
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(wait);
-        if let Some(max_items) = self.max_items {
-            let count = u32::try_from(ops.len()).unwrap_or(u32::MAX);
-            // Room for all: fewer than `max_items - count + 1` children now.
-            let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
-            let room = match below {
-                Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
-                None => false,
-            };
-            if !room {
-                return Err(QueueError::Full { max_items });
-            }
+        if !seen.is_empty() {
+            return self.put_keyed(creates, keys, wait, deadline).await;
         }
+        self.wait_for_room(creates.len(), wait).await?;
+        let ops: Vec<TxnOp> = creates
+            .into_iter()
+            .map(|create| TxnOp::Create {
+                path: format!("{}/{}", self.path, create.prefix),
+                data: create.data,
+                mode: NodeMode::PersistentSequential,
+            })
+            .collect();
         let zk = self.session.connected(deadline).await?;
         let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
@@ -179,14 +203,32 @@ impl Queue {
         let mut receipts = Vec::with_capacity(created.len());
         for result in created {
             let TxnResult::Created(path) = result else { continue };
-            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-            if let Some(item) = names::parse(self.kind, &name) {
-                self.cache.insert_local(item);
-            }
-            self.qm.messages_put.inc();
-            receipts.push(PutReceipt { message_id: name });
+            let name = self.stored(path.rsplit('/').next().unwrap_or(&path));
+            receipts.push(PutReceipt { message_id: Some(name), replay: false });
         }
         Ok(receipts)
+    }
+
+    /// With `max_items`, waits up to `wait` until there is room for `count` more messages.
+    pub(super) async fn wait_for_room(&self, count: usize, wait: Duration) -> Result<(), QueueError> {
+        let Some(max_items) = self.max_items else { return Ok(()) };
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        // Room for all: fewer than `max_items - count + 1` children now.
+        let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
+        let room = match below {
+            Some(below) => self.cache.room_for(below, Instant::now() + wait).await,
+            None => false,
+        };
+        if room { Ok(()) } else { Err(QueueError::Full { max_items }) }
+    }
+
+    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
+    pub(super) fn stored(&self, name: &str) -> String {
+        if let Some(item) = names::parse(self.kind, name) {
+            self.cache.insert_local(item);
+        }
+        self.qm.messages_put.inc();
+        name.to_owned()
     }
 
     /// The first `limit` messages in delivery order, without removing them; stops before the

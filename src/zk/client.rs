@@ -20,6 +20,9 @@ pub struct NodeStat {
     pub data_length: i32,
     /// Creation time, epoch milliseconds.
     pub ctime: i64,
+    /// The transaction that created the node (every operation of one `multi` shares it).
+    pub czxid: i64,
+    /// The transaction that last wrote the node's data (its creation if none since).
     pub mzxid: i64,
 }
 
@@ -32,6 +35,7 @@ impl From<&zkc::Stat> for NodeStat {
             ephemeral_owner: stat.ephemeral_owner,
             data_length: stat.data_length,
             ctime: stat.ctime,
+            czxid: stat.czxid,
             mzxid: stat.mzxid,
         }
     }

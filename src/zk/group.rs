@@ -13,7 +13,10 @@
 //! - refused because of one operation (a missing parent, an existing node, a quota): the unit
 //!   holding that operation gets the error, the others are sent again without it;
 //! - outcome unknown (the connection was lost with the transaction sent): every unit gets
-//!   `OutcomeUnknown`, exactly what a lone write would have got;
+//!   `OutcomeUnknown`, exactly what a lone write would have got. [`GroupCommit::submit_twins`]
+//!   also tells the unit where each of its creates stood among the transaction's identical creates
+//!   (same path, same data): the server names sequential nodes in the order of the operations, so
+//!   a caller that finds the transaction's nodes can tell which of identical ones are its own;
 //! - never sent (no connection, or the unit's deadline passed while it queued): `Unavailable`,
 //!   nothing was applied.
 //!
@@ -21,7 +24,7 @@
 //! shutdown waits for), never on a request's future: a client that leaves cannot take the answers
 //! of the other units with it. A unit whose caller left before it was sent is dropped unsent.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -39,7 +42,25 @@ pub const MAX_BATCH_OPS: usize = 1000;
 /// request with its framing stays well inside the server's limit.
 pub const MAX_BATCH_BYTES: usize = 512 * 1024;
 
-type Reply = oneshot::Sender<Result<Vec<TxnResult>, TxnError>>;
+/// Per operation of a unit: its rank among the transaction's identical creates (same path, same
+/// data; in the order of the operations) and how many there are. `(0, 1)` for any other operation.
+pub type Twins = Vec<(u32, u32)>;
+
+/// Why a unit was not applied, or may not have been: the error, and with `OutcomeUnknown` the
+/// unit's [`Twins`] in the transaction that was sent (empty otherwise).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub error: TxnError,
+    pub twins: Twins,
+}
+
+impl From<TxnError> for Refusal {
+    fn from(error: TxnError) -> Refusal {
+        Refusal { error, twins: Vec::new() }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Vec<TxnResult>, Refusal>>;
 
 struct Unit {
     zk: Zk,
@@ -97,6 +118,17 @@ impl GroupCommit {
         zk: &Zk,
         ops: Vec<TxnOp>,
     ) -> Result<Vec<TxnResult>, TxnError> {
+        self.submit_twins(tasks, zk, ops).await.map_err(|refusal| refusal.error)
+    }
+
+    /// As [`GroupCommit::submit`]; when the answer was lost, the error comes with the unit's
+    /// [`Twins`].
+    pub async fn submit_twins(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+    ) -> Result<Vec<TxnResult>, Refusal> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -118,7 +150,7 @@ impl GroupCommit {
             tasks.spawn(async move { this.run().await });
         }
         // The runner always answers; a dropped sender means the runtime is going away.
-        answer.await.unwrap_or(Err(TxnError { index: None, error: ZkError::OutcomeUnknown }))
+        answer.await.unwrap_or(Err(TxnError { index: None, error: ZkError::OutcomeUnknown }.into()))
     }
 
     /// Sends transactions until nothing is pending.
@@ -166,7 +198,7 @@ impl GroupCommit {
                 return false; // its caller left before it was sent: nothing applied
             }
             if unit.deadline <= now {
-                Self::answer(unit, Err(TxnError { index: None, error: ZkError::Unavailable }));
+                Self::answer(unit, Err(TxnError { index: None, error: ZkError::Unavailable }.into()));
                 return false;
             }
             true
@@ -204,16 +236,21 @@ impl GroupCommit {
                     });
                     let Some(culprit) = culprit else {
                         for unit in batch.iter_mut() {
-                            Self::answer(unit, Err(TxnError { index: None, error: error.clone() }));
+                            Self::answer(unit, Err(TxnError { index: None, error: error.clone() }.into()));
                         }
                         return;
                     };
                     let mut unit = batch.remove(culprit);
-                    Self::answer(&mut unit, Err(TxnError { index: Some(index - start), error }));
+                    Self::answer(&mut unit, Err(TxnError { index: Some(index - start), error }.into()));
                 },
                 Err(err) => {
-                    for unit in batch.iter_mut() {
-                        Self::answer(unit, Err(err.clone()));
+                    let twins = if err.error == ZkError::OutcomeUnknown {
+                        twins(&batch.iter().map(|unit| unit.ops.as_slice()).collect::<Vec<_>>())
+                    } else {
+                        vec![Vec::new(); batch.len()]
+                    };
+                    for (unit, twins) in batch.iter_mut().zip(twins) {
+                        Self::answer(unit, Err(Refusal { error: err.clone(), twins }));
                     }
                     return;
                 },
@@ -235,8 +272,62 @@ impl GroupCommit {
         }
     }
 
-    fn answer(unit: &mut Unit, result: Result<Vec<TxnResult>, TxnError>) {
+    fn answer(unit: &mut Unit, result: Result<Vec<TxnResult>, Refusal>) {
         let (reply, _) = oneshot::channel();
         let _ = std::mem::replace(&mut unit.reply, reply).send(result);
+    }
+}
+
+/// The [`Twins`] of every unit (its ops) of one transaction, in order.
+fn twins(units: &[&[TxnOp]]) -> Vec<Twins> {
+    let create = |op: &TxnOp| match op {
+        TxnOp::Create { path, data, .. } => Some((path.clone(), data.clone())),
+        _ => None,
+    };
+    let mut counts: HashMap<(String, Vec<u8>), u32> = HashMap::new();
+    for op in units.iter().flat_map(|ops| ops.iter()) {
+        if let Some(key) = create(op) {
+            *counts.entry(key).or_default() += 1;
+        }
+    }
+    let mut seen: HashMap<(String, Vec<u8>), u32> = HashMap::new();
+    units
+        .iter()
+        .map(|ops| {
+            ops.iter()
+                .map(|op| match create(op) {
+                    Some(key) => {
+                        let count = counts.get(&key).copied().unwrap_or(1);
+                        let rank = seen.entry(key).or_default();
+                        let twin = (*rank, count);
+                        *rank += 1;
+                        twin
+                    },
+                    None => (0, 1),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zk::NodeMode;
+
+    fn create(path: &str, data: &[u8]) -> TxnOp {
+        TxnOp::Create { path: path.to_owned(), data: data.to_vec(), mode: NodeMode::PersistentSequential }
+    }
+
+    #[test]
+    fn twins_rank_identical_creates_across_units_in_the_order_of_the_transaction() {
+        let record = TxnOp::SetData { path: "/r".into(), data: b"x".to_vec(), version: None };
+        let first = [record.clone(), create("/q/queue-", b"same"), create("/q/queue-", b"other")];
+        let second = [create("/q/queue-", b"same")];
+        let third = [create("/p/queue-", b"same"), record, create("/q/queue-", b"same")];
+        let twins = twins(&[&first, &second, &third]);
+        assert_eq!(twins[0], [(0, 1), (0, 3), (0, 1)]);
+        assert_eq!(twins[1], [(1, 3)]);
+        assert_eq!(twins[2], [(0, 1), (0, 1), (2, 3)], "another parent is another node; a setData is no create");
     }
 }

@@ -672,6 +672,7 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
             max_deliveries: None,
             dead_letter: Some("src-dlq".into()),
             push: None,
+            idempotency_window: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

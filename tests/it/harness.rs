@@ -319,6 +319,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             max_deliveries: None,
             dead_letter: None,
             push: None,
+            idempotency_window: None,
         },
     );
 }

@@ -318,6 +318,7 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
             max_deliveries: Some(3),
             dead_letter: Some("poison-dlq".into()),
             push: None,
+            idempotency_window: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -19,6 +19,7 @@ mod ensemble;
 mod exactly_once;
 mod hardening;
 mod harness;
+mod idempotency;
 mod leases;
 mod opskit;
 mod proxy;

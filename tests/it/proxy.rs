@@ -13,7 +13,8 @@
 //!   connection) gets `fault`: [`Fault::DropBeforeSend`] (both sides closed, the server never
 //!   sees it), [`Fault::DropAnswer`] (forwarded; the server's reply with its xid is discarded
 //!   and both sides closed: applied, answer lost) or [`Fault::Hold`] (that request and every later
-//!   one of its connection wait until [`Armed::release_deliver`] or [`Armed::release_drop_answer`]).
+//!   one of its connection wait until [`Armed::release_deliver`] or [`Armed::release_drop_answer`]);
+//!   [`Fault::Pass`] forwards it untouched, so that a fault armed after it hits a later request.
 //!   [`ZkProxy::arm_then_refuse`] also refuses new connections from the moment the fault closes
 //!   the connection, so the client cannot come back to read the outcome until
 //!   `refuse(false)`. The returned [`Armed`] tells when it fired ([`Armed::fired`], [`Armed::held`]).
@@ -79,6 +80,8 @@ pub enum Fault {
     DropAnswer,
     /// Stop forwarding this connection's requests from this one on until released.
     Hold,
+    /// Forward it untouched: a placeholder, so that a fault armed after it hits a later request.
+    Pass,
 }
 
 /// How a held request is let go.
@@ -387,6 +390,9 @@ async fn serve(client: TcpStream, upstream: String, shared: Arc<Shared>, closed:
                             other => Some(other),
                         };
                         match fault {
+                            Some(Fault::Pass) => {
+                                state.fired.send_replace(true);
+                            },
                             Some(Fault::DropBeforeSend) => return close_for(&state, &shared, &closed),
                             Some(Fault::DropAnswer) => {
                                 drops.lock().expect("lock").insert(header.xid, state.clone());

@@ -81,6 +81,7 @@ async fn bad_inputs_get_documented_json_errors() {
             max_deliveries: None,
             dead_letter: None,
             push: None,
+            idempotency_window: None,
         },
     );
     config.take.max_wait = Duration::from_secs(1);
