@@ -13,6 +13,8 @@
 //!
 //! Then it prints each target ratio with "target met" or "NOT met". Every drain checks that
 //! each message body came out exactly once. ZKQ_BENCH_SCALE=0.1 runs everything 10× smaller.
+//! `ZKQ_BENCH_BASELINE=path/to/older/zkq` also runs the `?max=100` take drain on that build and
+//! on this one, both as child processes, so before and after are compared in one run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
@@ -26,6 +28,7 @@ mod harness;
 mod support;
 
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -52,6 +55,10 @@ fn rate(n: usize, took: Duration) -> String {
 /// The first `= X msg/s` figure of a CuratorTool bench line.
 fn curator_rate(line: &str) -> f64 {
     line.split("= ").nth(1).and_then(|rest| rest.split(" msg/s").next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
+fn zkq_http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client")
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -150,8 +157,25 @@ async fn raw_cleanup(client: &zookeeper_client::Client, base: &str) {
 
 // ------------------------------------------------------------------ zkq over HTTP
 
+/// Where a zkq's API is: in this process, or another build as a child process.
+#[derive(Clone)]
+struct Endpoint {
+    http: reqwest::Client,
+    api: String,
+}
+
+impl Endpoint {
+    fn of(zkq: &TestZkq) -> Endpoint {
+        Endpoint { http: zkq.http.clone(), api: zkq.api.clone() }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.api)
+    }
+}
+
 /// Single puts of the bodies `range` to `queue` from `clients` concurrent clients.
-async fn put_singles(zkq: &TestZkq, queue: &str, range: Range<usize>, clients: usize) -> Duration {
+async fn put_singles(zkq: &Endpoint, queue: &str, range: Range<usize>, clients: usize) -> Duration {
     let next = Arc::new(AtomicUsize::new(range.start));
     let url = zkq.url(&format!("/v1/queues/{queue}/messages"));
     let started = Instant::now();
@@ -177,7 +201,7 @@ async fn put_singles(zkq: &TestZkq, queue: &str, range: Range<usize>, clients: u
 
 /// Batch puts (`per_batch` messages each) of the bodies of every `(queue, range)`, batches of the
 /// queues interleaved, from `clients` concurrent clients.
-async fn put_batches(zkq: &TestZkq, targets: &[(&str, Range<usize>)], per_batch: usize, clients: usize) -> Duration {
+async fn put_batches(zkq: &Endpoint, targets: &[(&str, Range<usize>)], per_batch: usize, clients: usize) -> Duration {
     let mut per_queue: Vec<Vec<(String, Range<usize>)>> = targets
         .iter()
         .map(|(queue, range)| {
@@ -242,7 +266,7 @@ fn delivered_bodies(answer: &serde_json::Value) -> Vec<(Vec<u8>, Option<String>)
 
 /// Drains `queue` with `takers` concurrent takers (`wait=0s`, each stops at its first 204);
 /// `max` takes many per request. Answers every body taken.
-async fn drain_takes(zkq: &TestZkq, queue: &str, takers: usize, max: Option<usize>) -> (Vec<Vec<u8>>, Duration) {
+async fn drain_takes(zkq: &Endpoint, queue: &str, takers: usize, max: Option<usize>) -> (Vec<Vec<u8>>, Duration) {
     let url = match max {
         Some(max) => zkq.url(&format!("/v1/queues/{queue}/take?wait=0s&max={max}")),
         None => zkq.url(&format!("/v1/queues/{queue}/take?wait=0s")),
@@ -276,7 +300,7 @@ async fn drain_takes(zkq: &TestZkq, queue: &str, takers: usize, max: Option<usiz
 
 /// Drains `queue` with `consumers` concurrent lease+ack consumers (`wait=0s`, each stops at its
 /// first 204): single leases and acks, or with `max`, leases of many and one batch ack per lease.
-async fn drain_leases(zkq: &TestZkq, queue: &str, consumers: usize, max: Option<usize>) -> (Vec<Vec<u8>>, Duration) {
+async fn drain_leases(zkq: &Endpoint, queue: &str, consumers: usize, max: Option<usize>) -> (Vec<Vec<u8>>, Duration) {
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..consumers {
@@ -397,8 +421,12 @@ async fn main() {
     println!("zkq queue benchmark: one ZooKeeper 3.8 standalone on loopback, zkq in-process, Curator 5.4.0 beside,");
     println!("100-byte messages; figures in messages (or nodes) per second\n");
 
-    // ZooKeeper's raw ceiling, on the fresh server, through the client crate zkq uses.
+    // ZooKeeper's raw ceiling, through the client crate zkq uses (after a warm-up of the JVM).
     let direct = zk_client(&zk).await;
+    raw_creates(&direct, &format!("{root}-raw-warmup"), scaled(20_000), 128).await;
+    raw_cleanup(&direct, &format!("{root}-raw-warmup")).await;
+    raw_multis(&direct, &format!("{root}-raw-warmup"), scaled(200), 100, 8).await;
+    raw_cleanup(&direct, &format!("{root}-raw-warmup")).await;
     let raw_n = scaled(40_000);
     let took = raw_creates(&direct, &format!("{root}-raw-creates"), raw_n, 128).await;
     let raw_create = per_second(raw_n, took);
@@ -414,21 +442,22 @@ async fn main() {
     config.zookeeper.request_timeout = Duration::from_secs(20);
     config.log.level = "warn".into();
     let zkq = TestZkq::start_ready(config).await;
+    let api = Endpoint::of(&zkq);
 
     // Single puts.
     let n1 = scaled(2_000);
-    let took = put_singles(&zkq, "put1", 0..n1, 1).await;
+    let took = put_singles(&api, "put1", 0..n1, 1).await;
     println!("zkq put, 1 client:                          {}", rate(n1, took));
     let n = scaled(20_000);
     let put64 = 1_000_000..1_000_000 + n;
-    let took = put_singles(&zkq, "put64", put64.clone(), 64).await;
+    let took = put_singles(&api, "put64", put64.clone(), 64).await;
     let single_puts = per_second(n, took);
     println!("zkq put, 64 clients:                        {}", rate(n, took));
 
     // Batch puts of 100 from 8 clients, into the two queues the batch drains use.
     let (take_range, lease_range) = (2_000_000..2_000_000 + n, 3_000_000..3_000_000 + n);
     let before = zkq.metrics().await;
-    let took = put_batches(&zkq, &[("btake", take_range.clone()), ("blease", lease_range.clone())], 100, 8).await;
+    let took = put_batches(&api, &[("btake", take_range.clone()), ("blease", lease_range.clone())], 100, 8).await;
     let after = zkq.metrics().await;
     let batch_puts = per_second(2 * n, took);
     println!(
@@ -439,7 +468,7 @@ async fn main() {
 
     // Drains: single takes (the put64 queue), then takes of up to 100.
     let before = zkq.metrics().await;
-    let (bodies, took) = drain_takes(&zkq, "put64", 16, None).await;
+    let (bodies, took) = drain_takes(&api, "put64", 16, None).await;
     let after = zkq.metrics().await;
     assert_exactly_once("single-take drain", bodies, put64);
     println!(
@@ -448,7 +477,7 @@ async fn main() {
         zk_calls(&before, &after)
     );
     let before = zkq.metrics().await;
-    let (bodies, took) = drain_takes(&zkq, "btake", 16, Some(100)).await;
+    let (bodies, took) = drain_takes(&api, "btake", 16, Some(100)).await;
     let after = zkq.metrics().await;
     assert_exactly_once("batch-take drain", bodies, take_range);
     let batch_take = per_second(n, took);
@@ -460,9 +489,9 @@ async fn main() {
 
     // Lease+ack drains: single (a queue filled by batch puts), then leases of 100 and batch acks.
     let single_lease = 4_000_000..4_000_000 + n;
-    put_batches(&zkq, &[("slease", single_lease.clone())], 100, 8).await;
+    put_batches(&api, &[("slease", single_lease.clone())], 100, 8).await;
     let before = zkq.metrics().await;
-    let (bodies, took) = drain_leases(&zkq, "slease", 16, None).await;
+    let (bodies, took) = drain_leases(&api, "slease", 16, None).await;
     let after = zkq.metrics().await;
     assert_exactly_once("single lease+ack drain", bodies, single_lease);
     println!(
@@ -471,7 +500,7 @@ async fn main() {
         zk_calls(&before, &after)
     );
     let before = zkq.metrics().await;
-    let (bodies, took) = drain_leases(&zkq, "blease", 16, Some(100)).await;
+    let (bodies, took) = drain_leases(&api, "blease", 16, Some(100)).await;
     let after = zkq.metrics().await;
     assert_exactly_once("batch lease+ack drain", bodies, lease_range);
     let batch_lease = per_second(n, took);
@@ -493,8 +522,26 @@ async fn main() {
     // Queues for Curator's consumers, filled through zkq (the same layout as Curator's), then
     // zkq stops so that only Curator works on them.
     let (cdrain, clock) = (5_000_000..5_000_000 + n, 6_000_000..6_000_000 + n);
-    put_batches(&zkq, &[("cdrain", cdrain), ("clock", clock)], 100, 8).await;
+    put_batches(&api, &[("cdrain", cdrain), ("clock", clock)], 100, 8).await;
     zkq.stop().await;
+
+    // Before and after, in this run: another build and this one, both as child processes.
+    if let Ok(baseline) = std::env::var("ZKQ_BENCH_BASELINE") {
+        let builds = [("baseline", PathBuf::from(baseline)), ("this build", PathBuf::from(env!("CARGO_BIN_EXE_zkq")))];
+        for (label, binary) in builds {
+            let child = ChildZkq::start_binary(&binary, &zk, &unique_root("bench-build"), &[]).await;
+            let api = Endpoint { http: zkq_http(), api: child.api.clone() };
+            let range = 7_000_000..7_000_000 + n;
+            put_batches(&api, &[("compare", range.clone())], 100, 8).await;
+            let (bodies, took) = drain_takes(&api, "compare", 16, Some(100)).await;
+            assert_exactly_once(&format!("{label}: batch-take drain"), bodies, range);
+            println!(
+                "{label:<10} (child process) take drain, 16 takers, ?max=100: {} ; {}",
+                rate(n, took),
+                binary.display()
+            );
+        }
+    }
 
     // Curator on the same server.
     let out = Curator::run(&zk, &["bench", "put", &format!("{root}/curator-put"), &n1.to_string(), "100"]).await;

@@ -312,9 +312,13 @@ async fn a_curator_multi_batch_is_one_node_that_curator_consumes_in_order() {
     // id, the others under the ids of the nodes the first take split off. (A queue no other
     // consumer touched: a zkq that just saw other consumers at work picks among the first
     // candidates at random.)
+    // Two such nodes: the take's own transaction splits the second one too.
     let messages: Vec<serde_json::Value> = (0..5).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
     let response = batch("own", serde_json::Value::Array(messages)).await;
     let node = one_id(response.json().await.expect("json"));
+    let messages: Vec<serde_json::Value> = (5..7).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    let response = batch("own", serde_json::Value::Array(messages)).await;
+    let second = one_id(response.json().await.expect("json"));
     let taken: serde_json::Value =
         zkq.http.post(zkq.url("/v1/queues/own/take?max=10")).send().await.expect("take").json().await.expect("json");
     let taken = taken["messages"].as_array().expect("messages");
@@ -325,9 +329,14 @@ async fn a_curator_multi_batch_is_one_node_that_curator_consumes_in_order() {
             (id, b64.decode(m["body"].as_str().expect("body")).expect("base64"))
         })
         .collect();
-    let expected: Vec<(String, Vec<u8>)> = (0..5)
+    let expected: Vec<(String, Vec<u8>)> = (0..7)
         .map(|i| {
-            let id = if i == 0 { node.clone() } else { format!("{node}-{i:04}") };
+            let id = match i {
+                0 => node.clone(),
+                1..5 => format!("{node}-{i:04}"),
+                5 => second.clone(),
+                _ => format!("{second}-{:04}", i - 5),
+            };
             (id, format!("m{i}").into_bytes())
         })
         .collect();
