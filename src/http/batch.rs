@@ -15,7 +15,7 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
 use super::leases::NackModeParam;
-use super::queues::{HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, put_options};
+use super::queues::{HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, put_options_at};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError};
 
 /// The route of a batch put (its body limit is larger than a single put's).
@@ -67,9 +67,26 @@ pub struct BatchPutQuery {
     /// longer values are cut to `take.max_wait`).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
+    /// `nodes` (default): one node per message. `curator-multi`: all messages in ONE node, as
+    /// Curator's `putMulti` writes them (fifo, priority and delay queues; every message with the
+    /// same kind fields).
+    pub format: Option<BatchFormat>,
 }
 
-/// Answer to a batch put: the message ids, in the order of the request.
+/// How a batch put stores its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchFormat {
+    /// One node per message, each with its own sequence number and message id.
+    #[default]
+    Nodes,
+    /// One node holding every message in Curator's multi-item envelope (`putMulti`): Curator
+    /// consumers receive them together, in order; the answer holds the one node's id.
+    CuratorMulti,
+}
+
+/// Answer to a batch put: the message ids, in the order of the request; with
+/// `format=curator-multi`, the id of the one node that holds them all.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BatchPutResponse {
     pub queue: String,
@@ -90,16 +107,18 @@ pub struct BatchPutResponse {
 /// key's record in the same transaction. A key used with another body refuses the whole batch
 /// (409 `idempotency_key_reused`, nothing stored). When every message was a replay the answer also
 /// carries `zkq-idempotent-replay: true`.
+/// With `format=curator-multi`, one node holding them all, as Curator's `putMulti` writes it
+/// (no idempotency keys then: a key stands for one message).
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/batch", tag = "queues",
     params(QueuePath, BatchPutQuery),
     request_body(content = BatchPutRequest, content_type = "application/json"),
     responses(
-        (status = 201, description = "Every message stored in ZooKeeper, in one transaction (or, with an idempotency_key seen within the window, stored by an earlier put: see `replayed`)", body = BatchPutResponse,
+        (status = 201, description = "Every message stored in ZooKeeper, in one transaction (or, with an idempotency_key seen within the window, stored by an earlier put: see `replayed`); with `format=curator-multi`, in one node: `message_ids` holds its id alone", body = BatchPutResponse,
             headers(("zkq-idempotent-replay" = String, description = "`true` when every message was a replay and this batch stored nothing"))),
-        (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64, a bad idempotency_key or one given twice)", body = ErrorBody),
+        (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64, a bad idempotency_key or one given twice, an unknown `format`; with `format=curator-multi`, messages whose kind fields differ or an idempotency_key)", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
-        (status = 409, description = "A field that does not fit the queue's kind, or an id queue message without `id` (`parameter_not_for_kind`); an idempotency_key used within the window with another body, priority or id (`idempotency_key_reused`; nothing stored)", body = ErrorBody),
+        (status = 409, description = "A field that does not fit the queue's kind, an id queue message without `id`, or `format=curator-multi` on an id or simple queue, where Curator has no putMulti (`parameter_not_for_kind`); an idempotency_key used within the window with another body, priority or id (`idempotency_key_reused`; nothing stored)", body = ErrorBody),
         (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together, or messages with idempotency keys whose records would make the transaction larger than 960 KiB", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
         (status = 429, description = "No room for every message under max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
@@ -121,6 +140,8 @@ pub async fn put_batch(
         )));
     }
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
+    // One "now" for every message: the same `delay` gives the same delivery time.
+    let now = crate::queue::now_epoch_ms();
     let mut bodies = Vec::with_capacity(request.messages.len());
     let mut options = Vec::with_capacity(request.messages.len());
     let mut total = 0usize;
@@ -155,14 +176,17 @@ pub async fn put_batch(
             deliver_at: message.deliver_at,
             id: message.id,
         };
-        let kind_options = put_options(&state, fields, wait)
+        let kind_options = put_options_at(&state, fields, wait, now)
             .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?;
         options.push(PutOptions { idempotency_key: message.idempotency_key, ..kind_options });
         bodies.push(body);
     }
     let queue = state.queues.open(&path.queue)?;
     let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
-    let receipts = queue.put_many(messages, wait).await?;
+    let receipts = match query.format.unwrap_or_default() {
+        BatchFormat::Nodes => queue.put_many(messages, wait).await?,
+        BatchFormat::CuratorMulti => vec![queue.put_multi(messages, wait).await?],
+    };
     let every_one_replayed = receipts.iter().all(|r| r.replay);
     let replayed = receipts.iter().map(|r| r.replay).collect();
     let message_ids = receipts.into_iter().map(|r| r.message_id).collect();

@@ -305,9 +305,13 @@ pub struct KindFields {
 /// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
 /// "not before" bounds: given together, the later one applies.
 pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
+    put_options_at(state, fields, wait, crate::queue::now_epoch_ms())
+}
+
+/// [`put_options`] with `delay` counted from `now` (epoch ms).
+pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now: i64) -> Result<PutOptions, ApiError> {
     let max_delay = state.config.api.max_delay;
     let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
-    let now = crate::queue::now_epoch_ms();
     let after_delay = match &fields.delay {
         Some(delay) => {
             let delay = parse_duration("delay", delay)?;

@@ -185,6 +185,86 @@ impl Queue {
                 mode: NodeMode::PersistentSequential,
             })
             .collect();
+        let created = self.create_nodes(ops, deadline).await?;
+        Ok(created.into_iter().map(|name| PutReceipt { message_id: Some(self.stored(&name)), replay: false }).collect())
+    }
+
+    /// Stores `messages` as ONE node holding all of them, the way Curator's `putMulti` does
+    /// (fifo, priority and delay queues; Curator has none for id and simple queues), with the
+    /// kind fields every message shares (different ones are refused). Curator consumers receive
+    /// them together, in order; zkq's first take or lease of the node hands out the first message
+    /// and splits the others into nodes of their own right behind it. The node counts as one
+    /// child against `max_items`, as in Curator. Idempotency keys are refused: a key stands for
+    /// one message, and this node holds several.
+    pub async fn put_multi(
+        &self,
+        messages: Vec<(&[u8], PutOptions)>,
+        wait: Duration,
+    ) -> Result<PutReceipt, QueueError> {
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        if !matches!(self.kind, QueueKind::Fifo | QueueKind::Priority | QueueKind::Delay) {
+            return Err(QueueError::NotForKind(format!(
+                "format=curator-multi is for fifo, priority and delay queues; Curator has no putMulti for {} queue {:?}",
+                self.kind.as_str(),
+                self.name
+            )));
+        }
+        if let Some(index) = messages.iter().position(|(_, options)| options.idempotency_key.is_some()) {
+            return Err(QueueError::InvalidParameter(format!(
+                "messages[{index}] has an idempotency_key: format=curator-multi stores the batch as one node, \
+                 and a key stands for one message"
+            )));
+        }
+        // A delay queue's message without a delivery time is due now: the same "now" for all.
+        let now = super::now_epoch_ms();
+        let mut shared: Option<ItemMeta> = None;
+        for (index, (body, options)) in messages.iter().enumerate() {
+            if body.len() > self.max_message_bytes {
+                return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+            }
+            let mut options = options.clone();
+            if self.kind == QueueKind::Delay {
+                options.deliver_at = options.deliver_at.or(Some(now));
+            }
+            let meta = self.meta_for(&options)?;
+            match &shared {
+                None => shared = Some(meta),
+                Some(first) if *first == meta => {},
+                Some(first) => {
+                    return Err(QueueError::InvalidParameter(format!(
+                        "format=curator-multi stores every message in one node with one {}: messages[{index}] has {} \
+                         where messages[0] has {}",
+                        if self.kind == QueueKind::Priority { "priority" } else { "delivery time" },
+                        describe(&meta),
+                        describe(first),
+                    )));
+                },
+            }
+        }
+        let Some(meta) = shared else {
+            return Err(QueueError::InvalidParameter("a batch holds at least one message".to_owned()));
+        };
+        let op = TxnOp::Create {
+            path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
+            data: envelope::encode(messages.iter().map(|(body, _)| *body)),
+            mode: NodeMode::PersistentSequential,
+        };
+        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
+        self.wait_for_room(1, wait).await?;
+        let mut created = self.create_nodes(vec![op], self.deadline_for(wait)).await?;
+        let name = created.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))?;
+        if let Some(item) = names::parse(self.kind, &name) {
+            self.cache.insert_local(item);
+        }
+        self.qm.messages_put.inc_by(messages.len() as u64);
+        Ok(PutReceipt { message_id: Some(name), replay: false })
+    }
+
+    /// Creates the sequential nodes of `ops` in one transaction (shared with other writes in
+    /// flight); recreates the queue node once if it was removed; answers the nodes' names in order.
+    async fn create_nodes(&self, ops: Vec<TxnOp>, deadline: Instant) -> Result<Vec<String>, QueueError> {
         let zk = self.session.connected(deadline).await?;
         let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
@@ -200,13 +280,13 @@ impl Queue {
             }
             err.error
         })?;
-        let mut receipts = Vec::with_capacity(created.len());
-        for result in created {
-            let TxnResult::Created(path) = result else { continue };
-            let name = self.stored(path.rsplit('/').next().unwrap_or(&path));
-            receipts.push(PutReceipt { message_id: Some(name), replay: false });
-        }
-        Ok(receipts)
+        Ok(created
+            .into_iter()
+            .filter_map(|result| match result {
+                TxnResult::Created(path) => Some(path.rsplit('/').next().unwrap_or(&path).to_owned()),
+                _ => None,
+            })
+            .collect())
     }
 
     /// With `max_items`, waits up to `wait` until there is room for `count` more messages.
@@ -413,5 +493,15 @@ impl Queue {
             Err(ZkError::NoNode | ZkError::NodeExists) => Ok(false),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+/// A message's kind fields, for an error message.
+fn describe(meta: &ItemMeta) -> String {
+    match meta {
+        ItemMeta::Priority(priority) => format!("priority {priority}"),
+        ItemMeta::DeliverAt(at) => format!("deliver_at {at}"),
+        ItemMeta::Id(id) => format!("id {id:?}"),
+        ItemMeta::Plain => "no kind fields".to_owned(),
     }
 }

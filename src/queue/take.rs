@@ -29,7 +29,7 @@ use super::ops::Message;
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
-use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{ConnectionState, MAX_BATCH_BYTES, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A message handed out, with its lease when it was leased.
 type Delivery = (Message, Option<LeaseGrant>);
@@ -169,15 +169,195 @@ impl Queue {
         let mut bytes = first.0.body.len();
         let mut delivered = vec![first];
         while delivered.len() < max && bytes < max_bytes {
-            match self.acquire_until(Instant::now(), how, caller, true).await {
-                Ok(Some(more)) => {
-                    bytes += more.0.body.len();
-                    delivered.push(more);
+            let more = match how {
+                // The rest of a take: the candidates there now, claimed together.
+                Acquire::Take => Box::pin(self.take_now(max - delivered.len(), max_bytes - bytes, caller))
+                    .await
+                    .map_err(QueueError::from),
+                Acquire::Lease(_) => {
+                    self.acquire_until(Instant::now(), how, caller, true).await.map(|more| more.map(|m| vec![m]))
                 },
-                Ok(None) | Err(_) => break,
+            };
+            match more {
+                Ok(Some(more)) if !more.is_empty() => {
+                    bytes += more.iter().map(|(message, _)| message.body.len()).sum::<usize>();
+                    delivered.extend(more);
+                },
+                Ok(_) | Err(_) => break,
             }
         }
         Ok(delivered)
+    }
+
+    /// Takes up to `want` of the candidates there now (and about `byte_budget` of bodies) in as
+    /// few round trips as it can: one multi-read of their nodes, then ONE transaction that claims
+    /// them all under one claim marker, each exactly as [`Queue::claim`] claims one (version
+    /// check, Curator's lock created and deleted, a putMulti node split). A candidate that
+    /// another consumer changed, took or locked in between fails the transaction at its own
+    /// operations: it is dropped and the others are sent again. `None` when there was no
+    /// candidate; an empty list when none could be taken (lost to someone else, unreadable).
+    async fn take_now(
+        self: &Arc<Self>,
+        want: usize,
+        byte_budget: usize,
+        caller: &Caller,
+    ) -> Result<Option<Vec<Delivery>>, ZkError> {
+        if self.shutdown.is_cancelled() {
+            return Ok(None);
+        }
+        let Some(zk) = self.session.current() else { return Ok(None) };
+        let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let mut candidates = Vec::new();
+        while candidates.len() < want
+            && let Some(candidate) = self.cache.pop()
+        {
+            candidates.push(candidate);
+        }
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let paths: Vec<String> = candidates.iter().map(|c| format!("{}/{}", self.path, c.name)).collect();
+        let reads = match zk.get_data_many(&paths.iter().map(String::as_str).collect::<Vec<_>>()).await {
+            Ok(reads) => reads,
+            Err(err) => {
+                self.give_back(candidates);
+                return Err(err);
+            },
+        };
+        // In order, within the byte budget and a transaction size ZooKeeper accepts (a split
+        // putMulti node writes its items again); the first is always tried.
+        let mut reads = reads.into_iter();
+        let (mut chosen, mut back) = (Vec::new(), Vec::new());
+        let (mut bytes, mut txn_bytes) = (0usize, 0usize);
+        for candidate in candidates {
+            let read = reads.next();
+            if bytes >= byte_budget {
+                back.push(candidate);
+                continue;
+            }
+            match read {
+                Some(Ok((data, _))) if !chosen.is_empty() && txn_bytes + data.len() > MAX_BATCH_BYTES => {
+                    back.push(candidate);
+                },
+                Some(Ok((data, stat))) => match self.items_of(&candidate.name, &data) {
+                    Some(items) => {
+                        bytes += items.first().map_or(0, Vec::len);
+                        txn_bytes += data.len() + 64;
+                        chosen.push((candidate, items, stat.version));
+                    },
+                    None => self.cache.claim_ended(&candidate.name),
+                },
+                Some(Err(ZkError::NoNode)) => {
+                    self.cache.claim_ended(&candidate.name);
+                    self.qm.claim("gone").inc();
+                    self.cache.contended();
+                },
+                Some(Err(_)) | None => back.push(candidate),
+            }
+        }
+        self.give_back(back);
+        let mut taken = Vec::with_capacity(chosen.len());
+        while !chosen.is_empty() {
+            if caller.is_closed() {
+                self.give_back(chosen.into_iter().map(|(candidate, ..)| candidate).collect());
+                return Ok(Some(taken));
+            }
+            let marker = self.markers.next(&zk);
+            let mut ops = vec![ClaimMarkers::create_op(&marker)];
+            // Each candidate's operations: the range, and where its lock is created.
+            let mut spans = Vec::with_capacity(chosen.len());
+            let mut splits = Vec::with_capacity(chosen.len());
+            for (candidate, items, version) in &chosen {
+                let start = ops.len();
+                let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
+                if let Some(lock) = &lock {
+                    ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
+                }
+                let (split_ops, split_items) = self.split_ops(&candidate.name, items.get(1..).unwrap_or_default());
+                ops.extend(split_ops);
+                ops.push(TxnOp::Delete { path: format!("{}/{}", self.path, candidate.name), version: Some(*version) });
+                if let Some(lock) = lock {
+                    ops.push(TxnOp::Delete { path: lock, version: None });
+                }
+                spans.push(start..ops.len());
+                splits.push(split_items);
+            }
+            let applied = match self.apply_txn(&zk, &ops, &self.claim_parents(self.lock_path.is_some())).await {
+                Ok(_) => {
+                    self.markers.applied(marker);
+                    true
+                },
+                Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
+                    let deadline = Instant::now() + self.session.request_timeout();
+                    match self.markers.outcome(&marker, deadline).await {
+                        Outcome::Applied => true,
+                        Outcome::NotApplied => {
+                            self.give_back(chosen.into_iter().map(|(candidate, ..)| candidate).collect());
+                            return Err(ZkError::Unavailable);
+                        },
+                        Outcome::Unknown(_) => {
+                            // Settled in the background, all together: put the messages back if
+                            // the claim applied, offer the candidates again if not.
+                            let claimed: Vec<(ItemName, Message)> = chosen
+                                .into_iter()
+                                .map(|(candidate, items, _)| {
+                                    self.cache.claim_ended(&candidate.name);
+                                    self.qm.claim("lost").inc();
+                                    let message = first_message(&candidate, items);
+                                    (candidate, message)
+                                })
+                                .collect();
+                            self.settle_claims_later(claimed, marker);
+                            return Ok(Some(taken));
+                        },
+                    }
+                },
+                Err(TxnError { index: Some(index), error })
+                    if matches!(error, ZkError::NoNode | ZkError::BadVersion | ZkError::NodeExists) =>
+                {
+                    let Some(at) = spans.iter().position(|span| span.contains(&index)) else {
+                        self.give_back(chosen.into_iter().map(|(candidate, ..)| candidate).collect());
+                        return Err(error);
+                    };
+                    // Consumed, changed or locked by someone else: drop it, send the others again.
+                    let (candidate, ..) = chosen.remove(at);
+                    self.cache.claim_ended(&candidate.name);
+                    self.cache.contended();
+                    let locked = error == ZkError::NodeExists && self.lock_path.is_some() && index == spans[at].start;
+                    if locked {
+                        self.qm.claim("locked").inc();
+                        self.cache.watch_lock(&zk, candidate, self.lock_path.as_deref());
+                    } else {
+                        self.qm.claim("lost").inc();
+                    }
+                    false
+                },
+                Err(err) => {
+                    self.give_back(chosen.into_iter().map(|(candidate, ..)| candidate).collect());
+                    return Err(err.error);
+                },
+            };
+            if applied {
+                for ((candidate, items, _), split_items) in chosen.drain(..).zip(splits) {
+                    self.cache.claim_ended(&candidate.name);
+                    self.cache.removed_local();
+                    for item in split_items {
+                        self.cache.insert_local(item);
+                    }
+                    self.qm.claim("won").inc();
+                    self.qm.messages_taken.inc();
+                    taken.push((first_message(&candidate, items), None));
+                }
+            }
+        }
+        Ok(Some(taken))
+    }
+
+    /// Offers candidates that were popped but not claimed again, in their places.
+    fn give_back(&self, candidates: Vec<ItemName>) {
+        for candidate in candidates {
+            self.cache.push_front(candidate);
+        }
     }
 
     async fn acquire_until(
@@ -363,7 +543,7 @@ impl Queue {
                     Outcome::Unknown(_) => {
                         // ZooKeeper is not back yet: settle it in the background (put the
                         // message back if our claim removed it, offer it again if not).
-                        self.settle_claim_later(candidate.clone(), marker, message);
+                        self.settle_claims_later(vec![(candidate.clone(), message)], marker);
                         return Ok(Claim::Lost);
                     },
                 }
@@ -458,22 +638,36 @@ impl Queue {
         }
     }
 
-    /// Settles a claim whose outcome is still unknown once ZooKeeper is back: if it removed the
-    /// message (or its first item), the message is put back; if not, the item is offered again.
-    fn settle_claim_later(self: &Arc<Self>, item: ItemName, marker: String, message: Message) {
+    /// Settles a claim transaction whose outcome is still unknown once ZooKeeper is back: if it
+    /// applied, its messages (the first item of each node) are put back; if not, the candidates
+    /// are offered again. One task per transaction: its marker decides for all of them at once
+    /// (once resolved, the marker is deleted, so a second look would find "not applied").
+    fn settle_claims_later(self: &Arc<Self>, claimed: Vec<(ItemName, Message)>, marker: String) {
         let queue = self.clone();
         self.background.spawn(async move {
             let mut pause = Pause::new();
             loop {
                 if queue.session.status().state == ConnectionState::Closed {
-                    tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
-                        "zkq stopped before it could learn whether a take applied; if it did, the message is lost");
+                    for (_, message) in &claimed {
+                        tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
+                            "zkq stopped before it could learn whether a take applied; if it did, the message is lost");
+                    }
                     return;
                 }
                 let deadline = Instant::now() + queue.session.request_timeout();
                 match queue.markers.outcome(&marker, deadline).await {
-                    Outcome::Applied => return queue.put_back(message).await,
-                    Outcome::NotApplied => return queue.cache.reoffer(item),
+                    Outcome::Applied => {
+                        for (_, message) in claimed {
+                            queue.put_back(message).await;
+                        }
+                        return;
+                    },
+                    Outcome::NotApplied => {
+                        for (item, _) in claimed {
+                            queue.cache.reoffer(item);
+                        }
+                        return;
+                    },
                     Outcome::Unknown(_) => pause.sleep().await,
                 }
             }
@@ -537,5 +731,14 @@ impl Queue {
                 },
             }
         }
+    }
+}
+
+/// The message a claim of `candidate` hands out: the node's first item, under the node's name.
+fn first_message(candidate: &ItemName, items: Vec<Vec<u8>>) -> Message {
+    Message {
+        message_id: candidate.name.clone(),
+        body: items.into_iter().next().unwrap_or_default(),
+        meta: candidate.meta.clone(),
     }
 }

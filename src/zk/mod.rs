@@ -11,6 +11,6 @@ mod tls;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
-pub use group::{GroupCommit, Refusal, Twins};
+pub use group::{GroupCommit, MAX_BATCH_BYTES, Refusal, Twins};
 pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
 pub use tls::{TlsFileError, TlsMaterial, TlsSettings};

@@ -179,3 +179,141 @@ async fn a_lease_of_many_and_a_batch_ack_answer_per_receipt() {
     assert!(again["results"].as_array().expect("results").iter().all(|r| r["status"] != 204), "{again}");
     zkq.stop().await;
 }
+
+/// The messages of a `?max=` take after the first are read in one multi-read and claimed in one
+/// transaction, not one round trip pair per message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_of_many_claims_them_in_one_transaction() {
+    use base64::Engine;
+    let zk = ZkServer::shared();
+    let root = unique_root("take-many-txn");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let messages: Vec<serde_json::Value> = (0..60).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    assert_eq!(post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await.status(), 201);
+    let calls = |text: &str, op: &str| {
+        metric_value(text, &format!("zkq_zookeeper_requests_total{{operation=\"{op}\",outcome=\"ok\"}}")).unwrap_or(0.0)
+    };
+    let before = zkq.metrics().await;
+    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=50")).send().await.expect("take");
+    assert_eq!(response.status(), 200);
+    let after = zkq.metrics().await;
+    let taken: serde_json::Value = response.json().await.expect("json");
+    let bodies: Vec<Vec<u8>> = taken["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body")).expect("base64"))
+        .collect();
+    let expected: Vec<Vec<u8>> = (0..50).map(|i| format!("m{i}").into_bytes()).collect();
+    assert_eq!(bodies, expected, "the first 50, in order");
+    // The first message: one read and one claim; the 49 others: one multi-read and one claim
+    // (a flush of claim markers may add one more transaction).
+    let reads = calls(&after, "get_data") - calls(&before, "get_data");
+    let multi_reads = calls(&after, "multi_read") - calls(&before, "multi_read");
+    let transactions = calls(&after, "multi") - calls(&before, "multi");
+    assert_eq!((reads, multi_reads), (1.0, 1.0), "reads");
+    assert!(transactions <= 3.0, "{transactions} transactions for 50 messages");
+    let client = zk_client(zk).await;
+    assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 10);
+    zkq.stop().await;
+}
+
+/// A `?max=` take whose candidates include one a consumer holds Curator's lock on (a Curator
+/// lock-safe consumer, or a lease) takes the others in its transaction and leaves that one; it
+/// is handed out once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_of_many_leaves_a_locked_message_and_takes_the_others() {
+    use base64::Engine;
+    let zk = ZkServer::shared();
+    let root = unique_root("take-many-locked");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let messages: Vec<serde_json::Value> = (0..6).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    let put = post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
+    let put: serde_json::Value = put.json().await.expect("json");
+    let ids: Vec<String> =
+        put["message_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()).collect();
+    // Another consumer holds the lock of the fourth message.
+    let client = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for dir in [format!("{root}/locks"), format!("{root}/locks/q")] {
+        let _ = client.create(&dir, &[], &options).await;
+    }
+    let lock = format!("{root}/locks/q/{}", ids[3]);
+    let ephemeral = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&lock, &[], &ephemeral).await.expect("lock held by another consumer");
+
+    let body_of = |m: &serde_json::Value| {
+        base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body")).expect("base64")
+    };
+    let taken: serde_json::Value =
+        zkq.http.post(zkq.url("/v1/queues/q/take?max=10")).send().await.expect("take").json().await.expect("json");
+    let mut bodies: Vec<Vec<u8>> = taken["messages"].as_array().expect("messages").iter().map(body_of).collect();
+    bodies.sort();
+    let expected: Vec<Vec<u8>> = [0, 1, 2, 4, 5].iter().map(|i| format!("m{i}").into_bytes()).collect();
+    assert_eq!(bodies, expected, "every message but the locked one");
+    assert_eq!(children(&client, &format!("{root}/queues/q")).await, vec![ids[3].clone()], "the locked one stays");
+    client.delete(&lock, None).await.expect("the other consumer lets go");
+    assert_eq!(zkq.take_body("q", "10s").await, Some(b"m3".to_vec()), "offered again once the lock is gone");
+    zkq.stop().await;
+}
+
+/// Two zkq processes drain one queue with `?max=` takes at once: their batch claims collide
+/// (a candidate the other took fails the transaction and is dropped), and every message is still
+/// taken exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_zkqs_taking_many_at_once_take_every_message_exactly_once() {
+    use base64::Engine;
+    let zk = ZkServer::shared();
+    let root = unique_root("take-many-race");
+    let zkqs = [TestZkq::start_ready(test_config(zk, &root)).await, TestZkq::start_ready(test_config(zk, &root)).await];
+    let total = 2000;
+    for chunk in (0..total).collect::<Vec<_>>().chunks(100) {
+        let messages: Vec<serde_json::Value> =
+            chunk.iter().map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+        let response = post_json(&zkqs[0], "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
+        assert_eq!(response.status(), 201);
+    }
+    // Both have the queue open and its candidates cached before the drain starts.
+    for zkq in &zkqs {
+        eventually(std::time::Duration::from_secs(10), "queue open", || async {
+            let info: serde_json::Value =
+                zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+            info["depth"] == total
+        })
+        .await;
+    }
+    let takers = zkqs.iter().flat_map(|zkq| (0..6).map(move |_| zkq)).map(|zkq| async move {
+        let mut got = Vec::new();
+        loop {
+            let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=20&wait=0s")).send().await.expect("take");
+            match response.status().as_u16() {
+                204 => return got,
+                200 => {},
+                other => panic!("take: {other}"),
+            }
+            let answer: serde_json::Value = response.json().await.expect("json");
+            for m in answer["messages"].as_array().expect("messages") {
+                let body = base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body"));
+                got.push(String::from_utf8(body.expect("base64")).expect("utf-8"));
+            }
+        }
+    });
+    let mut bodies: Vec<String> = futures::future::join_all(takers).await.into_iter().flatten().collect();
+    bodies.sort();
+    let mut expected: Vec<String> = (0..total).map(|i| format!("m{i}")).collect();
+    expected.sort();
+    assert_eq!(bodies.len(), total, "messages taken");
+    assert!(bodies == expected, "every message exactly once");
+    let mut outcomes = Vec::new();
+    for zkq in &zkqs {
+        let text = zkq.metrics().await;
+        for outcome in ["won", "lost", "gone", "locked"] {
+            let series = format!("zkq_claim_attempts_total{{outcome=\"{outcome}\",queue=\"q\"}}");
+            outcomes.push(format!("{outcome} {}", metric_value(&text, &series).unwrap_or(0.0)));
+        }
+    }
+    println!("claim outcomes (zkq 1, zkq 2): {outcomes:?}");
+    for zkq in zkqs {
+        zkq.stop().await;
+    }
+}

@@ -220,3 +220,129 @@ async fn a_put_multi_node_is_split_on_first_touch_into_nodes_curator_consumes_in
     let consumed: Vec<String> = consumed.iter().map(|l| l.to_uppercase()).collect();
     assert_eq!(consumed, expected);
 }
+
+/// `POST …/batch?format=curator-multi` writes ONE node in the envelope of Curator's `putMulti`
+/// (fifo, priority and delay queues), which Curator's lock-safe consumer receives whole, in
+/// order; zkq's own take of such a node hands out every message once, in order. Kind fields that
+/// differ, and the kinds Curator has no putMulti for, are refused and store nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_multi_batch_is_one_node_that_curator_consumes_in_order() {
+    use base64::Engine;
+    let zk = ZkServer::shared();
+    let root = unique_root("curator-multi");
+    let zkq = zkq_with_curator_paths(zk, &root, true).await;
+    let direct = zk_client(zk).await;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let batch = |queue: &str, messages: serde_json::Value| {
+        let url = zkq.url(&format!("/v1/queues/{queue}/batch?format=curator-multi"));
+        let request = zkq.http.post(url).json(&serde_json::json!({ "messages": messages }));
+        async move { request.send().await.expect("batch put") }
+    };
+    let one_id = |put: serde_json::Value| -> String {
+        let ids = put["message_ids"].as_array().expect("message_ids");
+        assert_eq!(ids.len(), 1, "one node: {put}");
+        ids[0].as_str().expect("id").to_owned()
+    };
+
+    // fifo: one node holding the three messages, byte for byte what Curator's putMulti writes.
+    let fifo = batch("fifo", serde_json::json!([{"text": "a"}, {"text": "bc"}, {"body": ""}])).await;
+    assert_eq!(fifo.status(), 201);
+    let node = one_id(fifo.json().await.expect("json"));
+    let path = format!("{root}/c/fifo");
+    assert_eq!(children(&direct, &path).await, vec![node.clone()]);
+    let (data, _) = direct.get_data(&format!("{path}/{node}")).await.expect("node");
+    assert_eq!(hex(&data), "0001000101000000016101000000026263010000000002");
+    // priority: one priority for the node, which Curator sorts ahead of a single put of priority 5.
+    zkq.http.post(zkq.url("/v1/queues/priority/messages?priority=5")).body(vec![5u8]).send().await.expect("put");
+    let messages =
+        serde_json::json!([{"body": b64.encode([0xd1]), "priority": -3}, {"body": b64.encode([0xd2]), "priority": -3}]);
+    assert_eq!(batch("priority", messages).await.status(), 201);
+    // delay: one delivery time (in the past: due now).
+    let messages = serde_json::json!([{"text": "e", "deliver_at": 1_700_000_000_000i64}, {"text": "f", "deliver_at": 1_700_000_000_000i64}]);
+    assert_eq!(batch("delay", messages).await.status(), 201);
+    assert_eq!(children(&direct, &format!("{root}/c/delay")).await.len(), 1, "one node");
+
+    // Refused, storing nothing: kind fields that differ; kinds without putMulti; an unknown format.
+    let refused = [
+        (
+            "priority",
+            serde_json::json!([{"text": "x", "priority": 1}, {"text": "y", "priority": 2}]),
+            400,
+            "invalid_parameter",
+        ),
+        ("priority", serde_json::json!([{"text": "x", "priority": 1}, {"text": "y"}]), 400, "invalid_parameter"),
+        ("delay", serde_json::json!([{"text": "x", "delay": "1h"}, {"text": "y"}]), 400, "invalid_parameter"),
+        ("fifo", serde_json::json!([{"text": "x"}, {"text": "y", "priority": 1}]), 409, "parameter_not_for_kind"),
+        ("id", serde_json::json!([{"text": "x", "id": "a"}, {"text": "y", "id": "a"}]), 409, "parameter_not_for_kind"),
+        ("simple", serde_json::json!([{"text": "x"}]), 409, "parameter_not_for_kind"),
+        // A key stands for one message; this node would hold two.
+        ("fifo", serde_json::json!([{"text": "x", "idempotency_key": "k1"}, {"text": "y"}]), 400, "invalid_parameter"),
+    ];
+    for (queue, messages, status, code) in refused {
+        let response = batch(queue, messages.clone()).await;
+        assert_eq!(response.status(), status, "{queue} {messages}");
+        let body: serde_json::Value = response.json().await.expect("json error");
+        assert_eq!(body["code"], code, "{queue} {messages}: {body}");
+    }
+    let url = zkq.url("/v1/queues/fifo/batch?format=bogus");
+    let response =
+        zkq.http.post(url).json(&serde_json::json!({"messages": [{"text": "x"}]})).send().await.expect("put");
+    assert_eq!(response.status(), 400);
+    assert_eq!(children(&direct, &path).await.len(), 1, "nothing stored by a refused batch");
+    for queue in ["id", "simple"] {
+        assert!(children(&direct, &format!("{root}/c/{queue}")).await.is_empty(), "{queue}");
+    }
+
+    // Curator's lock-safe consumers receive each node's messages together, in order.
+    let consume = |kind: &str, count: usize| {
+        let args = [
+            "consume".to_owned(),
+            kind.to_owned(),
+            format!("{root}/c/{kind}"),
+            count.to_string(),
+            "15000".to_owned(),
+            "--lock".to_owned(),
+            format!("{root}/c/locks-{kind}"),
+        ];
+        async move { Curator::run(zk, &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+    assert_eq!(consume("fifo", 3).await, ["61", "6263", "-", "DONE 3"]);
+    assert_eq!(consume("priority", 3).await, ["d1", "d2", "05", "DONE 3"]);
+    assert_eq!(consume("delay", 2).await, ["65", "66", "DONE 2"]);
+
+    // zkq's own take of such a node: every message once, in order; the first under the node's
+    // id, the others under the ids of the nodes the first take split off. (A queue no other
+    // consumer touched: a zkq that just saw other consumers at work picks among the first
+    // candidates at random.)
+    // Two such nodes: the take's own transaction splits the second one too.
+    let messages: Vec<serde_json::Value> = (0..5).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    let response = batch("own", serde_json::Value::Array(messages)).await;
+    let node = one_id(response.json().await.expect("json"));
+    let messages: Vec<serde_json::Value> = (5..7).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    let response = batch("own", serde_json::Value::Array(messages)).await;
+    let second = one_id(response.json().await.expect("json"));
+    let taken: serde_json::Value =
+        zkq.http.post(zkq.url("/v1/queues/own/take?max=10")).send().await.expect("take").json().await.expect("json");
+    let taken = taken["messages"].as_array().expect("messages");
+    let got: Vec<(String, Vec<u8>)> = taken
+        .iter()
+        .map(|m| {
+            let id = m["message_id"].as_str().expect("id").to_owned();
+            (id, b64.decode(m["body"].as_str().expect("body")).expect("base64"))
+        })
+        .collect();
+    let expected: Vec<(String, Vec<u8>)> = (0..7)
+        .map(|i| {
+            let id = match i {
+                0 => node.clone(),
+                1..5 => format!("{node}-{i:04}"),
+                5 => second.clone(),
+                _ => format!("{second}-{:04}", i - 5),
+            };
+            (id, format!("m{i}").into_bytes())
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert!(children(&direct, &format!("{root}/queues/own")).await.is_empty());
+    zkq.stop().await;
+}

@@ -800,7 +800,7 @@ scripts/check-deploy.sh --sync: edit the JSON, not this (the check fails when th
     {
       "type": "timeseries",
       "title": "Put answers by status",
-      "description": "Answers to puts: 201 stored; 503 ZooKeeper unavailable, shutting down or overloaded; 504 outcome_unknown. Alert: ZkqPutsFailing.",
+      "description": "Answers to puts, single (POST …/messages) and batch (POST …/batch): 201 stored; 503 ZooKeeper unavailable, shutting down or overloaded; 504 outcome_unknown. Alert: ZkqPutsFailing.",
       "id": 15,
       "datasource": {
         "type": "prometheus",
@@ -843,7 +843,7 @@ scripts/check-deploy.sh --sync: edit the JSON, not this (the check fails when th
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "expr": "sum by (status) (rate(zkq_http_requests_total{job=~\"$job\",namespace=~\"$namespace\",route=\"/v1/queues/{queue}/messages\",method=\"POST\"}[$__rate_interval]))",
+          "expr": "sum by (status) (rate(zkq_http_requests_total{job=~\"$job\",namespace=~\"$namespace\",route=~\"/v1/queues/[{]queue[}]/(messages|batch)\",method=\"POST\"}[$__rate_interval]))",
           "legendFormat": "{{ "{{" }}status{{ "}}" }}",
           "refId": "A"
         }
