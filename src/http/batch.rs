@@ -225,7 +225,8 @@ pub struct DeliveredMessage {
     pub delivery_count: Option<u32>,
 }
 
-/// A `?max=` answer: 1 to `max` messages in delivery order.
+/// A `?max=` answer: 1 to `max` messages, in delivery order while this zkq is the queue's only consumer
+/// (with other consumers at work it picks among the first candidates, so the order may differ).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeliveredMessages {
     pub messages: Vec<DeliveredMessage>,
