@@ -794,3 +794,24 @@ pub fn process_cpu_time(pid: u32) -> Duration {
     let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
     Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
+
+/// Asserts that `promtool check metrics` (Debian's prometheus package) accepts `text`.
+pub fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package) is installed");
+    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let output = promtool.wait_with_output().expect("promtool runs");
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -283,27 +283,6 @@ async fn every_message_is_delivered_and_acked_once_and_concurrency_is_never_exce
     zkq.stop().await;
 }
 
-/// Asserts that `promtool check metrics` (Debian's prometheus package) accepts `text`.
-fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package) is installed");
-    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
-    let output = promtool.wait_with_output().expect("promtool runs");
-    assert!(
-        output.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_retried_after_a_doubling_backoff_up_to_its_cap() {
     let zk = ZkServer::shared();
