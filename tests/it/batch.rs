@@ -513,3 +513,49 @@ async fn two_zkqs_leasing_many_at_once_lease_every_message_exactly_once() {
         zkq.stop().await;
     }
 }
+
+/// A `?max=` lease of Curator putMulti nodes leases every item in order, each under a lock of
+/// its own: the batch's transaction splits a node it leases, as a lease of one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_splits_put_multi_nodes_and_leases_each_item() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-many-multi");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let mut nodes = Vec::new();
+    for range in [0..5, 5..7] {
+        let messages: Vec<serde_json::Value> = range.map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+        let put =
+            post_json(&zkq, "/v1/queues/q/batch?format=curator-multi", serde_json::json!({ "messages": messages }));
+        let put: serde_json::Value = put.await.json().await.expect("json");
+        nodes.push(put["message_ids"][0].as_str().expect("id").to_owned());
+    }
+    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&visibility=60s")).send().await.expect("lease");
+    assert_eq!(response.status(), 200);
+    let leased = leased_of(&response.json().await.expect("json"));
+    let got: Vec<(String, String)> = leased.iter().map(|(id, body, ..)| (id.clone(), body.clone())).collect();
+    let expected: Vec<(String, String)> = (0..7)
+        .map(|i| {
+            let id = match i {
+                0 => nodes[0].clone(),
+                1..5 => format!("{}-{i:04}", nodes[0]),
+                5 => nodes[1].clone(),
+                _ => format!("{}-{:04}", nodes[1], i - 5),
+            };
+            (id, format!("m{i}"))
+        })
+        .collect();
+    assert_eq!(got, expected, "every item, in order, under its own name");
+    let client = zk_client(zk).await;
+    for (id, ..) in &leased {
+        assert_leased(&client, &root, id, 1).await;
+    }
+    let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
+    let acked: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts }))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+    assert!(children(&client, &format!("{root}/queues/q")).await.is_empty(), "every item acked");
+    zkq.stop().await;
+}
