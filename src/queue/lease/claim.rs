@@ -287,7 +287,7 @@ impl Queue {
         Ok(Some(leased))
     }
 
-    /// Books a candidate of a batch that was not leased, as [`Queue::acquire`] books a single
+    /// Books a candidate of a batch that was not leased, as `acquire_until` books a single
     /// claim's outcome.
     fn not_leased(self: &Arc<Self>, zk: &Zk, candidate: ItemName, claim: LeaseClaim) {
         self.cache.claim_ended(&candidate.name);
