@@ -32,10 +32,10 @@ use crate::metrics::GaugeGuard;
 use crate::zk::{ConnectionState, MAX_BATCH_BYTES, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A message handed out, with its lease when it was leased.
-type Delivery = (Message, Option<LeaseGrant>);
+pub(super) type Delivery = (Message, Option<LeaseGrant>);
 
 /// Where the answer of an acquisition goes; closed when the HTTP client went away.
-type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
+pub(super) type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
 
 /// What kind of consumption is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -163,7 +163,7 @@ impl Queue {
         (max, max_bytes): (usize, usize),
         caller: &mut Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
-        let Some(first) = self.acquire_until(wait_until, how, caller, false).await? else {
+        let Some(first) = self.acquire_until(wait_until, how, caller).await? else {
             return Ok(Vec::new());
         };
         let mut bytes = first.0.body.len();
@@ -174,8 +174,11 @@ impl Queue {
                 Acquire::Take => Box::pin(self.take_now(max - delivered.len(), max_bytes - bytes, caller))
                     .await
                     .map_err(QueueError::from),
-                Acquire::Lease(_) => {
-                    self.acquire_until(Instant::now(), how, caller, true).await.map(|more| more.map(|m| vec![m]))
+                // The rest of a lease: the same, each with its own lock, in one transaction.
+                Acquire::Lease(visibility) => {
+                    Box::pin(self.lease_now(max - delivered.len(), max_bytes - bytes, visibility, caller))
+                        .await
+                        .map_err(QueueError::from)
                 },
             };
             match more {
@@ -354,7 +357,7 @@ impl Queue {
     }
 
     /// Offers candidates that were popped but not claimed again, in their places.
-    fn give_back(&self, candidates: Vec<ItemName>) {
+    pub(super) fn give_back(&self, candidates: Vec<ItemName>) {
         for candidate in candidates {
             self.cache.push_front(candidate);
         }
@@ -365,7 +368,6 @@ impl Queue {
         wait_until: Instant,
         how: Acquire,
         caller: &mut Caller,
-        more: bool,
     ) -> Result<Option<Delivery>, QueueError> {
         // Past its wait, a request still gets up to the request timeout to learn the queue's
         // state; then it answers 503, never a 204 it cannot vouch for.
@@ -382,10 +384,6 @@ impl Queue {
                 return Err(QueueError::ShuttingDown);
             }
             let Some(candidate) = self.cache.pop() else {
-                if more {
-                    // More of a batch: only what is there now, without waiting or re-reading.
-                    return Ok(None);
-                }
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
                     let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
@@ -429,9 +427,6 @@ impl Queue {
             let Some(zk) = self.session.current() else {
                 // Suspended: nothing is handed out from memory; wait for the session.
                 self.cache.push_front(candidate);
-                if more {
-                    return Ok(None);
-                }
                 let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
                 let connected = tokio::select! {
                     c = self.session.connected(answer_by) => c,

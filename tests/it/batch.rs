@@ -317,3 +317,245 @@ async fn two_zkqs_taking_many_at_once_take_every_message_exactly_once() {
         zkq.stop().await;
     }
 }
+
+/// The leases in a `?max=` answer: (message id, body, receipt, delivery count).
+fn leased_of(answer: &serde_json::Value) -> Vec<(String, String, String, u64)> {
+    use base64::Engine;
+    answer["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            let body = base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body"));
+            (
+                m["message_id"].as_str().expect("id").to_owned(),
+                String::from_utf8(body.expect("base64")).expect("utf-8"),
+                m["lease"].as_str().expect("receipt").to_owned(),
+                m["delivery_count"].as_u64().expect("delivery count"),
+            )
+        })
+        .collect()
+}
+
+/// Checks that `id`'s Curator lock exists with zkq's lease data (a claim id, on zkq's session)
+/// and that its delivery count is `count`.
+async fn assert_leased(client: &zookeeper_client::Client, root: &str, id: &str, count: u32) {
+    let (data, stat) = client.get_data(&format!("{root}/locks/q/{id}")).await.expect("lock of a leased message");
+    assert!(data.starts_with(b"zkq-"), "{id}: lock data {:?}", String::from_utf8_lossy(&data));
+    assert_ne!(stat.ephemeral_owner, 0, "{id}: the lock is ephemeral");
+    let (counted, _) = client.get_data(&format!("{root}/deliveries/q/{id}")).await.expect("delivery count");
+    assert_eq!(counted, count.to_be_bytes().to_vec(), "{id}: delivery count");
+}
+
+/// The messages of a `?max=` lease after the first are read in one multi-read and leased in one
+/// transaction (each with its own lock, version check and delivery count), not one transaction
+/// per message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_claims_them_in_one_transaction() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-many-txn");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let messages: Vec<serde_json::Value> = (0..60).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    assert_eq!(post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await.status(), 201);
+    // Every message was leased once before (and released), so each claim updates a count.
+    let first = zkq.http.post(zkq.url("/v1/queues/q/leases?max=60&visibility=60s")).send().await.expect("lease");
+    let first: serde_json::Value = first.json().await.expect("json");
+    let receipts: Vec<String> = leased_of(&first).into_iter().map(|(_, _, receipt, _)| receipt).collect();
+    assert_eq!(receipts.len(), 60);
+    let nack = serde_json::json!({ "leases": receipts, "nack": {"mode": "keep"} });
+    let released: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", nack).await.json().await.expect("json");
+    assert!(released["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{released}");
+    let calls = |text: &str, op: &str| {
+        metric_value(text, &format!("zkq_zookeeper_requests_total{{operation=\"{op}\",outcome=\"ok\"}}")).unwrap_or(0.0)
+    };
+    let client = zk_client(zk).await;
+    eventually(std::time::Duration::from_secs(10), "the released messages offered again", || async {
+        children(&client, &format!("{root}/locks/q")).await.is_empty()
+    })
+    .await;
+    let before = zkq.metrics().await;
+    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=50&visibility=60s")).send().await.expect("lease");
+    assert_eq!(response.status(), 200);
+    let after = zkq.metrics().await;
+    let leased = leased_of(&response.json().await.expect("json"));
+    let bodies: Vec<&str> = leased.iter().map(|(_, body, _, _)| body.as_str()).collect();
+    let expected: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, expected, "the first 50, in order");
+    assert!(leased.iter().all(|(.., count)| *count == 2), "delivered twice each: {leased:?}");
+    // The first message: one multi-read (item and count) and one claim; the 49 others: one
+    // multi-read and one claim.
+    let multi_reads = calls(&after, "multi_read") - calls(&before, "multi_read");
+    let transactions = calls(&after, "multi") - calls(&before, "multi");
+    assert_eq!(multi_reads, 2.0, "reads");
+    assert!(transactions <= 3.0, "{transactions} transactions for 50 leases");
+    for (id, ..) in &leased {
+        assert_leased(&client, &root, id, 2).await;
+    }
+    assert_eq!(children(&client, &format!("{root}/locks/q")).await.len(), 50, "one lock per lease, no more");
+    let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
+    let acked: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts }))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+    assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 10);
+    zkq.stop().await;
+}
+
+/// A `?max=` lease whose candidates include one another consumer holds Curator's lock on leases
+/// the others and leaves that one (its lock untouched); it is leased once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_skips_a_message_locked_by_another_consumer() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-many-locked");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let messages: Vec<serde_json::Value> = (0..6).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+    let put = post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
+    let put: serde_json::Value = put.json().await.expect("json");
+    let ids: Vec<String> =
+        put["message_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()).collect();
+    // Another consumer holds the lock of the fourth message.
+    let client = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for dir in [format!("{root}/locks"), format!("{root}/locks/q")] {
+        let _ = client.create(&dir, &[], &options).await;
+    }
+    let lock = format!("{root}/locks/q/{}", ids[3]);
+    let ephemeral = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&lock, b"curator", &ephemeral).await.expect("lock held by another consumer");
+
+    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&visibility=60s")).send().await.expect("lease");
+    assert_eq!(response.status(), 200);
+    let leased = leased_of(&response.json().await.expect("json"));
+    let mut bodies: Vec<&str> = leased.iter().map(|(_, body, _, _)| body.as_str()).collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, vec!["m0", "m1", "m2", "m4", "m5"], "every message but the locked one");
+    for (id, ..) in &leased {
+        assert_leased(&client, &root, id, 1).await;
+    }
+    let (data, _) = client.get_data(&lock).await.expect("the other consumer's lock");
+    assert_eq!(data, b"curator".to_vec(), "the other consumer's lock is untouched");
+    assert!(
+        client.get_data(&format!("{root}/deliveries/q/{}", ids[3])).await.is_err(),
+        "no delivery counted for the locked message"
+    );
+    client.delete(&lock, None).await.expect("the other consumer lets go");
+    let again = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&wait=10s&visibility=60s")).send().await;
+    let again = leased_of(&again.expect("lease").json().await.expect("json"));
+    let bodies: Vec<&str> = again.iter().map(|(_, body, _, _)| body.as_str()).collect();
+    assert_eq!(bodies, vec!["m3"], "leased once the lock is gone");
+    assert_leased(&client, &root, &ids[3], 1).await;
+    zkq.stop().await;
+}
+
+/// Two zkq processes drain one queue with `?max=` leases and batch acks at once: their batch
+/// claims collide (a candidate the other locked fails the transaction and is dropped), and every
+/// message is still leased exactly once, with a delivery count of 1, and acked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_zkqs_leasing_many_at_once_lease_every_message_exactly_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-many-race");
+    let zkqs = [TestZkq::start_ready(test_config(zk, &root)).await, TestZkq::start_ready(test_config(zk, &root)).await];
+    let total = 1000;
+    for chunk in (0..total).collect::<Vec<_>>().chunks(100) {
+        let messages: Vec<serde_json::Value> =
+            chunk.iter().map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+        let response = post_json(&zkqs[0], "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
+        assert_eq!(response.status(), 201);
+    }
+    for zkq in &zkqs {
+        eventually(std::time::Duration::from_secs(10), "queue open", || async {
+            let info: serde_json::Value =
+                zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+            info["depth"] == total
+        })
+        .await;
+    }
+    let consumers = zkqs.iter().flat_map(|zkq| (0..6).map(move |_| zkq)).map(|zkq| async move {
+        let mut got = Vec::new();
+        loop {
+            let url = zkq.url("/v1/queues/q/leases?max=20&wait=0s&visibility=60s");
+            let response = zkq.http.post(url).send().await.expect("lease");
+            match response.status().as_u16() {
+                204 => return got,
+                200 => {},
+                other => panic!("lease: {other}"),
+            }
+            let leased = leased_of(&response.json().await.expect("json"));
+            let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
+            let acked = post_json(zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts })).await;
+            let acked: serde_json::Value = acked.json().await.expect("json");
+            assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+            got.extend(leased.into_iter().map(|(_, body, _, count)| (body, count)));
+        }
+    });
+    let got: Vec<(String, u64)> = futures::future::join_all(consumers).await.into_iter().flatten().collect();
+    assert!(got.iter().all(|(_, count)| *count == 1), "no message was delivered twice");
+    let mut bodies: Vec<String> = got.into_iter().map(|(body, _)| body).collect();
+    bodies.sort();
+    let mut expected: Vec<String> = (0..total).map(|i| format!("m{i}")).collect();
+    expected.sort();
+    assert_eq!(bodies.len(), total, "messages leased");
+    assert!(bodies == expected, "every message exactly once");
+    let client = zk_client(zk).await;
+    assert!(children(&client, &format!("{root}/queues/q")).await.is_empty(), "every message acked");
+    let mut outcomes = Vec::new();
+    for zkq in &zkqs {
+        let text = zkq.metrics().await;
+        for outcome in ["won", "lost", "gone", "locked"] {
+            let series = format!("zkq_claim_attempts_total{{outcome=\"{outcome}\",queue=\"q\"}}");
+            outcomes.push(format!("{outcome} {}", metric_value(&text, &series).unwrap_or(0.0)));
+        }
+    }
+    println!("claim outcomes (zkq 1, zkq 2): {outcomes:?}");
+    for zkq in zkqs {
+        zkq.stop().await;
+    }
+}
+
+/// A `?max=` lease of Curator putMulti nodes leases every item in order, each under a lock of
+/// its own: the batch's transaction splits a node it leases, as a lease of one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_splits_put_multi_nodes_and_leases_each_item() {
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-many-multi");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let mut nodes = Vec::new();
+    for range in [0..5, 5..7] {
+        let messages: Vec<serde_json::Value> = range.map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
+        let put =
+            post_json(&zkq, "/v1/queues/q/batch?format=curator-multi", serde_json::json!({ "messages": messages }));
+        let put: serde_json::Value = put.await.json().await.expect("json");
+        nodes.push(put["message_ids"][0].as_str().expect("id").to_owned());
+    }
+    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&visibility=60s")).send().await.expect("lease");
+    assert_eq!(response.status(), 200);
+    let leased = leased_of(&response.json().await.expect("json"));
+    let got: Vec<(String, String)> = leased.iter().map(|(id, body, ..)| (id.clone(), body.clone())).collect();
+    let expected: Vec<(String, String)> = (0..7)
+        .map(|i| {
+            let id = match i {
+                0 => nodes[0].clone(),
+                1..5 => format!("{}-{i:04}", nodes[0]),
+                5 => nodes[1].clone(),
+                _ => format!("{}-{:04}", nodes[1], i - 5),
+            };
+            (id, format!("m{i}"))
+        })
+        .collect();
+    assert_eq!(got, expected, "every item, in order, under its own name");
+    let client = zk_client(zk).await;
+    for (id, ..) in &leased {
+        assert_leased(&client, &root, id, 1).await;
+    }
+    let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
+    let acked: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts }))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+    assert!(children(&client, &format!("{root}/queues/q")).await.is_empty(), "every item acked");
+    zkq.stop().await;
+}

@@ -551,3 +551,135 @@ async fn a_delete_racing_the_lock_directorys_creation_removes_the_message() {
     assert_eq!(delete.await.expect("join"), 204, "the message exists: it is removed, not reported missing");
     assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty());
 }
+
+/// The (message id, body, receipt) of each lease in a `?max=` answer (none unless it is a 200).
+async fn leased_many(response: reqwest::Response) -> (u16, Vec<(String, String, String)>) {
+    use base64::Engine;
+    let status = response.status().as_u16();
+    if status != 200 {
+        return (status, Vec::new());
+    }
+    let answer: serde_json::Value = response.json().await.expect("json");
+    let leased = answer["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            let body = base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body"));
+            (
+                m["message_id"].as_str().expect("id").to_owned(),
+                text(&body.expect("base64")),
+                m["lease"].as_str().expect("receipt").to_owned(),
+            )
+        })
+        .collect();
+    (status, leased)
+}
+
+/// Puts `bodies` through `direct` and waits until `faulty` proposes all of them.
+async fn put_and_see(faulty: &TestZkq, direct: &TestZkq, bodies: &[&str]) {
+    for body in bodies {
+        direct.put_ok("q", body.as_bytes()).await;
+    }
+    eventually(SOON, "the faulty zkq sees every message", || async {
+        let info: serde_json::Value =
+            faulty.http.get(faulty.url("/v1/queues/q")).send().await.expect("info").json().await.expect("json");
+        info["depth"] == bodies.len()
+    })
+    .await;
+}
+
+/// f1. The transaction that leases the messages of a `?max=` lease after the first applies but
+/// its answer is lost: the lease settles it by its locks' evidence. Every lock left is the lock
+/// of a lease the client got, and every message is delivered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_whose_batch_answer_is_lost_hands_out_exactly_the_locked_messages() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-lease-many-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    let bodies = ["m0", "m1", "m2", "m3", "m4"];
+    put_and_see(&a, &b, &bodies).await;
+
+    // The first message's claim passes; the transaction of the four others applies, its answer lost.
+    let _first = proxy.arm(&[op::MULTI], Fault::Pass);
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let url = a.url("/v1/queues/q/leases?max=5&wait=5s&visibility=60s");
+    let (status, leased) = leased_many(a.http.post(url).send().await.expect("lease")).await;
+    assert!(lost.has_fired(), "the fault hit the batch's transaction (answered {status})");
+    assert_eq!(status, 200, "the first message was leased before the fault");
+    let mut leased_ids: Vec<String> = leased.iter().map(|(id, ..)| id.clone()).collect();
+    leased_ids.sort();
+    // Every lock is a lease the client holds (a claim that could not be settled in time is released).
+    let direct = zk_client(zk).await;
+    let locks = format!("{root}/locks/q");
+    eventually(SOON, "the locks are exactly the leases handed out", || async {
+        let mut held: Vec<String> = locks_with_owners(&direct, &locks).await.into_iter().map(|(n, _)| n).collect();
+        held.sort();
+        held == leased_ids
+    })
+    .await;
+    let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt)| receipt.as_str()).collect();
+    let acked = a.http.post(a.url("/v1/queues/q/acks")).json(&serde_json::json!({ "leases": receipts })).send().await;
+    let acked: serde_json::Value = acked.expect("acks").json().await.expect("json");
+    assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+    let mut got: Vec<String> = leased.into_iter().map(|(_, body, _)| body).collect();
+    got.extend(drain(&[&a, &b], "q").await);
+    got.sort();
+    assert_eq!(got, bodies, "every message exactly once");
+}
+
+/// f2. The transaction of a `?max=` lease's other messages is held while another zkq leases one
+/// of them; it then fails in ZooKeeper at that message's lock, and its answer is lost. The lease
+/// must learn from its own lock that nothing applied (not guess from the nodes), and never hand
+/// out the message the other consumer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_many_whose_lost_batch_failed_hands_out_no_message_another_consumer_holds() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-lease-many-failed");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    let bodies = ["m0", "m1", "m2", "m3", "m4"];
+    put_and_see(&a, &b, &bodies).await;
+
+    let _first = proxy.arm(&[op::MULTI], Fault::Pass);
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let (http, url) = (a.http.clone(), a.url("/v1/queues/q/leases?max=5&wait=5s&visibility=60s"));
+    let lease_a = tokio::spawn(async move { leased_many(http.post(url).send().await.expect("lease")).await });
+    tokio::time::timeout(SOON, held.held()).await.expect("A's batch transaction reached the proxy");
+    // B leases the next message A has not locked yet (A holds the first).
+    let by_b = lease(&b.http, &b.api, "q", "wait=5s&visibility=60s").await;
+    assert_eq!(by_b.status, 200, "B leases a message while A's batch is held");
+    held.release_drop_answer();
+    let (status, leased) = lease_a.await.expect("join");
+    assert_eq!(status, 200, "A's first message was leased before the fault");
+    assert!(
+        leased.iter().all(|(id, ..)| *id != by_b.id),
+        "duplicate: A handed out {} which B holds ({leased:?})",
+        by_b.id
+    );
+    // Every lock is B's or a lease A handed out.
+    let direct = zk_client(zk).await;
+    let locks = format!("{root}/locks/q");
+    let mut expected: Vec<String> = leased.iter().map(|(id, ..)| id.clone()).chain([by_b.id.clone()]).collect();
+    expected.sort();
+    eventually(SOON, "the locks are exactly the leases handed out", || async {
+        let mut held: Vec<String> = locks_with_owners(&direct, &locks).await.into_iter().map(|(n, _)| n).collect();
+        held.sort();
+        held == expected
+    })
+    .await;
+    for (_, _, receipt) in &leased {
+        assert_eq!(ack(&a.http, &a.api, "q", receipt).await.status, 204, "A acks its leases");
+    }
+    assert_eq!(ack(&b.http, &b.api, "q", &by_b.receipt).await.status, 204, "B acks its lease");
+    let mut got: Vec<String> = leased.into_iter().map(|(_, body, _)| body).collect();
+    got.push(text(&by_b.body));
+    got.extend(drain(&[&a, &b], "q").await);
+    got.sort();
+    assert_eq!(got, bodies, "every message exactly once");
+}
