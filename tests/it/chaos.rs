@@ -1,7 +1,8 @@
 //! Randomized faults on a three-server ensemble: two real zkq processes (one of them through
 //! fault proxies in front of the servers) and a Curator lock-safe consumer share one declared
-//! fifo queue with a lock path, with putters, takers and lease consumers (ack, nack requeue and
-//! keep, extend), while servers are killed -9 and restarted and answers are dropped at random.
+//! fifo queue with a lock path, with putters, takers, lease consumers (ack, nack requeue and
+//! keep, extend) and consumers that take and lease many at once (`?max=`, batch acks), while
+//! servers are killed -9 and restarted and answers are dropped at random.
 //!
 //! `ZKQ_CHAOS_SECS` (default 40) sets how long faults are injected; `ZKQ_CHAOS_SEED` replays a
 //! run (the seed is printed). Afterwards everything is drained and checked: every put answered
@@ -149,6 +150,72 @@ async fn lease_consumer(
     }
 }
 
+/// Takes and leases many at once (`?max=5`), alternately; acks the leases with one batch ack,
+/// sending again the receipts whose outcome was 503/504. A lease whose ack answered anything else
+/// (404/409: expired or its session lost) is delivered again, so it does not count as processed.
+async fn batch_consumer(http: reqwest::Client, api: String, who: String, processed: Processed, stop: Arc<AtomicBool>) {
+    use base64::Engine;
+    let decode = |m: &serde_json::Value| {
+        let body = m["body"].as_str().expect("body");
+        base64::engine::general_purpose::STANDARD.decode(body).expect("base64 body")
+    };
+    let mut lease = false;
+    while !stop.load(Ordering::SeqCst) {
+        lease = !lease;
+        let url = if lease {
+            format!("{api}/v1/queues/jobs/leases?max=5&wait=1s&visibility=5s")
+        } else {
+            format!("{api}/v1/queues/jobs/take?max=5&wait=1s")
+        };
+        let answer: serde_json::Value = match http.post(url).send().await {
+            Ok(r) if r.status() == 200 => r.json().await.expect("json"),
+            Ok(r) if r.status() == 204 => continue,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            },
+        };
+        let messages = answer["messages"].as_array().cloned().unwrap_or_default();
+        if !lease {
+            for m in &messages {
+                record(&processed, &decode(m), &format!("{who} take"));
+            }
+            continue;
+        }
+        let mut bodies: HashMap<String, Vec<u8>> =
+            messages.iter().map(|m| (m["lease"].as_str().expect("receipt").to_owned(), decode(m))).collect();
+        let started = Instant::now();
+        while !bodies.is_empty() && started.elapsed() < Duration::from_secs(20) {
+            let leases: Vec<&String> = bodies.keys().collect();
+            let sent = http.post(format!("{api}/v1/queues/jobs/acks")).json(&serde_json::json!({ "leases": leases }));
+            let outcomes: serde_json::Value = match sent.send().await {
+                Ok(r) if r.status() == 200 => r.json().await.expect("json"),
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                },
+            };
+            for outcome in outcomes["results"].as_array().cloned().unwrap_or_default() {
+                let receipt = outcome["lease"].as_str().expect("receipt");
+                match outcome["status"].as_u64() {
+                    Some(204) => {
+                        if let Some(body) = bodies.remove(receipt) {
+                            record(&processed, &body, &format!("{who} lease"));
+                        }
+                    },
+                    Some(503 | 504) => {},
+                    _ => {
+                        bodies.remove(receipt);
+                    },
+                }
+            }
+            if !bodies.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// The leaves below `path` (relative names), except directories named like a queue (a
 /// per-queue directory left empty is not a leftover); empty if `path` does not exist.
 async fn leftover_leaves(client: &zookeeper_client::Client, path: &str, queues: &[&str]) -> Vec<String> {
@@ -206,6 +273,8 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
         }
         let who = format!("zkq{z} take");
         tasks.spawn(taker(http.clone(), zkq.api.clone(), who, processed.clone(), stop_consumers.clone()));
+        let who = format!("zkq{z} batch");
+        tasks.spawn(batch_consumer(http.clone(), zkq.api.clone(), who, processed.clone(), stop_consumers.clone()));
         for l in 0..2 {
             let who = format!("zkq{z} lease");
             let task_seed = seed ^ (0x9e37_79b9 * (z as u64 * 2 + l + 1));
