@@ -30,3 +30,27 @@ zookeeper_classpath() {
   for jar in "${jars[@]}"; do cp="$cp/usr/share/java/$jar.jar:"; done
   echo "${cp}/etc/zookeeper/conf"
 }
+
+# ZooKeeper 3.9 from Debian 13 (trixie), for the three-server ensemble of the fault tests:
+# Debian 12's 3.8.0 can lose committed transactions when its leader is killed (ZOOKEEPER-4712,
+# fixed in 3.9.3), which no client can survive. Only the package's two jars are used, unpacked
+# into target/zookeeper-3.9/ with Debian 12's netty and slf4j beside them; apt checks the
+# download against the signed index. Idempotent: does nothing once the jars are there.
+ensure_zookeeper_39() {
+  local dir=target/zookeeper-3.9
+  [ -f "$dir/zookeeper.jar" ] && [ -f "$dir/zookeeper-jute.jar" ] && return 0
+  echo "==> fetching ZooKeeper 3.9 (Debian 13's libzookeeper-java) into $dir" >&2
+  local apt_dir
+  apt_dir="$(pwd)/target/apt-trixie"
+  rm -rf "$apt_dir"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$dir"
+  echo "deb http://deb.debian.org/debian trixie main" > "$apt_dir/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
+    -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=root")
+  as_root apt-get "${opts[@]}" update -qq
+  (cd "$apt_dir" && as_root apt-get "${opts[@]}" download -qq libzookeeper-java)
+  dpkg-deb -x "$apt_dir"/libzookeeper-java_3.9.*_all.deb "$apt_dir/unpacked"
+  local repo="$apt_dir/unpacked/usr/share/maven-repo/org/apache/zookeeper"
+  cp "$(ls "$repo"/zookeeper/3.9.*/zookeeper-3.9.*.jar | head -1)" "$dir/zookeeper.jar"
+  cp "$(ls "$repo"/zookeeper-jute/3.9.*/zookeeper-jute-3.9.*.jar | head -1)" "$dir/zookeeper-jute.jar"
+}

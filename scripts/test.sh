@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need (ZooKeeper, the Curator jars, kazoo, Prometheus, openssl for the
-# test certificates, schemathesis, the deploy-check tools) and runs the whole suite: the
+# Installs what the tests need (ZooKeeper 3.8 and, for the three-server ensemble, ZooKeeper 3.9
+# from Debian 13; the Curator jars, kazoo, Prometheus, openssl for the test certificates,
+# schemathesis, the deploy-check tools) and runs the whole suite: the
 # deployment checks, then `cargo test` against real servers. Extra arguments go to `cargo test`
 # (e.g. a test name filter).
 set -euo pipefail
@@ -9,6 +10,7 @@ source scripts/lib.sh
 
 ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl
 bash tests/java/build.sh
+ensure_zookeeper_39
 # Python tools from PyPI, pinned, in a private virtualenv.
 venv=target/tools-venv
 if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then

@@ -22,8 +22,8 @@ use crate::ensemble::ZkEnsemble;
 use crate::harness::*;
 use crate::proxy::{Fault, ZkProxy, op};
 
-/// Who processed a body: (body, consumer).
-type Processed = Arc<Mutex<Vec<(String, String)>>>;
+/// Who processed a body: (body, consumer, message id as delivered).
+type Processed = Arc<Mutex<Vec<(String, String, String)>>>;
 
 #[derive(Default)]
 struct Puts {
@@ -39,8 +39,14 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-fn record(processed: &Processed, body: &[u8], who: &str) {
-    processed.lock().expect("lock").push((String::from_utf8_lossy(body).into_owned(), who.to_owned()));
+fn record(processed: &Processed, body: &[u8], who: &str, id: &str) {
+    let body = String::from_utf8_lossy(body).into_owned();
+    processed.lock().expect("lock").push((body, who.to_owned(), id.to_owned()));
+}
+
+/// The message id a single take or lease answered with.
+fn message_id(response: &reqwest::Response) -> String {
+    response.headers().get("zkq-message-id").and_then(|v| v.to_str().ok()).unwrap_or("?").to_owned()
 }
 
 /// Puts distinct bodies until `stop`; a 503 or a refused connection is retried with the same
@@ -88,8 +94,9 @@ async fn taker(http: reqwest::Client, api: String, who: String, processed: Proce
     while !stop.load(Ordering::SeqCst) {
         match http.post(format!("{api}/v1/queues/jobs/take?wait=1s")).send().await {
             Ok(response) if response.status() == 200 => {
+                let id = message_id(&response);
                 let body = response.bytes().await.expect("body");
-                record(&processed, &body, &who);
+                record(&processed, &body, &who, &id);
             },
             Ok(response) if response.status() == 204 => {},
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -119,6 +126,7 @@ async fn lease_consumer(
             },
         };
         let receipt = response.headers()["zkq-lease"].to_str().expect("ascii").to_owned();
+        let id = message_id(&response);
         let body = response.bytes().await.expect("body");
         let roll = rng.random_range(0..100u32);
         let (method, url, acks) = match roll {
@@ -136,7 +144,7 @@ async fn lease_consumer(
             match request.send().await.map(|r| r.status().as_u16()) {
                 Ok(204) => {
                     if acks {
-                        record(&processed, &body, &who);
+                        record(&processed, &body, &who, &id);
                     }
                     break;
                 },
@@ -157,7 +165,8 @@ async fn batch_consumer(http: reqwest::Client, api: String, who: String, process
     use base64::Engine;
     let decode = |m: &serde_json::Value| {
         let body = m["body"].as_str().expect("body");
-        base64::engine::general_purpose::STANDARD.decode(body).expect("base64 body")
+        let id = m["message_id"].as_str().unwrap_or("?").to_owned();
+        (base64::engine::general_purpose::STANDARD.decode(body).expect("base64 body"), id)
     };
     let mut lease = false;
     while !stop.load(Ordering::SeqCst) {
@@ -178,11 +187,12 @@ async fn batch_consumer(http: reqwest::Client, api: String, who: String, process
         let messages = answer["messages"].as_array().cloned().unwrap_or_default();
         if !lease {
             for m in &messages {
-                record(&processed, &decode(m), &format!("{who} take"));
+                let (body, id) = decode(m);
+                record(&processed, &body, &format!("{who} take"), &id);
             }
             continue;
         }
-        let mut bodies: HashMap<String, Vec<u8>> =
+        let mut bodies: HashMap<String, (Vec<u8>, String)> =
             messages.iter().map(|m| (m["lease"].as_str().expect("receipt").to_owned(), decode(m))).collect();
         let started = Instant::now();
         while !bodies.is_empty() && started.elapsed() < Duration::from_secs(20) {
@@ -199,8 +209,8 @@ async fn batch_consumer(http: reqwest::Client, api: String, who: String, process
                 let receipt = outcome["lease"].as_str().expect("receipt");
                 match outcome["status"].as_u64() {
                     Some(204) => {
-                        if let Some(body) = bodies.remove(receipt) {
-                            record(&processed, &body, &format!("{who} lease"));
+                        if let Some((body, id)) = bodies.remove(receipt) {
+                            record(&processed, &body, &format!("{who} lease"), &id);
                         }
                     },
                     Some(503 | 504) => {},
@@ -341,7 +351,7 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
     let curator_lines = curator.finish().await;
     for line in curator_lines.iter().filter(|l| !l.starts_with("DONE") && !l.is_empty()) {
         let hex_body = line.strip_prefix("EXTRA ").unwrap_or(line);
-        record(&processed, &unhex(hex_body), "curator");
+        record(&processed, &unhex(hex_body), "curator", "?");
     }
 
     // Drain: zkq's consumers go on until every confirmed put is processed and the queue is empty.
@@ -350,7 +360,7 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
     let unknown = puts.lock().expect("lock").unknown.clone();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let done: HashSet<String> = processed.lock().expect("lock").iter().map(|(b, _)| b.clone()).collect();
+        let done: HashSet<String> = processed.lock().expect("lock").iter().map(|(b, ..)| b.clone()).collect();
         let queue_left = children(&direct, &path).await;
         if confirmed.is_subset(&done) && queue_left.is_empty() {
             break;
@@ -386,12 +396,21 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
     }
 
     let processed = processed.lock().expect("lock").clone();
-    let mut by_body: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut by_body: HashMap<&str, Vec<String>> = HashMap::new();
     let mut by_consumer: HashMap<&str, usize> = HashMap::new();
-    for (body, who) in &processed {
-        by_body.entry(body).or_default().push(who);
+    for (body, who, id) in &processed {
+        by_body.entry(body).or_default().push(format!("{who} {id}"));
         *by_consumer.entry(who).or_default() += 1;
     }
+    // The id each put was answered with: two different ids delivered for one body mean it was
+    // stored twice; one id delivered twice means one message was handed out twice.
+    let put_ids: HashMap<String, String> = puts
+        .lock()
+        .expect("lock")
+        .ids
+        .iter()
+        .flat_map(|(id, bodies)| bodies.iter().map(move |b| (b.clone(), id.clone())))
+        .collect();
     println!(
         "chaos: seed {seed}: {} kills, {} lost answers armed, {} puts confirmed, {} outcome unknown, {} processed {by_consumer:?}",
         kills.load(Ordering::SeqCst),
@@ -400,12 +419,33 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
         unknown.len(),
         processed.len()
     );
-    let mut twice: Vec<(&str, &Vec<&str>)> =
-        by_body.iter().filter(|(_, w)| w.len() > 1).map(|(b, w)| (*b, w)).collect();
+    let mut twice: Vec<(&str, Option<&String>, &Vec<String>)> =
+        by_body.iter().filter(|(_, w)| w.len() > 1).map(|(b, w)| (*b, put_ids.get(*b), w)).collect();
     twice.sort();
     let strangers: Vec<&&str> = by_body.keys().filter(|b| !confirmed.contains(**b) && !unknown.contains(**b)).collect();
     let lost: Vec<&String> = confirmed.iter().filter(|b| !by_body.contains_key(b.as_str())).collect();
-    assert!(twice.is_empty(), "chaos seed {seed}: processed more than once ({}): {twice:?}", twice.len());
+    if !twice.is_empty() {
+        // The transaction history of those messages tells a zkq defect from a transaction the
+        // ensemble lost: e.g. one node deleted by two committed transactions.
+        let mut needles: Vec<String> = Vec::new();
+        for (body, _, deliveries) in &twice {
+            // A create prints its data followed by a comma.
+            needles.push(format!("{body},"));
+            needles.extend(
+                deliveries.iter().filter_map(|d| d.rsplit(' ').next()).filter(|id| *id != "?").map(str::to_owned),
+            );
+        }
+        needles.sort();
+        needles.dedup();
+        let e = ensemble.clone();
+        let history = tokio::task::spawn_blocking(move || e.history(&needles)).await.expect("history");
+        panic!(
+            "chaos seed {seed}: processed more than once ({}) [(body, id put answered, [consumer id])]: {twice:?}\n\
+             their transactions, in zxid order:\n{}",
+            twice.len(),
+            history.join("\n")
+        );
+    }
     assert!(lost.is_empty(), "chaos seed {seed}: confirmed puts never processed: {lost:?}");
     assert!(strangers.is_empty(), "chaos seed {seed}: processed bodies nobody put: {strangers:?}");
     assert!(

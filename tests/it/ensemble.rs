@@ -1,5 +1,6 @@
-//! A three-server ZooKeeper ensemble (Debian's package) on free loopback ports, for tests that
-//! kill, pause and restart single servers.
+//! A three-server ZooKeeper ensemble (ZooKeeper 3.9 from Debian 13, see
+//! [`crate::harness::ensemble_classpath`]) on free loopback ports, for tests that kill, pause and
+//! restart single servers.
 
 #![allow(dead_code)] // not every test uses every control
 
@@ -7,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::harness::{ConnectTarget, four_letter, spawn_supervised, stable_port, zookeeper_classpath};
+use crate::harness::{ConnectTarget, ensemble_classpath, four_letter, spawn_supervised, stable_port};
 
 struct Server {
     id: usize,
@@ -70,7 +71,7 @@ impl ZkEnsemble {
             // Keep retrying the election port's bind instead of exiting after three tries.
             .arg("-Dzookeeper.electionPortBindRetry=0")
             .arg("-cp")
-            .arg(zookeeper_classpath())
+            .arg(ensemble_classpath())
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(home.join("zoo.cfg"))
             .stdout(Stdio::from(log.try_clone().expect("log handle")))
@@ -145,9 +146,9 @@ impl ZkEnsemble {
 
     /// Waits (up to 60 s) until server `i` serves and has applied every transaction the leader had
     /// applied when this was called: a restarted server has then finished syncing with the leader.
-    /// ZooKeeper 3.8.0 can lose committed transactions when a server is killed while it syncs
-    /// (ZOOKEEPER-4646, ZOOKEEPER-4785; fixed upstream in 3.8.4), so fault schedules wait for this
-    /// before the next kill.
+    /// Fault schedules wait for this before the next kill: a kill of a server still syncing is a
+    /// double fault (and ZooKeeper before 3.8.4 could lose committed transactions to it:
+    /// ZOOKEEPER-4646, ZOOKEEPER-4785).
     pub fn wait_caught_up(&self, i: usize) {
         self.wait_quorum();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -159,6 +160,48 @@ impl ZkEnsemble {
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("server {} did not catch up with the leader within 60 s", i + 1);
+    }
+
+    /// Every logged transaction that mentions one of `needles` (node names or paths), from the
+    /// transaction logs of all three servers (each once, in zxid order), as ZooKeeper's
+    /// `TxnLogToolkit` prints them: who created, locked and deleted a node, in which session.
+    /// For a failing test's message, so it tells a zkq defect from a transaction ZooKeeper lost.
+    pub fn history(&self, needles: &[String]) -> Vec<String> {
+        let mut found: std::collections::BTreeMap<i64, String> = std::collections::BTreeMap::new();
+        for i in 0..Self::SIZE {
+            let Ok(entries) = std::fs::read_dir(self.home(i).join("data/version-2")) else { continue };
+            for log in entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("log.")) {
+                let output = Command::new("java")
+                    .args(["-cp", &ensemble_classpath(), "org.apache.zookeeper.server.persistence.TxnLogToolkit", "-d"])
+                    .arg(log.path())
+                    .stderr(Stdio::null())
+                    .output();
+                let Ok(output) = output else { continue };
+                // A record can span lines (an ACL list prints a newline): records start with a date.
+                let text = String::from_utf8_lossy(&output.stdout);
+                let mut records: Vec<String> = Vec::new();
+                for line in text.lines() {
+                    match records.last_mut() {
+                        Some(last) if !line.contains(" zxid 0x") => last.push_str(line),
+                        _ => records.push(line.to_owned()),
+                    }
+                }
+                for record in records {
+                    if !needles.iter().any(|n| record.contains(n.as_str())) {
+                        continue;
+                    }
+                    let zxid = record
+                        .split(" zxid 0x")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .and_then(|hex| i64::from_str_radix(hex, 16).ok());
+                    if let Some(zxid) = zxid {
+                        found.entry(zxid).or_insert(record);
+                    }
+                }
+            }
+        }
+        found.into_values().collect()
     }
 
     /// The server that leads now.

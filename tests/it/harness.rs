@@ -58,6 +58,7 @@ pub fn spawn_supervised(mut command: Command) -> std::io::Result<Child> {
     reply_rx.recv().expect("spawner answers")
 }
 
+/// The JVM classpath of Debian 12's ZooKeeper 3.8 server (standalone servers).
 pub fn zookeeper_classpath() -> String {
     let jars = [
         "zookeeper",
@@ -76,6 +77,26 @@ pub fn zookeeper_classpath() -> String {
     let mut parts: Vec<String> = jars.iter().map(|j| format!("/usr/share/java/{j}.jar")).collect();
     parts.push("/etc/zookeeper/conf".to_owned());
     parts.join(":")
+}
+
+/// The JVM classpath of the three-server ensemble: ZooKeeper 3.9 from Debian 13 (unpacked into
+/// `target/zookeeper-3.9/` by `scripts/test.sh`) with Debian 12's other jars. Debian 12's 3.8.0
+/// can lose committed transactions when its leader is killed (ZOOKEEPER-4712, fixed in 3.9.3),
+/// and no client survives that: the fault tests would test ZooKeeper's bug, not zkq.
+pub fn ensemble_classpath() -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/zookeeper-3.9");
+    assert!(
+        dir.join("zookeeper.jar").exists(),
+        "{} is missing: run scripts/test.sh once (it fetches ZooKeeper 3.9 for the ensemble tests)",
+        dir.display()
+    );
+    // Jute first: the server jar's manifest names Debian 12's jute jar on its Class-Path, which
+    // the JVM would otherwise search right after it.
+    let own = ["zookeeper-jute", "zookeeper"].map(|j| dir.join(format!("{j}.jar")).display().to_string());
+    let standalone = zookeeper_classpath();
+    let shared =
+        standalone.split(':').filter(|p| !p.ends_with("/zookeeper.jar") && !p.ends_with("/zookeeper-jute.jar"));
+    own.into_iter().chain(shared.map(str::to_owned)).collect::<Vec<_>>().join(":")
 }
 
 /// Anything zkq, Curator or a direct client can connect to: a server, an ensemble, a proxy, or a
