@@ -30,6 +30,8 @@ struct Answer {
     code: String,
     body: Vec<u8>,
     receipt: String,
+    /// `zkq-lease-expires-at` (epoch ms) of a lease.
+    expiry: String,
     retry_after: bool,
 }
 
@@ -37,6 +39,7 @@ async fn answer(response: reqwest::Response) -> Answer {
     let status = response.status().as_u16();
     let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let retry_after = response.headers().contains_key("retry-after");
+    let expiry = response.headers().get("zkq-lease-expires-at").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let id = response.headers().get("zkq-message-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let body = response.bytes().await.expect("body").to_vec();
     let code = if status >= 400 {
@@ -44,7 +47,7 @@ async fn answer(response: reqwest::Response) -> Answer {
     } else {
         None
     };
-    Answer { status, id, code: code.unwrap_or_default(), body, receipt, retry_after }
+    Answer { status, id, code: code.unwrap_or_default(), body, receipt, expiry, retry_after }
 }
 
 async fn take(http: &reqwest::Client, api: &str, queue: &str, wait: &str) -> Answer {
@@ -60,6 +63,12 @@ async fn lease(http: &reqwest::Client, api: &str, queue: &str, query: &str) -> A
 async fn ack(http: &reqwest::Client, api: &str, queue: &str, receipt: &str) -> Answer {
     let url = format!("{api}/v1/queues/{queue}/leases/{receipt}");
     answer(http.delete(url).send().await.expect("ack request")).await
+}
+
+/// Now, in milliseconds since the epoch (what lease expiries are given in).
+fn epoch_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -448,6 +457,46 @@ async fn a_retried_ack_of_a_put_multi_item_that_applied_answers_204() {
     let mut rest = drain(&[&a, &b], "q").await;
     rest.sort();
     assert_eq!(rest, ["b"], "b delivered once, a never again");
+}
+
+/// h. A's ack applies but its answer is lost and A cannot reconnect; the lease expires meanwhile,
+/// so once A is back its reaper finds the ack applied and ends the lease before the client's
+/// retry arrives. The retry must still answer 204 (that ack did apply), not 409, and the message
+/// is never delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_ack_answers_204_after_the_reaper_found_that_it_applied() {
+    let zk = ZkServer::shared();
+    let root = unique_root("eo-ack-reaped");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    warm_up(&a, &b, "q").await;
+    b.put_ok("q", b"M").await;
+
+    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "A leases M");
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let first = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    assert!(lost.has_fired(), "the ack's transaction was sent (ack answered {} {})", first.status, first.code);
+    assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
+    // Past the lease's expiry, A comes back and its reaper settles the lease by the evidence.
+    let expires_at: i64 = leased.expiry.parse().expect("zkq-lease-expires-at");
+    eventually(SOON, "the lease's expiry has passed", || async move { epoch_ms() > expires_at }).await;
+    proxy.refuse(false);
+    a.wait_ready().await;
+    eventually(SOON, "A's reaper ended the lease", || async {
+        a.metrics().await.contains("zkq_leases_in_flight{queue=\"q\"} 0")
+    })
+    .await;
+    let retried = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    assert_eq!(
+        (retried.status, retried.code.as_str()),
+        (204, ""),
+        "the retried ack of an ack that applied must answer 204, even after the lease left the table"
+    );
+    let again = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    assert_eq!(again.status, 204, "every retry answers alike");
+    assert!(drain(&[&a, &b], "q").await.is_empty(), "M was acked: never delivered again");
 }
 
 /// Killing the server zkq is connected to: zkq moves to another server within the same session,

@@ -29,7 +29,7 @@ mod dead_letter;
 mod receipt;
 mod steps;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -203,12 +203,34 @@ fn due_leases<'a>(leases: impl Iterator<Item = (u128, Instant)> + 'a, now: Insta
     (due, next)
 }
 
+/// How many leases completed by a client's ack or nack a queue remembers, so that a retry of a
+/// step that applied answers as the step did even after the lease left the table (the reaper can
+/// resolve a lost answer before the client's retry arrives). About 50 bytes each.
+pub const REMEMBERED_COMPLETIONS: usize = 4096;
+
 #[derive(Default)]
 struct TableState {
     live: HashMap<u128, Lease>,
     next_sequence: u64,
     /// Items this process is leasing right now (transaction in flight, not yet in `live`).
     claiming: HashSet<String>,
+    /// The step that completed each of the last [`REMEMBERED_COMPLETIONS`] leases a client's ack
+    /// or nack ended, oldest first in `completed_order`.
+    completed: HashMap<u128, Step>,
+    completed_order: VecDeque<u128>,
+}
+
+impl TableState {
+    fn remember_completion(&mut self, token: u128, step: Step) {
+        if self.completed.insert(token, step).is_none() {
+            self.completed_order.push_back(token);
+        }
+        while self.completed_order.len() > REMEMBERED_COMPLETIONS {
+            if let Some(oldest) = self.completed_order.pop_front() {
+                self.completed.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// The leases of one queue.
@@ -360,6 +382,21 @@ mod tests {
 
     fn live(open: bool, expires_in: Duration, unresolved: bool) -> Option<LeaseView> {
         Some(LeaseView { open, expires_at: Instant::now() + expires_in, unresolved })
+    }
+
+    #[test]
+    fn completions_are_remembered_for_the_last_few_thousand_leases_only() {
+        let mut state = TableState::default();
+        let total = REMEMBERED_COMPLETIONS as u128 + 10;
+        for token in 0..total {
+            state.remember_completion(token, Step::Ack);
+        }
+        state.remember_completion(total - 1, Step::Ack); // a second record of one lease adds nothing
+        assert_eq!(state.completed.len(), REMEMBERED_COMPLETIONS);
+        assert_eq!(state.completed_order.len(), REMEMBERED_COMPLETIONS);
+        assert_eq!(state.completed.get(&9), None, "the oldest are forgotten first");
+        assert_eq!(state.completed.get(&10), Some(&Step::Ack));
+        assert_eq!(state.completed.get(&(total - 1)), Some(&Step::Ack));
     }
 
     #[tokio::test(start_paused = true)]

@@ -57,16 +57,24 @@ impl Queue {
     /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
     /// can be retried with the same receipt.
     pub async fn ack(&self, receipt_text: &str) -> Result<(), QueueError> {
-        let token = self.open_lease(receipt_text)?;
-        self.run_step(token, Step::Ack).await
+        let result = match self.open_lease(receipt_text) {
+            Ok(token) => self.run_step(token, Step::Ack).await,
+            Err(err) => Err(err),
+        };
+        self.as_retry_of(receipt_text, Step::Ack, result)
     }
 
     /// Nack: the consumer failed. `delay` postpones the next delivery.
     pub async fn nack(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
-        let token = self.open_lease(receipt_text)?;
+        let step = Step::Nack { mode, delay };
+        let token = match self.open_lease(receipt_text) {
+            Ok(token) => token,
+            Err(err) => return self.as_retry_of(receipt_text, step, Err(err)),
+        };
         let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay);
         if delay.is_zero() || !held {
-            return self.run_step(token, Step::Nack { mode, delay }).await;
+            let result = self.run_step(token, step).await;
+            return self.as_retry_of(receipt_text, step, result);
         }
         // Keep the lock for `delay`, then release (keep) or requeue: the message stays invisible
         // meanwhile. The client's receipt is spent.
@@ -109,6 +117,23 @@ impl Queue {
         }
         self.qm.leases_extended.inc();
         Ok(epoch_ms_after(visibility))
+    }
+
+    /// A client's step that finds its lease ended answers as that step did when the lease ended
+    /// by this very step (a retry after a lost answer, resolved meanwhile by the reaper or by an
+    /// earlier retry); any other answer stands.
+    fn as_retry_of(&self, receipt_text: &str, step: Step, result: Result<(), QueueError>) -> Result<(), QueueError> {
+        match result {
+            Err(QueueError::LeaseLost(_)) if self.completed_by(receipt_text, step) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether `receipt_text` names a lease this process issued and that `step` completed
+    /// (remembered for the last [`super::REMEMBERED_COMPLETIONS`] completions of the queue).
+    fn completed_by(&self, receipt_text: &str, step: Step) -> bool {
+        let Some((session_id, token)) = super::receipt::parse(receipt_text) else { return false };
+        self.leases.key.issued(session_id, token) && self.leases.lock().completed.get(&token) == Some(&step)
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
@@ -272,6 +297,9 @@ impl Queue {
     /// Books a step that applied: the lease ends, the cache and the metrics follow.
     async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
         self.end_lease(token);
+        if matches!(step, Step::Ack | Step::Nack { .. }) {
+            self.leases.lock().remember_completion(token, step);
+        }
         match step.effect(lease.on_expiry) {
             Effect::Complete => self.cache.removed_local(),
             Effect::Requeue(_) => {
