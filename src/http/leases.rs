@@ -165,7 +165,7 @@ pub async fn lease_message(
     delete, path = "/v1/queues/{queue}/leases/{lease}", tag = "leases",
     params(LeasePath),
     responses(
-        (status = 204, description = "Acknowledged and removed"),
+        (status = 204, description = "Acknowledged and removed; also the answer to a repeated ack of a lease this ack ended (a retry after a lost answer)"),
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 404, description = "Malformed or unknown receipt, or a queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),
@@ -183,7 +183,7 @@ pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath
     post, path = "/v1/queues/{queue}/leases/{lease}/nack", tag = "leases",
     params(LeasePath, NackQuery),
     responses(
-        (status = 204, description = "Done"),
+        (status = 204, description = "Done; also the answer to a repeated identical nack of a lease it ended"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),
         (status = 404, description = "Malformed or unknown receipt, or a queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
         (status = 409, description = "The lease is no longer held (lease_lost); nothing changed", body = ErrorBody),

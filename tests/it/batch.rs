@@ -172,11 +172,16 @@ async fn a_lease_of_many_and_a_batch_ack_answer_per_receipt() {
     // The five are gone; the sixth message is still there.
     let client = zk_client(zk).await;
     assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 1);
-    // Acking the same receipts again: each 409 or 404, never a failure of the request.
+    // Acking the same receipts again (a client retrying a lost answer): each answers as the ack
+    // that applied did, and nothing changes.
     let again = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": &receipts[..5] })).await;
     assert_eq!(again.status(), 200);
     let again: serde_json::Value = again.json().await.expect("json");
-    assert!(again["results"].as_array().expect("results").iter().all(|r| r["status"] != 204), "{again}");
+    assert!(again["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{again}");
+    assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 1);
+    // Another step on an acked lease is refused: the lease is over.
+    let nack = zkq.http.post(zkq.url(&format!("/v1/queues/q/leases/{}/nack", receipts[0]))).send().await.expect("nack");
+    assert_eq!(nack.status(), 409, "a nack after the ack");
     zkq.stop().await;
 }
 
