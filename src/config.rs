@@ -707,14 +707,31 @@ impl Config {
             if let Err(why) = check_name(name) {
                 return Err(invalid(key, name, why));
             }
+            // zkq keeps idempotency records there and its sweepers delete what they find.
+            let records = format!("{}/idempotency", self.zookeeper.root);
+            let among_records = |path: &str| path == records || path.starts_with(&format!("{records}/"));
             if let Some(path) = &queue.path {
                 check_zk_path(&format!("{key}.path"), path)?;
                 if path.contains('|') {
                     return Err(invalid(format!("{key}.path"), path, "must not contain `|` (Curator refuses it)"));
                 }
+                if among_records(path) {
+                    return Err(invalid(
+                        format!("{key}.path"),
+                        path,
+                        format!("must not be at or under {records}, where zkq keeps its idempotency records"),
+                    ));
+                }
             }
             if let Some(lock_path) = &queue.lock_path {
                 check_zk_path(&format!("{key}.lock_path"), lock_path)?;
+                if among_records(lock_path) {
+                    return Err(invalid(
+                        format!("{key}.lock_path"),
+                        lock_path,
+                        format!("must not be at or under {records}, where zkq keeps its idempotency records"),
+                    ));
+                }
                 if queue.kind == QueueKind::Simple {
                     return Err(invalid(
                         format!("{key}.lock_path"),
@@ -1613,6 +1630,29 @@ mod tests {
         let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__ROOT", "/zkq\u{fff0}")]))
             .expect_err("refused character");
         assert_eq!(err.key, "zookeeper.root");
+    }
+
+    #[test]
+    fn queue_paths_among_the_idempotency_records_are_refused() {
+        for (key, path) in [
+            ("path", "/zkq/idempotency"),
+            ("path", "/zkq/idempotency/orders"),
+            ("lock_path", "/zkq/idempotency/orders/locks"),
+        ] {
+            let file = write_toml(&format!("[queues.orders]\n{key} = \"{path}\"\n"));
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(path);
+            assert_eq!(err.key, format!("queues.orders.{key}"), "{err}");
+            assert!(err.to_string().contains("/zkq/idempotency, where zkq keeps its idempotency records"), "{err}");
+        }
+        // Another root, or a name that only starts the same, is fine.
+        let file =
+            write_toml("[queues.a]\npath = \"/zkq/idempotency-queue\"\n[queues.b]\npath = \"/other/idempotency/b\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        Config::load_with_env(&overrides, HashMap::new()).expect("not among the records");
+        let file = write_toml("[zookeeper]\nroot = \"/app\"\n[queues.a]\npath = \"/zkq/idempotency/a\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        Config::load_with_env(&overrides, HashMap::new()).expect("the records are under /app/idempotency");
     }
 
     #[test]
