@@ -356,7 +356,7 @@ pub struct PushConfig {
     /// First pause after a failed delivery (or while the app cannot be reached); doubles each time.
     #[serde(with = "humantime_serde")]
     pub backoff_initial: Duration,
-    /// Longest pause between attempts; also caps a `Retry-After`.
+    /// Longest pause between attempts (an app's `Retry-After` may ask for more, up to an hour).
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
     /// Each pause is shortened by up to this fraction (0.0 to 1.0) at random.
