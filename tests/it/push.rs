@@ -1,7 +1,7 @@
 //! Push delivery against real ZooKeeper and a real HTTP app: a small axum server inside the test
 //! process on a free loopback port, whose answers each test scripts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -191,10 +191,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let app = TestApp::start(move |r| answer(if fails(&r) { 503 } else { 200 })).await;
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push_to(&app.url("/orders")))).await;
     let mut ids = HashMap::new();
+    let put_from = zkq::queue::now_epoch_ms();
     for i in 0..10 {
         let body = format!("m{i}");
         ids.insert(body.clone(), zkq.put_ok("q", body.as_bytes()).await);
     }
+    let put_until = zkq::queue::now_epoch_ms();
     eventually(Duration::from_secs(30), "ten messages acked", || async {
         deliveries(&zkq, "q", "success").await == 10.0
     })
@@ -219,8 +221,15 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     assert_eq!(first.header("ce-id"), ids["m0"]);
     assert_eq!(first.header("ce-source"), format!("{root}/queues/q"));
     assert_eq!(first.header("ce-type"), "zkq.message");
-    let time = humantime::parse_rfc3339(first.header("ce-time")).expect("ce-time is RFC 3339");
-    assert!(time.elapsed().expect("in the past") < Duration::from_secs(60));
+    // ce-time: when the message's node was created (its put), the same on every delivery.
+    let ce_time_ms = |r: &Received| {
+        let time = humantime::parse_rfc3339(r.header("ce-time")).expect("ce-time is RFC 3339");
+        time.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis() as i64
+    };
+    for r in &received {
+        let at = ce_time_ms(r);
+        assert!(at >= put_from && at <= put_until, "ce-time {at} of {} is its put's time", r.body);
+    }
     let retried: Vec<&Received> = received.iter().filter(|r| r.body == "m3").collect();
     assert_eq!(
         retried.iter().map(|r| r.header("zkq-delivery-count")).collect::<Vec<_>>(),
@@ -228,6 +237,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
         "every attempt is a delivery"
     );
     assert_eq!(retried[0].header("zkq-message-id"), retried[2].header("zkq-message-id"), "the same message");
+    assert_eq!(
+        retried.iter().map(|r| r.header("ce-time")).collect::<HashSet<_>>().len(),
+        1,
+        "one ce-id, one ce-time: {:?}",
+        retried.iter().map(|r| r.header("ce-time")).collect::<Vec<_>>()
+    );
     zkq.stop().await;
 }
 
