@@ -327,9 +327,12 @@ pub struct QueueConfig {
 
 /// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);
-/// The shortest and longest `queues.NAME.idempotency_window`: ZooKeeper holds one record per key
-/// in memory for the whole window, so a long window costs the ensemble put rate × window nodes.
-pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(1);
+/// The shortest and longest `queues.NAME.idempotency_window`. After a lost answer, a put trusts
+/// "my record is not there" as "not stored" only within half its window (another zkq's clock may
+/// run up to half a window ahead and sweep the record sooner): 10 s leaves 5 s of clock skew and
+/// of time to ask. ZooKeeper holds one record per key in memory for the whole window, so a long
+/// window costs the ensemble put rate × window nodes.
+pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(10);
 pub const MAX_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(3600);
 
 fn default_kind() -> QueueKind {
@@ -1484,7 +1487,7 @@ mod tests {
         assert_eq!(config.idempotency_window("plain"), DEFAULT_IDEMPOTENCY_WINDOW);
         assert_eq!(config.idempotency_window("dynamic"), Duration::from_secs(300));
         assert!(config.to_redacted_toml().contains("idempotency_window = \"1m 30s\""), "{}", config.to_redacted_toml());
-        for bad in ["0s", "500ms", "2h", "soon"] {
+        for bad in ["0s", "500ms", "9s", "2h", "soon"] {
             let file = write_toml(&format!("[queues.orders]\nidempotency_window = \"{bad}\"\n"));
             let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
             let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(bad);

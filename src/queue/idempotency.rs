@@ -40,7 +40,8 @@
 //! - A lost answer is resolved by evidence only: a record holds a token unique to the attempt
 //!   that wrote it. Our token there (after `sync`) means applied. Not there means not applied, but
 //!   only within half a window of the attempt: later, the record could have expired and been
-//!   replaced, and the put answers `outcome_unknown`.
+//!   replaced, and the put answers `outcome_unknown`. Reads that fail on a dropped connection are
+//!   asked again once reconnected, until the request's deadline (then 503: they wrote nothing).
 //! - A record counts until its `expires_at` (the writer's clock), whether swept or not; a lookup
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
@@ -589,7 +590,9 @@ impl Queue {
     /// records' ops (another put with that key, in this process or another, or a sweeper got there
     /// first) reads its keys again and goes once more without its replays. A lost answer is
     /// settled by a record's token: applied, the names are found by the transaction's zxid; not
-    /// applied, the unit is sent once more.
+    /// applied, the unit is sent once more. Reads (and the creation of missing directories) that
+    /// fail on a dropped connection are made again once reconnected, until `deadline`: then 503,
+    /// as they wrote nothing.
     pub(super) async fn put_keyed(
         &self,
         creates: Vec<NodeCreate>,
@@ -606,8 +609,7 @@ impl Queue {
             })
             .collect();
         if self.max_items.is_some() || self.idempotency.replaying() {
-            let zk = self.session.connected(deadline).await?;
-            self.check_keys(&zk, &mut slots, None, deadline).await?;
+            self.check_keys(&mut slots, None, deadline).await?;
             let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
             if count > 0 {
                 self.wait_for_room(count, wait).await?;
@@ -631,7 +633,10 @@ impl Queue {
                 },
                 Err(Refusal { error, twins }) => (error, twins),
             };
-            if failed.error == ZkError::OutcomeUnknown {
+            // A lost session may have taken the answer of a transaction it sent with it: a record's
+            // token tells.
+            let lost_session = failed.error == ZkError::SessionLost && unit.evidence().is_some();
+            if failed.error == ZkError::OutcomeUnknown || lost_session {
                 // The evidence gets its own request timeout, as a claim's does.
                 deadline = deadline.max(Instant::now() + self.session.request_timeout());
                 let written = match unit.evidence() {
@@ -662,7 +667,7 @@ impl Queue {
             {
                 // A directory (the queue node, the records', a bucket) is missing: made the way
                 // Curator makes parents, then the unit goes again.
-                zk.ensure_path(dir).await?;
+                self.session.retrying(deadline, |zk| async move { zk.ensure_path(dir).await }).await?;
                 parents_made += 1;
                 continue;
             }
@@ -680,7 +685,7 @@ impl Queue {
             if races > MAX_ATTEMPTS {
                 return Err(ZkError::Unavailable.into());
             }
-            self.check_keys(&zk, &mut slots, Some(refused), deadline).await?;
+            self.check_keys(&mut slots, Some(refused), deadline).await?;
         }
     }
 
@@ -744,12 +749,10 @@ impl Queue {
     /// in transaction `zxid`: found among the nodes that transaction created, by content and, among
     /// identical ones, by the rank group commit reported (`twins`, per op of the unit: the server
     /// names sequential nodes in the order of the operations). A name that cannot be told (the
-    /// message consumed since, or ZooKeeper not answering) is `None`: stored, name unknown.
+    /// message consumed since, or ZooKeeper not answering until `deadline`) is `None`: stored,
+    /// name unknown.
     async fn names_created_by(&self, unit: &Unit, twins: &Twins, zxid: i64, deadline: Instant) -> Vec<Option<String>> {
-        let block = match self.session.connected(deadline).await {
-            Ok(zk) => self.created_by(&zk, zxid).await,
-            Err(err) => Err(err),
-        };
+        let block = self.session.retrying(deadline, |zk| async move { self.created_by(&zk, zxid).await }).await;
         let block = block.unwrap_or_else(|err| {
             tracing::debug!(queue = %self.name, error = %err, "could not find the names of messages stored by a lost answer");
             Vec::new()
@@ -769,32 +772,44 @@ impl Queue {
     /// Reads the records of the put's keys still free, all at once: a key used within the window
     /// makes its message a replay; used with another body (or by another key with the same hash),
     /// it refuses the whole put (409). After a unit was `refused`, a `sync` first: the winner may
-    /// have written through another server.
+    /// have written through another server. Reads lost with the connection are made again once
+    /// reconnected, until `deadline`.
     async fn check_keys(
         &self,
-        zk: &Zk,
         slots: &mut [Slot],
         refused: Option<Refused>,
         deadline: Instant,
     ) -> Result<(), QueueError> {
-        if refused.is_some() {
-            match zk.sync(&self.idempotency.keys_dir()).await {
-                Ok(()) | Err(ZkError::NoNode) => {},
-                Err(err) => return Err(err.into()),
-            }
-        }
-        let found = futures::future::join_all(slots.iter().map(|slot| async move {
-            match slot {
-                Slot::Fresh(fresh) => Some(self.look_up(zk, &fresh.keyed).await),
-                Slot::Plain | Slot::Done(_) => None,
-            }
-        }))
-        .await;
+        let keys_dir = self.idempotency.keys_dir();
+        let reading: &[Slot] = slots;
+        let found = self
+            .session
+            .retrying(deadline, |zk| {
+                let keys_dir = keys_dir.as_str();
+                async move {
+                    if refused.is_some() {
+                        match zk.sync(keys_dir).await {
+                            Ok(()) | Err(ZkError::NoNode) => {},
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    let zk = &zk;
+                    let found = futures::future::join_all(reading.iter().map(|slot| async move {
+                        match slot {
+                            Slot::Fresh(fresh) => self.look_up(zk, &fresh.keyed).await.map(Some),
+                            Slot::Plain | Slot::Done(_) => Ok(None),
+                        }
+                    }))
+                    .await;
+                    found.into_iter().collect::<Result<Vec<Option<Found>>, ZkError>>()
+                }
+            })
+            .await?;
         let mut live = Vec::new();
         let mut conflicts = Vec::new();
         for (index, (slot, found)) in slots.iter_mut().zip(found).enumerate() {
             let (Slot::Fresh(fresh), Some(found)) = (slot, found) else { continue };
-            match found? {
+            match found {
                 Found::Live(record, stat) => match self.conflict(&fresh.keyed, &record) {
                     Some(what) => conflicts.push((index, what)),
                     None => live.push((index, record, stat)),
@@ -834,7 +849,15 @@ impl Queue {
             };
             async move {
                 let Some(keyed) = keyed else { return (index, Ok(None)) };
-                (index, self.name_of(zk, &keyed.hash, record, stat, deadline, true).await)
+                let hash = keyed.hash.as_str();
+                let name = self
+                    .session
+                    .retrying(deadline, |zk| {
+                        let record = record.clone();
+                        async move { self.name_of(&zk, hash, record, stat, deadline, true).await }
+                    })
+                    .await;
+                (index, name)
             }
         }))
         .await;
@@ -1073,24 +1096,32 @@ impl Queue {
     }
 
     /// Whether the unit holding `write`, whose answer was lost, applied: after a `sync`, our
-    /// record (its token) is there or not.
+    /// record (its token) is there or not. Asked again after every transient failure until
+    /// `deadline`.
     async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
-        let Ok(zk) = self.session.connected(deadline).await else { return Written::Unknown };
-        match zk.sync(&write.path).await {
-            Ok(()) | Err(ZkError::NoNode) => {},
-            Err(_) => return Written::Unknown,
-        }
-        let mine = match zk.get_data(&write.path).await {
-            Ok((data, stat)) => Record::parse(&data).filter(|r| r.token == write.record.token).map(|_| stat),
-            Err(ZkError::NoNode) => None,
-            Err(_) => return Written::Unknown,
-        };
+        let path = write.path.as_str();
+        let token = write.record.token.as_str();
+        let mine = self
+            .session
+            .retrying(deadline, |zk| async move {
+                match zk.sync(path).await {
+                    Ok(()) | Err(ZkError::NoNode) => {},
+                    Err(err) => return Err(err),
+                }
+                match zk.get_data(path).await {
+                    Ok((data, stat)) => Ok(Record::parse(&data).filter(|r| r.token == token).map(|_| stat)),
+                    Err(ZkError::NoNode) => Ok(None),
+                    Err(err) => Err(err),
+                }
+            })
+            .await;
         match mine {
-            Some(stat) => Written::Applied(stat),
+            Ok(Some(stat)) => Written::Applied(stat),
             // Within half a window our record cannot have expired and been replaced or swept
-            // (allowing for clocks half a window apart): not there means not applied.
-            None if write.started.elapsed() < self.idempotency.window / 2 => Written::NotApplied,
-            None => Written::Unknown,
+            // (allowing for clocks half a window apart; the window is at least 10 s): not there
+            // means not applied. The read ended before this check, so the rule holds for it too.
+            Ok(None) if write.started.elapsed() < self.idempotency.window / 2 => Written::NotApplied,
+            Ok(None) | Err(_) => Written::Unknown,
         }
     }
 

@@ -298,6 +298,68 @@ async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid(
     assert_eq!(children(&direct, &queue).await, before, "nothing new stored");
 }
 
+/// A replay's read of the key's record is lost (the connection drops before it reaches ZooKeeper):
+/// nothing was written, so zkq reads again once reconnected and answers the replay, not 504. When
+/// it cannot reconnect within the request's time it answers 503 `zookeeper_unavailable` (nothing
+/// was stored), never 504; the retry, once ZooKeeper is back, replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_whose_read_is_lost_reads_again_and_answers_503_not_504_when_it_cannot() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-read-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let first = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!(first.status, 201);
+
+    // A replay sends its unit, which ZooKeeper refuses (the key's record exists); zkq then syncs
+    // and reads the record.
+    let lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired(), "the replay's sync was lost");
+    assert_eq!((replay.status, replay.replay, &replay.id), (201, true, &first.id), "read again: {replay:?}");
+
+    // For a second after a replay the queue's keyed puts read their records first: this replay
+    // reads at once. ZooKeeper cannot be reached again within the request's time.
+    let lost = proxy.arm_then_refuse(&[op::SYNC, op::GET_DATA], Fault::DropBeforeSend);
+    let started = std::time::Instant::now();
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired());
+    assert_eq!((replay.status, replay.code.as_str()), (503, "zookeeper_unavailable"), "{replay:?}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "it tried until the request's deadline");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0, "no 504");
+    proxy.refuse(false);
+    a.wait_ready().await;
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((replay.status, replay.replay, &replay.id), (201, true, &first.id), "{replay:?}");
+    let direct = zk_client(zk).await;
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M"]);
+}
+
+/// The put's answer is lost, and so is the `sync` that begins settling it: zkq keeps asking once
+/// reconnected, finds its record and answers 201 with its message, not 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_whose_settling_read_is_lost_too_is_settled_after_reconnecting() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-settle-twice");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let sync_lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired() && sync_lost.has_fired(), "the answer and then the settling sync were lost");
+    assert_eq!((put.status, put.replay), (201, false), "settled: {put:?}");
+    let id = put.id.clone().expect("its message");
+    assert_eq!(body_of(&direct, &format!("{root}/queues/q"), &id).await, "M");
+    let retry = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((retry.status, retry.replay, retry.id.as_deref()), (201, true, Some(id.as_str())));
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"]);
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
+}
+
 /// Two zkqs receive the same key at once: exactly one stores the message, the other answers its
 /// id as a replay. First placed deterministically (A's transaction held while B's applies, then
 /// A's delivered, then A's answer also lost), then a burst through a real second process.
@@ -361,7 +423,7 @@ async fn past_the_window_a_key_stores_a_new_message_and_expired_records_are_swep
     let root = unique_root("idem-window");
     let mut config = test_config(zk, &root);
     declare(&mut config, "q", QueueKind::Fifo, None, None);
-    config.queues.get_mut("q").expect("declared").idempotency_window = Some(Duration::from_secs(1));
+    config.queues.get_mut("q").expect("declared").idempotency_window = Some(Duration::from_secs(10));
     let zkq = TestZkq::start_ready(config).await;
     let first = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
     assert_eq!((first.status, first.replay), (201, false));
