@@ -15,11 +15,13 @@
 //! entry, then the message's create; a message without a key, its create alone. The unit is
 //! applied all or none, possibly in one multi with other puts' units. The message's name is known
 //! only once the multi has answered (the server appends the sequence), so the record cannot hold
-//! it yet: a versioned `setData` writes it after the put answered, batched with other puts' names
-//! ([`RecordNames`], best effort). A record without a name (zkq died, or lost the connection,
-//! between the two steps, or the multi's answer was lost) is resolved among the nodes created by
-//! the transaction whose zxid is the record's `mzxid` (every operation of a multi has the same
-//! zxid): the one with the record's content (a hash of the node's name prefix and data), and of
+//! it yet: a versioned `setData` writes it next, through group commit as well (so the names of
+//! puts in flight together go in one transaction), and the put answers only once it applied. A
+//! client that got 201 therefore gets the same id from every replay, also after the message was
+//! consumed; a put whose name could not be written in time answers 504. A record without a name
+//! (zkq died between the two steps, or could not write it in time) is resolved among the nodes
+//! created by the transaction whose zxid is the record's `mzxid` (every operation of a multi has
+//! the same zxid): the one with the record's content (a hash of the node's name prefix and data), and of
 //! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. After a lost
 //! answer the put knows more: group commit tells it where its creates stood among all the
 //! multi's identical creates ([`Twins`]), so identical messages of other puts in the same multi
@@ -42,6 +44,8 @@
 //!   only within half a window of the attempt: later, the record could have expired and been
 //!   replaced, and the put answers `outcome_unknown`. Reads that fail on a dropped connection are
 //!   asked again once reconnected, until the request's deadline (then 503: they wrote nothing).
+//! - A put answers 201 only once its record names its message (or, after a lost answer, once the
+//!   name proved impossible to tell).
 //! - A record counts until its `expires_at` (the writer's clock), whether swept or not; a lookup
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
@@ -49,8 +53,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -60,9 +62,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use super::ops::{PutOptions, PutReceipt};
 use super::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{
-    ConnectionState, NodeMode, NodeStat, Refusal, Twins, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession,
-};
+use crate::zk::{NodeMode, NodeStat, Refusal, Twins, TxnOp, TxnResult, Zk, ZkError};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 200;
@@ -82,13 +82,6 @@ const IDLE_CHECK: Duration = Duration::from_secs(600);
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one
 /// retry after a lost answer that did not apply).
 const MAX_ATTEMPTS: usize = 4;
-/// Message names written into their records per transaction, and how long the first one waits
-/// for others: one round trip names many puts.
-const NAME_BATCH: usize = 64;
-const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
-/// Names waiting to be written at most; beyond, the oldest are dropped (their records are
-/// resolved by zxid).
-const MAX_PENDING_NAMES: usize = 10_000;
 /// The largest unit a keyed put sends, estimated as its paths and data plus [`OP_OVERHEAD`] per
 /// operation: ZooKeeper answers a request over `jute.maxbuffer` (1 MiB by default) by dropping the
 /// connection, which every request in flight on it would pay for.
@@ -208,115 +201,6 @@ impl Idempotency {
     /// Whether puts of this queue found used keys lately: then puts read their records first.
     fn replaying(&self) -> bool {
         self.replayed_at().is_some_and(|at| at.elapsed() < READ_FIRST_AFTER_REPLAY)
-    }
-}
-
-/// A message name waiting to be written into its record.
-struct NameWrite {
-    path: String,
-    data: Vec<u8>,
-    /// The version the put's transaction left the record at.
-    version: i32,
-}
-
-/// The names of stored messages, written into their records in batches after the puts answered
-/// (one per process, shared by its queues). Best effort: a name that could not be written (zkq
-/// stopped, the connection dropped, the record was renewed since) is found by its zxid.
-pub(super) struct RecordNames {
-    session: ZkSession,
-    pending: Mutex<Vec<NameWrite>>,
-    flush: Notify,
-}
-
-impl RecordNames {
-    pub(super) fn new(session: ZkSession) -> RecordNames {
-        RecordNames { session, pending: Mutex::new(Vec::new()), flush: Notify::new() }
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<NameWrite>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, write: NameWrite) {
-        let mut pending = self.pending();
-        if pending.len() >= MAX_PENDING_NAMES {
-            pending.remove(0);
-        }
-        pending.push(write);
-        let (first, full) = (pending.len() == 1, pending.len() >= NAME_BATCH);
-        drop(pending);
-        if first || full {
-            self.flush.notify_one();
-        }
-    }
-
-    /// Writes pending names, a batch at most [`NAME_FLUSH_AFTER`] after its first, until the
-    /// session is closed (shutdown writes the last ones with [`RecordNames::flush_now`]).
-    pub(super) async fn run_flusher(&self) {
-        let mut status = self.session.subscribe();
-        loop {
-            tokio::select! {
-                changed = status.changed() => {
-                    if changed.is_err() || status.borrow_and_update().state == ConnectionState::Closed {
-                        return;
-                    }
-                    continue;
-                },
-                _ = self.flush.notified() => {},
-            }
-            if self.pending().len() < NAME_BATCH {
-                tokio::time::sleep(NAME_FLUSH_AFTER).await;
-            }
-            self.flush_now().await;
-        }
-    }
-
-    /// Writes the names pending now (those arriving meanwhile wait for the next flush): one
-    /// `setData`, or one transaction per [`NAME_BATCH`]; a write whose record changed since is
-    /// dropped and the rest sent again.
-    pub(super) async fn flush_now(&self) {
-        let mut pending = std::mem::take(&mut *self.pending());
-        while !pending.is_empty() {
-            let rest = pending.split_off(pending.len().min(NAME_BATCH));
-            let mut batch = std::mem::replace(&mut pending, rest);
-            let Some(zk) = self.session.current() else { return };
-            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-            while !batch.is_empty() {
-                let written = match batch.as_slice() {
-                    [one] => zk
-                        .set_data(&one.path, &one.data, Some(one.version))
-                        .await
-                        .map(|_| ())
-                        .map_err(|error| TxnError { index: Some(0), error }),
-                    many => {
-                        let ops: Vec<TxnOp> = many
-                            .iter()
-                            .map(|w| TxnOp::SetData {
-                                path: w.path.clone(),
-                                data: w.data.clone(),
-                                version: Some(w.version),
-                            })
-                            .collect();
-                        zk.multi(&ops).await.map(|_| ())
-                    },
-                };
-                match written {
-                    Ok(()) => break,
-                    // Renewed or swept since: that record needs no name from us.
-                    Err(err) if matches!(err.error, ZkError::BadVersion | ZkError::NoNode) => match err.index {
-                        Some(index) if index < batch.len() => {
-                            batch.remove(index);
-                        },
-                        _ => break,
-                    },
-                    Err(err) => {
-                        tracing::debug!(error = %err.error, names = batch.len(),
-                            "could not record message names of idempotency keys; replays will look them up");
-                        break;
-                    },
-                }
-            }
-        }
     }
 }
 
@@ -590,9 +474,9 @@ impl Queue {
     /// records' ops (another put with that key, in this process or another, or a sweeper got there
     /// first) reads its keys again and goes once more without its replays. A lost answer is
     /// settled by a record's token: applied, the names are found by the transaction's zxid; not
-    /// applied, the unit is sent once more. Reads (and the creation of missing directories) that
-    /// fail on a dropped connection are made again once reconnected, until `deadline`: then 503,
-    /// as they wrote nothing.
+    /// applied, the unit is sent once more. The put answers once each record names its message.
+    /// Reads (and the creation of missing directories) that fail on a dropped connection are made
+    /// again once reconnected, until `deadline`: then 503, as they wrote nothing.
     pub(super) async fn put_keyed(
         &self,
         creates: Vec<NodeCreate>,
@@ -629,7 +513,7 @@ impl Queue {
             let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
                     let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();
-                    return Ok(self.unit_stored(unit, names, slots));
+                    return self.unit_stored(unit, names, slots).await;
                 },
                 Err(Refusal { error, twins }) => (error, twins),
             };
@@ -646,7 +530,7 @@ impl Queue {
                 match written {
                     Written::Applied(stat) => {
                         let names = self.names_created_by(&unit, &twins, stat.mzxid, deadline).await;
-                        return Ok(self.unit_stored(unit, names, slots));
+                        return self.unit_stored(unit, names, slots).await;
                     },
                     Written::NotApplied if !retried_lost => {
                         retried_lost = true;
@@ -731,18 +615,95 @@ impl Queue {
     }
 
     /// The receipts of a unit that applied, its messages named `names` (in the order of its
-    /// members): each record learns its message's name soon ([`Queue::committed`]).
-    fn unit_stored(&self, unit: Unit, names: Vec<Option<String>>, mut slots: Vec<Slot>) -> Vec<PutReceipt> {
-        for (member, name) in unit.members.into_iter().zip(names) {
-            let receipt = match &member.write {
-                Some(write) => self.committed(write, name.as_deref()),
-                None => PutReceipt { message_id: name.map(|name| self.stored(&name)), replay: false },
-            };
+    /// members), once each record holds its message's name ([`Queue::record_name`], all at once,
+    /// within a request timeout): a replay then answers the same id, also after the message was
+    /// consumed. The cache and the counter learn of the messages at once, as they are stored
+    /// whatever happens next; a name that could not be written in time answers 504
+    /// `outcome_unknown` (a retry with the key replays: the message is found by its zxid).
+    async fn unit_stored(
+        &self,
+        unit: Unit,
+        names: Vec<Option<String>>,
+        mut slots: Vec<Slot>,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        if unit.evidence().is_some() {
+            self.idempotency.holds_records.store(true, Ordering::SeqCst);
+        }
+        let mut writes = Vec::new();
+        for (member, name) in unit.members.iter().zip(names) {
+            let message_id = name.map(|name| self.stored(&name));
+            if let (Some(write), Some(name)) = (&member.write, &message_id) {
+                writes.push((write, name.clone()));
+            }
             if let Some(slot) = slots.get_mut(member.slot) {
-                *slot = Slot::Done(receipt);
+                *slot = Slot::Done(PutReceipt { message_id, replay: false });
             }
         }
-        receipts(slots)
+        let deadline = Instant::now() + self.session.request_timeout();
+        let named =
+            futures::future::join_all(writes.iter().map(|(write, name)| self.record_name(write, name, deadline))).await;
+        if let Some(err) = named.into_iter().find_map(Result::err) {
+            tracing::warn!(queue = %self.name, error = %err,
+                "stored a keyed message but could not write its name into its key's record in time; answering 504");
+            self.qm.put_outcome_unknown.inc();
+            return Err(match err {
+                err if err.is_transient() => ZkError::OutcomeUnknown,
+                err => err,
+            }
+            .into());
+        }
+        Ok(receipts(slots))
+    }
+
+    /// Writes `name` into the record `write` left, at the version that transaction left it (so
+    /// never over a newer record), through group commit: the names of puts in flight together go
+    /// in one transaction. A write whose answer was lost is sent again; one refused because the
+    /// record moved on is checked: named already (our lost write applied, or a replay found the
+    /// name), or no longer ours (renewed or removed since), there is nothing left to write.
+    async fn record_name(&self, write: &RecordWrite, name: &str, deadline: Instant) -> Result<(), ZkError> {
+        let mut version = write.version;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
+            let op = TxnOp::SetData { path: write.path.clone(), data: named.to_bytes(), version: Some(version) };
+            let zk = self.session.connected(deadline).await?;
+            let error = match self.group.submit(&self.background, &zk, vec![op]).await {
+                Ok(_) => return Ok(()),
+                Err(err) => err.error,
+            };
+            match error {
+                ZkError::BadVersion | ZkError::NoNode => {
+                    let path = write.path.as_str();
+                    let read = self
+                        .session
+                        .retrying(deadline, |zk| async move {
+                            match zk.get_data(path).await {
+                                Ok((data, stat)) => Ok(Some((Record::parse(&data), stat))),
+                                Err(ZkError::NoNode) => Ok(None),
+                                Err(err) => Err(err),
+                            }
+                        })
+                        .await?;
+                    match read {
+                        // Ours, and still without a name (it cannot be, but writing it is right).
+                        Some((Some(record), stat))
+                            if record.token == write.record.token && record.message_id.is_none() =>
+                        {
+                            version = stat.version;
+                        },
+                        _ => return Ok(()),
+                    }
+                },
+                err if err.is_transient() => {
+                    if Instant::now() >= deadline {
+                        return Err(err);
+                    }
+                    tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                },
+                err => return Err(err),
+            }
+        }
     }
 
     /// The names of a unit's messages after its answer was lost and its record showed it applied
@@ -1076,23 +1037,6 @@ impl Queue {
             },
         };
         RecordWrite { ops, parents, fence, path, record, version, started }
-    }
-
-    /// The step after the unit holding `write` applied and created the message `name`: the
-    /// record learns the name soon, in a batch with others (versioned: a record renewed since is
-    /// left alone; best effort, as a record without a name is resolved by its zxid), the cache and
-    /// the counter learn of the message now.
-    fn committed(&self, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
-        self.idempotency.holds_records.store(true, Ordering::SeqCst);
-        if let Some(name) = name {
-            let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
-            self.record_names.push(NameWrite {
-                path: write.path.clone(),
-                data: named.to_bytes(),
-                version: write.version,
-            });
-        }
-        PutReceipt { message_id: name.map(|name| self.stored(name)), replay: false }
     }
 
     /// Whether the unit holding `write`, whose answer was lost, applied: after a `sync`, our

@@ -244,11 +244,44 @@ async fn a_keyed_put_whose_request_was_lost_is_sent_again_once() {
     assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"]);
 }
 
-/// zkq stores the message and its record, then loses the connection before it writes the
-/// message's name into the record (as if it died there; names are written in batches after the
-/// put answered, best effort). A replay through another zkq finds the
-/// message by the record's zxid; once the message is consumed, a replay still stores nothing and
-/// says its name is unknown (null).
+/// A put answers only once its record names its message: the write of the name is lost (the
+/// connection drops before it reaches ZooKeeper), zkq writes it again after reconnecting and then
+/// answers 201. So a replay after the message was consumed still answers the original id (before,
+/// the put answered first and a lost name write left the record without it: `null`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_answers_once_its_record_names_the_message_so_a_replay_after_it_was_consumed_names_it() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-named");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    eventually(SOON, "the warm-up's name is written", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+
+    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
+    assert!(dropped.has_fired(), "the first write of the name was lost before the put answered");
+    let id = put.id.clone().expect("the put knows its name");
+    assert!(recorded_names(&direct, &root, "q").await.contains(&Some(id.clone())), "the record names it");
+    let queue = format!("{root}/queues/q");
+    direct.delete(&format!("{queue}/{id}"), None).await.expect("consumed");
+    for zkq in [&a, &b] {
+        let replay = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
+        assert_eq!((replay.status, replay.replay, replay.id.as_deref()), (201, true, Some(id.as_str())), "{replay:?}");
+    }
+    assert_eq!(stored(&direct, &queue).await, ["w"], "nothing stored again");
+}
+
+/// zkq stores the message and its record, then cannot reach ZooKeeper again to write the
+/// message's name into the record (as if it died there): the put does not answer 201 (it could
+/// not promise the id to a replay) but 504. A replay through another zkq finds the message by the
+/// record's zxid and records its name; when the message is consumed before anyone learned its
+/// name, a replay still stores nothing and says its name is unknown (null).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid() {
     let zk = ZkServer::shared();
@@ -260,12 +293,16 @@ async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid(
         b.put_ok("q", format!("filler-{i}").as_bytes()).await; // the search has neighbours
     }
     let direct = zk_client(zk).await;
+    let queue = format!("{root}/queues/q");
 
-    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let before = children(&direct, &queue).await;
+    let dropped = proxy.arm_then_refuse(&[op::SET_DATA], Fault::DropBeforeSend);
     let put = keyed_put(&a.http, &a.api, "q", "k1", b"M1").await;
-    tokio::time::timeout(SOON, dropped.fired()).await.expect("the write of the name was sent, and never arrived");
-    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
-    let id = put.id.clone().expect("the put knows its name");
+    assert!(dropped.has_fired(), "the write of the name was sent, and never arrived");
+    assert_eq!((put.status, put.code.as_str()), (504, "outcome_unknown"), "stored, but not named: {put:?}");
+    let added: Vec<String> = children(&direct, &queue).await.into_iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(added.len(), 1, "the message was stored: {added:?}");
+    let id = added[0].clone();
     b.put_ok("q", b"after").await;
     let keys = format!("{root}/idempotency/q/keys");
     let record = |direct: &zookeeper_client::Client| {
@@ -278,21 +315,22 @@ async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid(
             serde_json::from_slice::<serde_json::Value>(&data).expect("JSON record")
         }
     };
-    assert!(record(&direct).await["message_id"].is_null(), "the record does not name the message yet");
+    assert!(record(&direct).await["message_id"].is_null(), "the record does not name the message");
     let replay = keyed_put(&b.http, &b.api, "q", "k1", b"M1").await;
     assert_eq!((replay.status, replay.replay, replay.id.as_deref()), (201, true, Some(id.as_str())), "{replay:?}");
     assert_eq!(record(&direct).await["message_id"], id.as_str(), "the replay recorded the name it found");
 
     // Now the message is consumed before anyone learns its name.
-    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
-    let queue = format!("{root}/queues/q");
+    proxy.refuse(false);
+    a.wait_ready().await;
     let before = children(&direct, &queue).await;
+    let dropped = proxy.arm_then_refuse(&[op::SET_DATA], Fault::DropBeforeSend);
     let put = keyed_put(&a.http, &a.api, "q", "k2", b"M2").await;
-    tokio::time::timeout(SOON, dropped.fired()).await.expect("the write of the name was dropped");
-    assert_eq!(put.status, 201);
-    let name = put.id.expect("the put knows its name");
-    assert!(!before.contains(&name));
-    direct.delete(&format!("{queue}/{name}"), None).await.expect("consumed");
+    assert!(dropped.has_fired(), "the write of the name was dropped");
+    assert_eq!(put.status, 504, "{put:?}");
+    let added: Vec<String> = children(&direct, &queue).await.into_iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    direct.delete(&format!("{queue}/{}", added[0]), None).await.expect("consumed");
     let replay = keyed_put(&b.http, &b.api, "q", "k2", b"M2").await;
     assert_eq!((replay.status, replay.replay, replay.id), (201, true, None), "stored, its name gone with it");
     assert_eq!(children(&direct, &queue).await, before, "nothing new stored");
