@@ -243,7 +243,42 @@ impl QueueService {
                 tracing::error!(queue = %name, error = %err, "cannot open declared queue");
             }
         }
+        tasks.spawn(supervise::until_shutdown(
+            Task::IdempotencySweeper,
+            "idempotency records of queues not open here".to_owned(),
+            service.metrics.clone(),
+            service.shutdown.clone(),
+            {
+                let (service, shutdown) = (Arc::downgrade(&service), service.shutdown.clone());
+                move || QueueService::run_orphan_sweeper(service.clone(), shutdown.clone())
+            },
+        ));
         service
+    }
+
+    /// Sweeps the expired idempotency records of queues this process does not have open, at once
+    /// and then every 10 minutes (`idempotency::sweep_queues_not_open`): a queue's own sweeper
+    /// runs only while some process has it open, and a dynamic queue nobody opens again would keep
+    /// its records forever.
+    async fn run_orphan_sweeper(service: std::sync::Weak<QueueService>, shutdown: CancellationToken) {
+        let Some(session) = service.upgrade().map(|s| s.session.clone()) else { return };
+        let service = &service;
+        session
+            .periodically(idempotency::IDLE_CHECK, &shutdown, |zk| async move {
+                let Some(service) = service.upgrade() else { return };
+                let is_open =
+                    |queue: &str| service.queues.lock().unwrap_or_else(|p| p.into_inner()).contains_key(queue);
+                let root = &service.config.zookeeper.root;
+                let timeout = service.session.request_timeout();
+                match idempotency::sweep_queues_not_open(&zk, root, timeout, is_open, &service.shutdown).await {
+                    Ok(0) => {},
+                    Ok(swept) => tracing::info!(swept, "swept expired idempotency records of queues not open here"),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "could not look for idempotency records of queues not open here")
+                    },
+                }
+            })
+            .await;
     }
 
     /// The queue called `name` for a write (a put), opening it on first use: a dynamic queue

@@ -398,6 +398,61 @@ async fn a_lost_answer_whose_settling_read_is_lost_too_is_settled_after_reconnec
     assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
 }
 
+/// Records of queues no zkq has open (a dynamic queue nobody uses any more) are swept too: at
+/// start, each zkq looks at every queue under `{root}/idempotency` it does not have open and
+/// deletes its expired records with their index entries; live records stay. Two zkqs starting at
+/// once do this side by side without harm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_records_of_queues_nobody_opens_are_swept_at_start() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-orphans");
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let now = zkq::queue::now_epoch_ms();
+    let mut live = Vec::new();
+    for (queue, records) in [("ghost", 70), ("other.ghost", 3)] {
+        for i in 0..records {
+            // Most expired a minute ago; every tenth lives for another ten minutes.
+            let expires_at = if i % 10 == 9 { now + 600_000 } else { now - 60_000 - i * 1000 };
+            let bucket = format!("{:015}", (expires_at / 1000 + 1) * 1000);
+            let hash = format!("{i:032x}");
+            let record = serde_json::json!({
+                "v": 1, "key": format!("key-{i}"), "fingerprint": "f", "expires_at": expires_at,
+                "bucket": bucket, "token": "t", "content": "c", "copy": 0, "copies": 1,
+            });
+            let dir = format!("{root}/idempotency/{queue}");
+            let keys = format!("{dir}/keys/{hash}");
+            direct.mkdir(&keys, &options).await.expect("record");
+            direct.set_data(&keys, record.to_string().as_bytes(), None).await.expect("record data");
+            direct.mkdir(&format!("{dir}/expiry/{bucket}/{hash}"), &options).await.expect("entry");
+            if expires_at > now {
+                live.push((queue, hash));
+            }
+        }
+    }
+    let first = TestZkq::start_ready(test_config(zk, &root)).await;
+    let second = TestZkq::start_ready(test_config(zk, &root)).await;
+    for queue in ["ghost", "other.ghost"] {
+        let kept: Vec<String> = live.iter().filter(|(q, _)| *q == queue).map(|(_, hash)| hash.clone()).collect();
+        let keys = format!("{root}/idempotency/{queue}/keys");
+        eventually(SOON, &format!("the expired records of {queue} are swept"), || async {
+            children(&direct, &keys).await == kept
+        })
+        .await;
+        let expiry = format!("{root}/idempotency/{queue}/expiry");
+        let buckets = usize::from(!kept.is_empty()); // the live ones share one second
+        eventually(SOON, &format!("only the live bucket of {queue} is left"), || async {
+            children(&direct, &expiry).await.len() == buckets
+        })
+        .await;
+    }
+    for zkq in [&first, &second] {
+        let listed: serde_json::Value =
+            zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list").json().await.expect("json");
+        assert!(!listed.to_string().contains("ghost"), "sweeping opens no queue: {listed}");
+    }
+}
+
 /// Two zkqs receive the same key at once: exactly one stores the message, the other answers its
 /// id as a replay. First placed deterministically (A's transaction held while B's applies, then
 /// A's delivered, then A's answer also lost), then a burst through a real second process.
