@@ -327,9 +327,12 @@ pub struct QueueConfig {
 
 /// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);
-/// The shortest and longest `queues.NAME.idempotency_window`: ZooKeeper holds one record per key
-/// in memory for the whole window, so a long window costs the ensemble put rate × window nodes.
-pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(1);
+/// The shortest and longest `queues.NAME.idempotency_window`. After a lost answer, a put trusts
+/// "my record is not there" as "not stored" only within half its window (another zkq's clock may
+/// run up to half a window ahead and sweep the record sooner): 10 s leaves 5 s of clock skew and
+/// of time to ask. ZooKeeper holds one record per key in memory for the whole window, so a long
+/// window costs the ensemble put rate × window nodes.
+pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(10);
 pub const MAX_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(3600);
 
 fn default_kind() -> QueueKind {
@@ -356,7 +359,7 @@ pub struct PushConfig {
     /// First pause after a failed delivery (or while the app cannot be reached); doubles each time.
     #[serde(with = "humantime_serde")]
     pub backoff_initial: Duration,
-    /// Longest pause between attempts; also caps a `Retry-After`.
+    /// Longest pause between attempts (an app's `Retry-After` may ask for more, up to an hour).
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
     /// Each pause is shortened by up to this fraction (0.0 to 1.0) at random.
@@ -707,14 +710,31 @@ impl Config {
             if let Err(why) = check_name(name) {
                 return Err(invalid(key, name, why));
             }
+            // zkq keeps idempotency records there and its sweepers delete what they find.
+            let records = format!("{}/idempotency", self.zookeeper.root);
+            let among_records = |path: &str| path == records || path.starts_with(&format!("{records}/"));
             if let Some(path) = &queue.path {
                 check_zk_path(&format!("{key}.path"), path)?;
                 if path.contains('|') {
                     return Err(invalid(format!("{key}.path"), path, "must not contain `|` (Curator refuses it)"));
                 }
+                if among_records(path) {
+                    return Err(invalid(
+                        format!("{key}.path"),
+                        path,
+                        format!("must not be at or under {records}, where zkq keeps its idempotency records"),
+                    ));
+                }
             }
             if let Some(lock_path) = &queue.lock_path {
                 check_zk_path(&format!("{key}.lock_path"), lock_path)?;
+                if among_records(lock_path) {
+                    return Err(invalid(
+                        format!("{key}.lock_path"),
+                        lock_path,
+                        format!("must not be at or under {records}, where zkq keeps its idempotency records"),
+                    ));
+                }
                 if queue.kind == QueueKind::Simple {
                     return Err(invalid(
                         format!("{key}.lock_path"),
@@ -1467,7 +1487,7 @@ mod tests {
         assert_eq!(config.idempotency_window("plain"), DEFAULT_IDEMPOTENCY_WINDOW);
         assert_eq!(config.idempotency_window("dynamic"), Duration::from_secs(300));
         assert!(config.to_redacted_toml().contains("idempotency_window = \"1m 30s\""), "{}", config.to_redacted_toml());
-        for bad in ["0s", "500ms", "2h", "soon"] {
+        for bad in ["0s", "500ms", "9s", "2h", "soon"] {
             let file = write_toml(&format!("[queues.orders]\nidempotency_window = \"{bad}\"\n"));
             let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
             let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(bad);
@@ -1613,6 +1633,29 @@ mod tests {
         let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__ROOT", "/zkq\u{fff0}")]))
             .expect_err("refused character");
         assert_eq!(err.key, "zookeeper.root");
+    }
+
+    #[test]
+    fn queue_paths_among_the_idempotency_records_are_refused() {
+        for (key, path) in [
+            ("path", "/zkq/idempotency"),
+            ("path", "/zkq/idempotency/orders"),
+            ("lock_path", "/zkq/idempotency/orders/locks"),
+        ] {
+            let file = write_toml(&format!("[queues.orders]\n{key} = \"{path}\"\n"));
+            let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+            let err = Config::load_with_env(&overrides, HashMap::new()).expect_err(path);
+            assert_eq!(err.key, format!("queues.orders.{key}"), "{err}");
+            assert!(err.to_string().contains("/zkq/idempotency, where zkq keeps its idempotency records"), "{err}");
+        }
+        // Another root, or a name that only starts the same, is fine.
+        let file =
+            write_toml("[queues.a]\npath = \"/zkq/idempotency-queue\"\n[queues.b]\npath = \"/other/idempotency/b\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        Config::load_with_env(&overrides, HashMap::new()).expect("not among the records");
+        let file = write_toml("[zookeeper]\nroot = \"/app\"\n[queues.a]\npath = \"/zkq/idempotency/a\"\n");
+        let overrides = Overrides { config_file: Some(file.0.clone()), ..Overrides::default() };
+        Config::load_with_env(&overrides, HashMap::new()).expect("the records are under /app/idempotency");
     }
 
     #[test]

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use crate::config::PushConfig;
 
+/// The longest `Retry-After` honoured: the message stays leased (invisible) for the whole pause,
+/// so an app's date years ahead must not hide it for years.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// How long to pause after failures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Backoff {
@@ -30,10 +34,11 @@ impl Backoff {
         base.mul_f64(keep)
     }
 
-    /// An app's `Retry-After`, kept between `initial` (so an app answering `0` cannot make zkq
-    /// spin) and `max`.
+    /// An app's `Retry-After`, as asked: longer than `max` if the app says so (it knows when it
+    /// can take the message), up to [`MAX_RETRY_AFTER`]; at least `initial`, so that an app
+    /// answering `0` (or a date in the past) cannot make zkq spin.
     pub(super) fn bounded(&self, asked: Duration) -> Duration {
-        asked.clamp(self.initial, self.max)
+        asked.min(MAX_RETRY_AFTER).max(self.initial)
     }
 }
 
@@ -69,10 +74,14 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_kept_within_the_backoff_bounds() {
+    fn retry_after_is_honoured_beyond_backoff_max_up_to_an_hour() {
         let b = backoff(100, 1000, 0.2);
-        assert_eq!(b.bounded(Duration::ZERO), Duration::from_millis(100));
+        assert_eq!(b.bounded(Duration::ZERO), Duration::from_millis(100), "no spinning on 0");
         assert_eq!(b.bounded(Duration::from_millis(500)), Duration::from_millis(500));
-        assert_eq!(b.bounded(Duration::from_secs(3600)), Duration::from_millis(1000));
+        assert_eq!(b.bounded(Duration::from_secs(120)), Duration::from_secs(120), "not cut to backoff_max");
+        assert_eq!(b.bounded(Duration::from_secs(3600)), MAX_RETRY_AFTER);
+        assert_eq!(b.bounded(Duration::from_secs(86_400 * 365)), MAX_RETRY_AFTER, "capped at an hour");
+        let slow = backoff(3_600_000, 3_600_000, 0.0);
+        assert_eq!(slow.bounded(Duration::ZERO), MAX_RETRY_AFTER, "backoff_initial is at most an hour");
     }
 }

@@ -350,10 +350,7 @@ impl Subscription {
             (HeaderName::from_static(HEADER_DELIVERY_COUNT), HeaderValue::from(grant.delivery_count)),
             (HeaderName::from_static(HEADER_LEASE_EXPIRES_AT), number(grant.expires_at_ms)),
             (HeaderName::from_static("ce-id"), header_text(&message.message_id)),
-            (
-                HeaderName::from_static("ce-time"),
-                header_text(&humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
-            ),
+            (HeaderName::from_static("ce-time"), header_text(&rfc3339_millis(grant.created_at_ms))),
         ]);
         match &message.meta {
             ItemMeta::Priority(priority) => {
@@ -391,7 +388,26 @@ impl Subscription {
     }
 }
 
+/// `epoch_ms` as RFC 3339 in UTC with milliseconds (CloudEvents' `time`); a time before 1970 (a
+/// node's ctime is never one) as 1970.
+fn rfc3339_millis(epoch_ms: i64) -> String {
+    let since_epoch = Duration::from_millis(u64::try_from(epoch_ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + since_epoch).to_string()
+}
+
 /// Time from now until `epoch_ms` (zero if it has passed).
 fn until_epoch_ms(epoch_ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(epoch_ms.saturating_sub(now_epoch_ms())).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ce_time_is_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339_millis(1_732_370_000_123), "2024-11-23T13:53:20.123Z");
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(-5), "1970-01-01T00:00:00.000Z");
+    }
 }

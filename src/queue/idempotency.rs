@@ -15,11 +15,13 @@
 //! entry, then the message's create; a message without a key, its create alone. The unit is
 //! applied all or none, possibly in one multi with other puts' units. The message's name is known
 //! only once the multi has answered (the server appends the sequence), so the record cannot hold
-//! it yet: a versioned `setData` writes it after the put answered, batched with other puts' names
-//! ([`RecordNames`], best effort). A record without a name (zkq died, or lost the connection,
-//! between the two steps, or the multi's answer was lost) is resolved among the nodes created by
-//! the transaction whose zxid is the record's `mzxid` (every operation of a multi has the same
-//! zxid): the one with the record's content (a hash of the node's name prefix and data), and of
+//! it yet: a versioned `setData` writes it next, through group commit as well (so the names of
+//! puts in flight together go in one transaction), and the put answers only once it applied. A
+//! client that got 201 therefore gets the same id from every replay, also after the message was
+//! consumed; a put whose name could not be written in time answers 504. A record without a name
+//! (zkq died between the two steps, or could not write it in time) is resolved among the nodes
+//! created by the transaction whose zxid is the record's `mzxid` (every operation of a multi has
+//! the same zxid): the one with the record's content (a hash of the node's name prefix and data), and of
 //! `copies` identical nodes in the record's unit, the `copy`-th in sequence order. After a lost
 //! answer the put knows more: group commit tells it where its creates stood among all the
 //! multi's identical creates ([`Twins`]), so identical messages of other puts in the same multi
@@ -40,7 +42,10 @@
 //! - A lost answer is resolved by evidence only: a record holds a token unique to the attempt
 //!   that wrote it. Our token there (after `sync`) means applied. Not there means not applied, but
 //!   only within half a window of the attempt: later, the record could have expired and been
-//!   replaced, and the put answers `outcome_unknown`.
+//!   replaced, and the put answers `outcome_unknown`. Reads that fail on a dropped connection are
+//!   asked again once reconnected, until the request's deadline (then 503: they wrote nothing).
+//! - A put answers 201 only once its record names its message (or, after a lost answer, once the
+//!   name proved impossible to tell).
 //! - A record counts until its `expires_at` (the writer's clock), whether swept or not; a lookup
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
@@ -48,8 +53,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -59,9 +62,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::{self, ItemName};
 use super::ops::{PutOptions, PutReceipt};
 use super::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{
-    ConnectionState, NodeMode, NodeStat, Refusal, Twins, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession,
-};
+use crate::zk::{NodeMode, NodeStat, Refusal, Twins, TxnOp, TxnResult, Zk, ZkError};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 200;
@@ -76,18 +77,17 @@ const SWEEP_BATCH: usize = 64;
 /// for the message itself.
 const NAME_WAIT: Duration = Duration::from_secs(1);
 /// How often a queue whose idempotency directory this process found empty looks again (records
-/// another zkq wrote and could not sweep, because it stopped).
-const IDLE_CHECK: Duration = Duration::from_secs(600);
+/// another zkq wrote and could not sweep, because it stopped), and how often each process sweeps
+/// the records of queues it does not have open.
+pub(super) const IDLE_CHECK: Duration = Duration::from_secs(600);
+/// Queues one pass of the sweep of queues not open here looks at, at most (a random run of them
+/// when there are more: every one is reached over the passes).
+const ORPHANS_PER_PASS: usize = 100;
+/// Children of `{root}/idempotency` listed at most (more would not fit one ZooKeeper answer).
+const MAX_ORPHAN_LIST: i32 = 50_000;
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one
 /// retry after a lost answer that did not apply).
 const MAX_ATTEMPTS: usize = 4;
-/// Message names written into their records per transaction, and how long the first one waits
-/// for others: one round trip names many puts.
-const NAME_BATCH: usize = 64;
-const NAME_FLUSH_AFTER: Duration = Duration::from_millis(20);
-/// Names waiting to be written at most; beyond, the oldest are dropped (their records are
-/// resolved by zxid).
-const MAX_PENDING_NAMES: usize = 10_000;
 /// The largest unit a keyed put sends, estimated as its paths and data plus [`OP_OVERHEAD`] per
 /// operation: ZooKeeper answers a request over `jute.maxbuffer` (1 MiB by default) by dropping the
 /// connection, which every request in flight on it would pay for.
@@ -207,115 +207,6 @@ impl Idempotency {
     /// Whether puts of this queue found used keys lately: then puts read their records first.
     fn replaying(&self) -> bool {
         self.replayed_at().is_some_and(|at| at.elapsed() < READ_FIRST_AFTER_REPLAY)
-    }
-}
-
-/// A message name waiting to be written into its record.
-struct NameWrite {
-    path: String,
-    data: Vec<u8>,
-    /// The version the put's transaction left the record at.
-    version: i32,
-}
-
-/// The names of stored messages, written into their records in batches after the puts answered
-/// (one per process, shared by its queues). Best effort: a name that could not be written (zkq
-/// stopped, the connection dropped, the record was renewed since) is found by its zxid.
-pub(super) struct RecordNames {
-    session: ZkSession,
-    pending: Mutex<Vec<NameWrite>>,
-    flush: Notify,
-}
-
-impl RecordNames {
-    pub(super) fn new(session: ZkSession) -> RecordNames {
-        RecordNames { session, pending: Mutex::new(Vec::new()), flush: Notify::new() }
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<NameWrite>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, write: NameWrite) {
-        let mut pending = self.pending();
-        if pending.len() >= MAX_PENDING_NAMES {
-            pending.remove(0);
-        }
-        pending.push(write);
-        let (first, full) = (pending.len() == 1, pending.len() >= NAME_BATCH);
-        drop(pending);
-        if first || full {
-            self.flush.notify_one();
-        }
-    }
-
-    /// Writes pending names, a batch at most [`NAME_FLUSH_AFTER`] after its first, until the
-    /// session is closed (shutdown writes the last ones with [`RecordNames::flush_now`]).
-    pub(super) async fn run_flusher(&self) {
-        let mut status = self.session.subscribe();
-        loop {
-            tokio::select! {
-                changed = status.changed() => {
-                    if changed.is_err() || status.borrow_and_update().state == ConnectionState::Closed {
-                        return;
-                    }
-                    continue;
-                },
-                _ = self.flush.notified() => {},
-            }
-            if self.pending().len() < NAME_BATCH {
-                tokio::time::sleep(NAME_FLUSH_AFTER).await;
-            }
-            self.flush_now().await;
-        }
-    }
-
-    /// Writes the names pending now (those arriving meanwhile wait for the next flush): one
-    /// `setData`, or one transaction per [`NAME_BATCH`]; a write whose record changed since is
-    /// dropped and the rest sent again.
-    pub(super) async fn flush_now(&self) {
-        let mut pending = std::mem::take(&mut *self.pending());
-        while !pending.is_empty() {
-            let rest = pending.split_off(pending.len().min(NAME_BATCH));
-            let mut batch = std::mem::replace(&mut pending, rest);
-            let Some(zk) = self.session.current() else { return };
-            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-            while !batch.is_empty() {
-                let written = match batch.as_slice() {
-                    [one] => zk
-                        .set_data(&one.path, &one.data, Some(one.version))
-                        .await
-                        .map(|_| ())
-                        .map_err(|error| TxnError { index: Some(0), error }),
-                    many => {
-                        let ops: Vec<TxnOp> = many
-                            .iter()
-                            .map(|w| TxnOp::SetData {
-                                path: w.path.clone(),
-                                data: w.data.clone(),
-                                version: Some(w.version),
-                            })
-                            .collect();
-                        zk.multi(&ops).await.map(|_| ())
-                    },
-                };
-                match written {
-                    Ok(()) => break,
-                    // Renewed or swept since: that record needs no name from us.
-                    Err(err) if matches!(err.error, ZkError::BadVersion | ZkError::NoNode) => match err.index {
-                        Some(index) if index < batch.len() => {
-                            batch.remove(index);
-                        },
-                        _ => break,
-                    },
-                    Err(err) => {
-                        tracing::debug!(error = %err.error, names = batch.len(),
-                            "could not record message names of idempotency keys; replays will look them up");
-                        break;
-                    },
-                }
-            }
-        }
     }
 }
 
@@ -589,7 +480,9 @@ impl Queue {
     /// records' ops (another put with that key, in this process or another, or a sweeper got there
     /// first) reads its keys again and goes once more without its replays. A lost answer is
     /// settled by a record's token: applied, the names are found by the transaction's zxid; not
-    /// applied, the unit is sent once more.
+    /// applied, the unit is sent once more. The put answers once each record names its message.
+    /// Reads (and the creation of missing directories) that fail on a dropped connection are made
+    /// again once reconnected, until `deadline`: then 503, as they wrote nothing.
     pub(super) async fn put_keyed(
         &self,
         creates: Vec<NodeCreate>,
@@ -606,8 +499,7 @@ impl Queue {
             })
             .collect();
         if self.max_items.is_some() || self.idempotency.replaying() {
-            let zk = self.session.connected(deadline).await?;
-            self.check_keys(&zk, &mut slots, None, deadline).await?;
+            self.check_keys(&mut slots, None, deadline).await?;
             let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
             if count > 0 {
                 self.wait_for_room(count, wait).await?;
@@ -627,11 +519,14 @@ impl Queue {
             let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
                     let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();
-                    return Ok(self.unit_stored(unit, names, slots));
+                    return self.unit_stored(unit, names, slots).await;
                 },
                 Err(Refusal { error, twins }) => (error, twins),
             };
-            if failed.error == ZkError::OutcomeUnknown {
+            // A lost session may have taken the answer of a transaction it sent with it: a record's
+            // token tells.
+            let lost_session = failed.error == ZkError::SessionLost && unit.evidence().is_some();
+            if failed.error == ZkError::OutcomeUnknown || lost_session {
                 // The evidence gets its own request timeout, as a claim's does.
                 deadline = deadline.max(Instant::now() + self.session.request_timeout());
                 let written = match unit.evidence() {
@@ -641,7 +536,7 @@ impl Queue {
                 match written {
                     Written::Applied(stat) => {
                         let names = self.names_created_by(&unit, &twins, stat.mzxid, deadline).await;
-                        return Ok(self.unit_stored(unit, names, slots));
+                        return self.unit_stored(unit, names, slots).await;
                     },
                     Written::NotApplied if !retried_lost => {
                         retried_lost = true;
@@ -662,7 +557,7 @@ impl Queue {
             {
                 // A directory (the queue node, the records', a bucket) is missing: made the way
                 // Curator makes parents, then the unit goes again.
-                zk.ensure_path(dir).await?;
+                self.session.retrying(deadline, |zk| async move { zk.ensure_path(dir).await }).await?;
                 parents_made += 1;
                 continue;
             }
@@ -680,7 +575,7 @@ impl Queue {
             if races > MAX_ATTEMPTS {
                 return Err(ZkError::Unavailable.into());
             }
-            self.check_keys(&zk, &mut slots, Some(refused), deadline).await?;
+            self.check_keys(&mut slots, Some(refused), deadline).await?;
         }
     }
 
@@ -726,30 +621,105 @@ impl Queue {
     }
 
     /// The receipts of a unit that applied, its messages named `names` (in the order of its
-    /// members): each record learns its message's name soon ([`Queue::committed`]).
-    fn unit_stored(&self, unit: Unit, names: Vec<Option<String>>, mut slots: Vec<Slot>) -> Vec<PutReceipt> {
-        for (member, name) in unit.members.into_iter().zip(names) {
-            let receipt = match &member.write {
-                Some(write) => self.committed(write, name.as_deref()),
-                None => PutReceipt { message_id: name.map(|name| self.stored(&name)), replay: false },
-            };
+    /// members), once each record holds its message's name ([`Queue::record_name`], all at once,
+    /// within a request timeout): a replay then answers the same id, also after the message was
+    /// consumed. The cache and the counter learn of the messages at once, as they are stored
+    /// whatever happens next; a name that could not be written in time answers 504
+    /// `outcome_unknown` (a retry with the key replays: the message is found by its zxid).
+    async fn unit_stored(
+        &self,
+        unit: Unit,
+        names: Vec<Option<String>>,
+        mut slots: Vec<Slot>,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        if unit.evidence().is_some() {
+            self.idempotency.holds_records.store(true, Ordering::SeqCst);
+        }
+        let mut writes = Vec::new();
+        for (member, name) in unit.members.iter().zip(names) {
+            let message_id = name.map(|name| self.stored(&name));
+            if let (Some(write), Some(name)) = (&member.write, &message_id) {
+                writes.push((write, name.clone()));
+            }
             if let Some(slot) = slots.get_mut(member.slot) {
-                *slot = Slot::Done(receipt);
+                *slot = Slot::Done(PutReceipt { message_id, replay: false });
             }
         }
-        receipts(slots)
+        let deadline = Instant::now() + self.session.request_timeout();
+        let named =
+            futures::future::join_all(writes.iter().map(|(write, name)| self.record_name(write, name, deadline))).await;
+        if let Some(err) = named.into_iter().find_map(Result::err) {
+            tracing::warn!(queue = %self.name, error = %err,
+                "stored a keyed message but could not write its name into its key's record in time; answering 504");
+            self.qm.put_outcome_unknown.inc();
+            return Err(match err {
+                err if err.is_transient() => ZkError::OutcomeUnknown,
+                err => err,
+            }
+            .into());
+        }
+        Ok(receipts(slots))
+    }
+
+    /// Writes `name` into the record `write` left, at the version that transaction left it (so
+    /// never over a newer record), through group commit: the names of puts in flight together go
+    /// in one transaction. A write whose answer was lost is sent again; one refused because the
+    /// record moved on is checked: named already (our lost write applied, or a replay found the
+    /// name), or no longer ours (renewed or removed since), there is nothing left to write.
+    async fn record_name(&self, write: &RecordWrite, name: &str, deadline: Instant) -> Result<(), ZkError> {
+        let mut version = write.version;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
+            let op = TxnOp::SetData { path: write.path.clone(), data: named.to_bytes(), version: Some(version) };
+            let zk = self.session.connected(deadline).await?;
+            let error = match self.group.submit(&self.background, &zk, vec![op]).await {
+                Ok(_) => return Ok(()),
+                Err(err) => err.error,
+            };
+            match error {
+                ZkError::BadVersion | ZkError::NoNode => {
+                    let path = write.path.as_str();
+                    let read = self
+                        .session
+                        .retrying(deadline, |zk| async move {
+                            match zk.get_data(path).await {
+                                Ok((data, stat)) => Ok(Some((Record::parse(&data), stat))),
+                                Err(ZkError::NoNode) => Ok(None),
+                                Err(err) => Err(err),
+                            }
+                        })
+                        .await?;
+                    match read {
+                        // Ours, and still without a name (it cannot be, but writing it is right).
+                        Some((Some(record), stat))
+                            if record.token == write.record.token && record.message_id.is_none() =>
+                        {
+                            version = stat.version;
+                        },
+                        _ => return Ok(()),
+                    }
+                },
+                err if err.is_transient() => {
+                    if Instant::now() >= deadline {
+                        return Err(err);
+                    }
+                    tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                },
+                err => return Err(err),
+            }
+        }
     }
 
     /// The names of a unit's messages after its answer was lost and its record showed it applied
     /// in transaction `zxid`: found among the nodes that transaction created, by content and, among
     /// identical ones, by the rank group commit reported (`twins`, per op of the unit: the server
     /// names sequential nodes in the order of the operations). A name that cannot be told (the
-    /// message consumed since, or ZooKeeper not answering) is `None`: stored, name unknown.
+    /// message consumed since, or ZooKeeper not answering until `deadline`) is `None`: stored,
+    /// name unknown.
     async fn names_created_by(&self, unit: &Unit, twins: &Twins, zxid: i64, deadline: Instant) -> Vec<Option<String>> {
-        let block = match self.session.connected(deadline).await {
-            Ok(zk) => self.created_by(&zk, zxid).await,
-            Err(err) => Err(err),
-        };
+        let block = self.session.retrying(deadline, |zk| async move { self.created_by(&zk, zxid).await }).await;
         let block = block.unwrap_or_else(|err| {
             tracing::debug!(queue = %self.name, error = %err, "could not find the names of messages stored by a lost answer");
             Vec::new()
@@ -769,32 +739,44 @@ impl Queue {
     /// Reads the records of the put's keys still free, all at once: a key used within the window
     /// makes its message a replay; used with another body (or by another key with the same hash),
     /// it refuses the whole put (409). After a unit was `refused`, a `sync` first: the winner may
-    /// have written through another server.
+    /// have written through another server. Reads lost with the connection are made again once
+    /// reconnected, until `deadline`.
     async fn check_keys(
         &self,
-        zk: &Zk,
         slots: &mut [Slot],
         refused: Option<Refused>,
         deadline: Instant,
     ) -> Result<(), QueueError> {
-        if refused.is_some() {
-            match zk.sync(&self.idempotency.keys_dir()).await {
-                Ok(()) | Err(ZkError::NoNode) => {},
-                Err(err) => return Err(err.into()),
-            }
-        }
-        let found = futures::future::join_all(slots.iter().map(|slot| async move {
-            match slot {
-                Slot::Fresh(fresh) => Some(self.look_up(zk, &fresh.keyed).await),
-                Slot::Plain | Slot::Done(_) => None,
-            }
-        }))
-        .await;
+        let keys_dir = self.idempotency.keys_dir();
+        let reading: &[Slot] = slots;
+        let found = self
+            .session
+            .retrying(deadline, |zk| {
+                let keys_dir = keys_dir.as_str();
+                async move {
+                    if refused.is_some() {
+                        match zk.sync(keys_dir).await {
+                            Ok(()) | Err(ZkError::NoNode) => {},
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    let zk = &zk;
+                    let found = futures::future::join_all(reading.iter().map(|slot| async move {
+                        match slot {
+                            Slot::Fresh(fresh) => self.look_up(zk, &fresh.keyed).await.map(Some),
+                            Slot::Plain | Slot::Done(_) => Ok(None),
+                        }
+                    }))
+                    .await;
+                    found.into_iter().collect::<Result<Vec<Option<Found>>, ZkError>>()
+                }
+            })
+            .await?;
         let mut live = Vec::new();
         let mut conflicts = Vec::new();
         for (index, (slot, found)) in slots.iter_mut().zip(found).enumerate() {
             let (Slot::Fresh(fresh), Some(found)) = (slot, found) else { continue };
-            match found? {
+            match found {
                 Found::Live(record, stat) => match self.conflict(&fresh.keyed, &record) {
                     Some(what) => conflicts.push((index, what)),
                     None => live.push((index, record, stat)),
@@ -834,7 +816,15 @@ impl Queue {
             };
             async move {
                 let Some(keyed) = keyed else { return (index, Ok(None)) };
-                (index, self.name_of(zk, &keyed.hash, record, stat, deadline, true).await)
+                let hash = keyed.hash.as_str();
+                let name = self
+                    .session
+                    .retrying(deadline, |zk| {
+                        let record = record.clone();
+                        async move { self.name_of(&zk, hash, record, stat, deadline, true).await }
+                    })
+                    .await;
+                (index, name)
             }
         }))
         .await;
@@ -1055,42 +1045,33 @@ impl Queue {
         RecordWrite { ops, parents, fence, path, record, version, started }
     }
 
-    /// The step after the unit holding `write` applied and created the message `name`: the
-    /// record learns the name soon, in a batch with others (versioned: a record renewed since is
-    /// left alone; best effort, as a record without a name is resolved by its zxid), the cache and
-    /// the counter learn of the message now.
-    fn committed(&self, write: &RecordWrite, name: Option<&str>) -> PutReceipt {
-        self.idempotency.holds_records.store(true, Ordering::SeqCst);
-        if let Some(name) = name {
-            let named = Record { message_id: Some(name.to_owned()), ..write.record.clone() };
-            self.record_names.push(NameWrite {
-                path: write.path.clone(),
-                data: named.to_bytes(),
-                version: write.version,
-            });
-        }
-        PutReceipt { message_id: name.map(|name| self.stored(name)), replay: false }
-    }
-
     /// Whether the unit holding `write`, whose answer was lost, applied: after a `sync`, our
-    /// record (its token) is there or not.
+    /// record (its token) is there or not. Asked again after every transient failure until
+    /// `deadline`.
     async fn written(&self, write: &RecordWrite, deadline: Instant) -> Written {
-        let Ok(zk) = self.session.connected(deadline).await else { return Written::Unknown };
-        match zk.sync(&write.path).await {
-            Ok(()) | Err(ZkError::NoNode) => {},
-            Err(_) => return Written::Unknown,
-        }
-        let mine = match zk.get_data(&write.path).await {
-            Ok((data, stat)) => Record::parse(&data).filter(|r| r.token == write.record.token).map(|_| stat),
-            Err(ZkError::NoNode) => None,
-            Err(_) => return Written::Unknown,
-        };
+        let path = write.path.as_str();
+        let token = write.record.token.as_str();
+        let mine = self
+            .session
+            .retrying(deadline, |zk| async move {
+                match zk.sync(path).await {
+                    Ok(()) | Err(ZkError::NoNode) => {},
+                    Err(err) => return Err(err),
+                }
+                match zk.get_data(path).await {
+                    Ok((data, stat)) => Ok(Record::parse(&data).filter(|r| r.token == token).map(|_| stat)),
+                    Err(ZkError::NoNode) => Ok(None),
+                    Err(err) => Err(err),
+                }
+            })
+            .await;
         match mine {
-            Some(stat) => Written::Applied(stat),
+            Ok(Some(stat)) => Written::Applied(stat),
             // Within half a window our record cannot have expired and been replaced or swept
-            // (allowing for clocks half a window apart): not there means not applied.
-            None if write.started.elapsed() < self.idempotency.window / 2 => Written::NotApplied,
-            None => Written::Unknown,
+            // (allowing for clocks half a window apart; the window is at least 10 s): not there
+            // means not applied. The read ended before this check, so the rule holds for it too.
+            Ok(None) if write.started.elapsed() < self.idempotency.window / 2 => Written::NotApplied,
+            Ok(None) | Err(_) => Written::Unknown,
         }
     }
 
@@ -1104,24 +1085,30 @@ impl Queue {
                 if !queue.idempotency.sweep_due() {
                     return;
                 }
-                match queue.sweep_records(&zk).await {
-                    Ok(0) => {},
-                    Ok(n) => tracing::debug!(queue = %queue.name, swept = n, "swept expired idempotency records"),
+                let mut swept = 0;
+                let result = queue.idempotency.sweep(&zk, &mut swept).await;
+                queue.qm.idempotency_records_swept.inc_by(swept as u64);
+                match result {
+                    Ok(()) if swept == 0 => {},
+                    Ok(()) => tracing::debug!(queue = %queue.name, swept, "swept expired idempotency records"),
                     Err(err) => tracing::debug!(queue = %queue.name, error = %err, "idempotency sweep failed"),
                 }
             })
             .await;
     }
+}
 
-    /// One sweep: the buckets whose end has passed, oldest first.
-    async fn sweep_records(&self, zk: &Zk) -> Result<usize, ZkError> {
-        let buckets = match zk.get_children(&self.idempotency.expiry_dir()).await {
+impl Idempotency {
+    /// One sweep: the buckets whose end has passed, oldest first. Counts the records it deleted
+    /// into `swept`, also when it fails part way.
+    pub(super) async fn sweep(&self, zk: &Zk, swept: &mut usize) -> Result<(), ZkError> {
+        let buckets = match zk.get_children(&self.expiry_dir()).await {
             Ok((buckets, _)) => buckets,
             Err(ZkError::NoNode) => Vec::new(),
             Err(err) => return Err(err),
         };
-        *self.idempotency.listed_at() = Some(Instant::now());
-        self.idempotency.holds_records.store(!buckets.is_empty(), Ordering::SeqCst);
+        *self.listed_at() = Some(Instant::now());
+        self.holds_records.store(!buckets.is_empty(), Ordering::SeqCst);
         let now = now_epoch_ms();
         let mut due: Vec<(i64, String)> = buckets
             .into_iter()
@@ -1129,30 +1116,28 @@ impl Queue {
             .filter(|(end, _)| *end <= now)
             .collect();
         due.sort();
-        let mut swept = 0;
         for (_, bucket) in due {
-            swept += self.sweep_bucket(zk, &bucket, now).await?;
+            self.sweep_bucket(zk, &bucket, now, swept).await?;
         }
-        Ok(swept)
+        Ok(())
     }
 
     /// Deletes the records of one expired bucket with their entries, then the bucket.
-    async fn sweep_bucket(&self, zk: &Zk, bucket: &str, now: i64) -> Result<usize, ZkError> {
-        let bucket_path = format!("{}/{bucket}", self.idempotency.expiry_dir());
+    async fn sweep_bucket(&self, zk: &Zk, bucket: &str, now: i64, swept: &mut usize) -> Result<(), ZkError> {
+        let bucket_path = format!("{}/{bucket}", self.expiry_dir());
         let hashes = match zk.get_children(&bucket_path).await {
             Ok((hashes, _)) => hashes,
-            Err(ZkError::NoNode) => return Ok(0),
+            Err(ZkError::NoNode) => return Ok(()),
             Err(err) => return Err(err),
         };
-        let mut swept = 0;
         for chunk in hashes.chunks(SWEEP_BATCH) {
-            let paths: Vec<String> = chunk.iter().map(|hash| self.idempotency.record_path(hash)).collect();
+            let paths: Vec<String> = chunk.iter().map(|hash| self.record_path(hash)).collect();
             let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
             let reads = zk.get_data_many(&refs).await?;
             // Each group is deleted whole or not at all; `true`: it deletes a record.
             let mut groups: Vec<(Vec<TxnOp>, bool)> = Vec::with_capacity(chunk.len());
             for ((hash, path), read) in chunk.iter().zip(&paths).zip(reads) {
-                let entry = TxnOp::Delete { path: self.idempotency.entry_path(bucket, hash), version: None };
+                let entry = TxnOp::Delete { path: self.entry_path(bucket, hash), version: None };
                 match read {
                     Err(ZkError::NoNode) => groups.push((vec![entry], false)),
                     Err(err) => return Err(err),
@@ -1169,46 +1154,93 @@ impl Queue {
                     },
                 }
             }
-            swept += self.delete_groups(zk, groups).await?;
+            *swept += delete_groups(zk, groups).await?;
         }
         // Empty now, unless a group lost a race: the next sweep finds it again.
         match zk.delete(&bucket_path, None).await {
-            Ok(()) | Err(ZkError::NoNode | ZkError::NotEmpty) => {},
-            Err(err) => return Err(err),
+            Ok(()) | Err(ZkError::NoNode | ZkError::NotEmpty) => Ok(()),
+            Err(err) => Err(err),
         }
-        Ok(swept)
     }
+}
 
-    /// Deletes `groups` in one transaction; a group that fails (a put renewed its record, or
-    /// another sweeper was first) is dropped and the rest tried again.
-    async fn delete_groups(&self, zk: &Zk, mut groups: Vec<(Vec<TxnOp>, bool)>) -> Result<usize, ZkError> {
-        while !groups.is_empty() {
-            let ops: Vec<TxnOp> = groups.iter().flat_map(|(ops, _)| ops.iter().cloned()).collect();
-            match zk.multi(&ops).await {
-                Ok(_) => {
-                    let swept = groups.iter().filter(|(_, record)| *record).count();
-                    self.qm.idempotency_records_swept.inc_by(swept as u64);
-                    return Ok(swept);
-                },
-                Err(err) if matches!(err.error, ZkError::NoNode | ZkError::BadVersion) => {
-                    let Some(index) = err.index else { return Ok(0) };
-                    let mut first = 0;
-                    let failed = groups.iter().position(|(ops, _)| {
-                        first += ops.len();
-                        index < first
-                    });
-                    match failed {
-                        Some(group) => {
-                            groups.remove(group);
-                        },
-                        None => return Ok(0),
-                    }
-                },
-                Err(err) => return Err(err.error),
-            }
+/// Deletes `groups` in one transaction; a group that fails (a put renewed its record, or another
+/// sweeper was first) is dropped and the rest tried again. Answers how many records went.
+async fn delete_groups(zk: &Zk, mut groups: Vec<(Vec<TxnOp>, bool)>) -> Result<usize, ZkError> {
+    while !groups.is_empty() {
+        let ops: Vec<TxnOp> = groups.iter().flat_map(|(ops, _)| ops.iter().cloned()).collect();
+        match zk.multi(&ops).await {
+            Ok(_) => return Ok(groups.iter().filter(|(_, record)| *record).count()),
+            Err(err) if matches!(err.error, ZkError::NoNode | ZkError::BadVersion) => {
+                let Some(index) = err.index else { return Ok(0) };
+                let mut first = 0;
+                let failed = groups.iter().position(|(ops, _)| {
+                    first += ops.len();
+                    index < first
+                });
+                match failed {
+                    Some(group) => {
+                        groups.remove(group);
+                    },
+                    None => return Ok(0),
+                }
+            },
+            Err(err) => return Err(err.error),
         }
-        Ok(0)
     }
+    Ok(0)
+}
+
+/// One pass over the queues under `{root}/idempotency` that this process does not have open
+/// (`is_open`): each one's expired records are swept, as its own sweeper would if it were open.
+/// So records of a dynamic queue nobody opens again do not stay forever. Cheap and bounded: one
+/// `exists` and one child list of `{root}/idempotency` (skipped past [`MAX_ORPHAN_LIST`]
+/// children), then at most [`ORPHANS_PER_PASS`] queues (a run starting at random when there are
+/// more), each with its own request timeout; a queue without due buckets costs one child list.
+/// Many processes doing this at once stay safe: every delete is fenced like the sweeper's (by the
+/// record's version and its index entry). Answers how many records went.
+pub(super) async fn sweep_queues_not_open(
+    zk: &Zk,
+    root: &str,
+    request_timeout: Duration,
+    is_open: impl Fn(&str) -> bool,
+    stop: &CancellationToken,
+) -> Result<usize, ZkError> {
+    let dir = format!("{root}/idempotency");
+    let zk_now = zk.with_deadline(Instant::now() + request_timeout);
+    match zk_now.exists(&dir).await? {
+        None => return Ok(0),
+        Some(stat) if stat.num_children > MAX_ORPHAN_LIST => {
+            tracing::warn!(dir = %dir, queues = stat.num_children,
+                "too many queues hold idempotency records to look for those no zkq has open; their own sweepers still run");
+            return Ok(0);
+        },
+        Some(_) => {},
+    }
+    let mut queues: Vec<String> = match zk_now.get_children(&dir).await {
+        Ok((queues, _)) => queues.into_iter().filter(|queue| !is_open(queue)).collect(),
+        Err(ZkError::NoNode) => return Ok(0),
+        Err(err) => return Err(err),
+    };
+    queues.sort();
+    if queues.len() > ORPHANS_PER_PASS {
+        let start = rand::random_range(0..queues.len());
+        queues.rotate_left(start);
+        queues.truncate(ORPHANS_PER_PASS);
+    }
+    let mut swept = 0;
+    for queue in queues {
+        if stop.is_cancelled() {
+            break;
+        }
+        // The window only matters to puts; the sweep reads each record's own expiry.
+        let records = Idempotency::new(root, &queue, Duration::ZERO);
+        let zk = zk.with_deadline(Instant::now() + request_timeout);
+        if let Err(err) = records.sweep(&zk, &mut swept).await {
+            tracing::debug!(queue = %queue, error = %err, "sweep of the idempotency records of a queue not open here failed");
+        }
+    }
+    Ok(swept)
 }
 
 #[cfg(test)]

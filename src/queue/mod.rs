@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use cache::ChildrenCache;
 pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
-use idempotency::{Idempotency, RecordNames};
+use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, NackMode};
@@ -108,8 +108,6 @@ pub struct Queue {
     leases: LeaseTable,
     /// Records of idempotency keys: `{root}/idempotency/{queue}`.
     idempotency: Idempotency,
-    /// Message names on their way into idempotency records (shared by every queue of the process).
-    record_names: Arc<RecordNames>,
     /// Evidence for transactions whose answer was lost (shared by every queue of the process).
     markers: Arc<ClaimMarkers>,
     /// Puts in flight together go to ZooKeeper as one transaction (shared by every queue).
@@ -200,7 +198,6 @@ pub struct QueueService {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     markers: Arc<ClaimMarkers>,
-    record_names: Arc<RecordNames>,
     group: Arc<GroupCommit>,
     background: TaskTracker,
 }
@@ -222,11 +219,6 @@ impl QueueService {
             let (markers, shutdown) = (markers.clone(), shutdown.clone());
             async move { markers.run_stale_sweeper(shutdown).await }
         });
-        let record_names = Arc::new(RecordNames::new(session.clone()));
-        tasks.spawn({
-            let record_names = record_names.clone();
-            async move { record_names.run_flusher().await }
-        });
         let group = GroupCommit::new(metrics.clone());
         let service = Arc::new(QueueService {
             config,
@@ -237,7 +229,6 @@ impl QueueService {
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             markers,
-            record_names,
             group,
             background: TaskTracker::new(),
         });
@@ -252,7 +243,42 @@ impl QueueService {
                 tracing::error!(queue = %name, error = %err, "cannot open declared queue");
             }
         }
+        tasks.spawn(supervise::until_shutdown(
+            Task::IdempotencySweeper,
+            "idempotency records of queues not open here".to_owned(),
+            service.metrics.clone(),
+            service.shutdown.clone(),
+            {
+                let (service, shutdown) = (Arc::downgrade(&service), service.shutdown.clone());
+                move || QueueService::run_orphan_sweeper(service.clone(), shutdown.clone())
+            },
+        ));
         service
+    }
+
+    /// Sweeps the expired idempotency records of queues this process does not have open, at once
+    /// and then every 10 minutes (`idempotency::sweep_queues_not_open`): a queue's own sweeper
+    /// runs only while some process has it open, and a dynamic queue nobody opens again would keep
+    /// its records forever.
+    async fn run_orphan_sweeper(service: std::sync::Weak<QueueService>, shutdown: CancellationToken) {
+        let Some(session) = service.upgrade().map(|s| s.session.clone()) else { return };
+        let service = &service;
+        session
+            .periodically(idempotency::IDLE_CHECK, &shutdown, |zk| async move {
+                let Some(service) = service.upgrade() else { return };
+                let is_open =
+                    |queue: &str| service.queues.lock().unwrap_or_else(|p| p.into_inner()).contains_key(queue);
+                let root = &service.config.zookeeper.root;
+                let timeout = service.session.request_timeout();
+                match idempotency::sweep_queues_not_open(&zk, root, timeout, is_open, &service.shutdown).await {
+                    Ok(0) => {},
+                    Ok(swept) => tracing::info!(swept, "swept expired idempotency records of queues not open here"),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "could not look for idempotency records of queues not open here")
+                    },
+                }
+            })
+            .await;
     }
 
     /// The queue called `name` for a write (a put), opening it on first use: a dynamic queue
@@ -382,7 +408,6 @@ impl QueueService {
             cache: cache.clone(),
             leases: LeaseTable::default(),
             idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
-            record_names: self.record_names.clone(),
             markers: self.markers.clone(),
             group: self.group.clone(),
             background: self.background.clone(),
@@ -477,8 +502,7 @@ impl QueueService {
     }
 
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
-    /// lost answers, then deletes the claim markers they left and writes the message names
-    /// idempotency records still wait for; true if all finished in time.
+    /// lost answers, then deletes the claim markers they left; true if all finished in time.
     /// Shutdown calls this before it closes the session.
     pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
         self.background.close();
@@ -487,7 +511,6 @@ impl QueueService {
             tracing::error!("shutdown grace ended with takes still being settled; see the errors above");
         }
         let _ = tokio::time::timeout_at(deadline, self.markers.flush_now()).await;
-        let _ = tokio::time::timeout_at(deadline, self.record_names.flush_now()).await;
         settled
     }
 

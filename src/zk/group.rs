@@ -3,7 +3,8 @@
 //!
 //! A caller submits a *unit*: operations that must be applied all or none (one put is one create;
 //! a batch put is many). While fewer than [`MAX_IN_FLIGHT`] transactions are in flight, a unit is
-//! sent at once, alone (a lone `create` is sent as a plain `create`): no write waits for company.
+//! sent at once, alone (a lone `create` or `setData` is sent as a plain one): no write waits for
+//! company.
 //! Units that arrive while the limit is reached queue up, and the next transaction carries all of
 //! them (up to [`MAX_BATCH_OPS`] operations and [`MAX_BATCH_BYTES`], well under the server's
 //! `jute.maxbuffer`). Each unit still gets its own answer, only after ZooKeeper confirmed the
@@ -258,15 +259,19 @@ impl GroupCommit {
         }
     }
 
-    /// A lone operation without a transaction around it: a plain `create` costs the server less
-    /// than a `multi` of one.
+    /// A lone operation without a transaction around it: a plain `create` or `setData` costs the
+    /// server less than a `multi` of one.
     async fn send_alone(zk: &Zk, op: &TxnOp) -> Result<Vec<TxnResult>, TxnError> {
+        let alone = |error: ZkError| {
+            let definite = !matches!(error, ZkError::OutcomeUnknown | ZkError::Unavailable);
+            TxnError { index: definite.then_some(0), error }
+        };
         match op {
             TxnOp::Create { path, data, mode } => {
-                zk.create(path, data, *mode).await.map(|created| vec![TxnResult::Created(created)]).map_err(|error| {
-                    let definite = !matches!(error, ZkError::OutcomeUnknown | ZkError::Unavailable);
-                    TxnError { index: definite.then_some(0), error }
-                })
+                zk.create(path, data, *mode).await.map(|created| vec![TxnResult::Created(created)]).map_err(alone)
+            },
+            TxnOp::SetData { path, data, version } => {
+                zk.set_data(path, data, *version).await.map(|stat| vec![TxnResult::DataSet(stat)]).map_err(alone)
             },
             other => zk.multi(std::slice::from_ref(other)).await,
         }

@@ -263,6 +263,34 @@ impl ZkSession {
         }
     }
 
+    /// Runs `call` with a connected session until it answers, again after every transient
+    /// failure (a dropped connection, a lost session), until `deadline`. Only for calls that write
+    /// nothing (reads, `sync`) or whose repetition is harmless (creating a directory that may
+    /// exist): their lost answer left nothing to settle, so giving up at the deadline is
+    /// `Unavailable` (nothing was written), never `OutcomeUnknown`.
+    pub async fn retrying<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T, ZkError>
+    where
+        F: FnMut(Zk) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ZkError>>,
+    {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let zk = self.connected(deadline).await?;
+            match call(zk).await {
+                Err(err) if err.is_transient() => {
+                    if Instant::now() >= deadline {
+                        return Err(ZkError::Unavailable);
+                    }
+                    // A dropped connection fails the call before the session's state says so:
+                    // a short pause, then `connected` waits for the reconnection itself.
+                    tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                },
+                other => return other,
+            }
+        }
+    }
+
     /// Runs `work` with a connected session (bounded by the request timeout) at once and then
     /// every `period`, until `shutdown`. For sweeps that tidy ZooKeeper in the background.
     pub async fn periodically<F, Fut>(&self, period: Duration, shutdown: &CancellationToken, mut work: F)

@@ -244,11 +244,44 @@ async fn a_keyed_put_whose_request_was_lost_is_sent_again_once() {
     assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"]);
 }
 
-/// zkq stores the message and its record, then loses the connection before it writes the
-/// message's name into the record (as if it died there; names are written in batches after the
-/// put answered, best effort). A replay through another zkq finds the
-/// message by the record's zxid; once the message is consumed, a replay still stores nothing and
-/// says its name is unknown (null).
+/// A put answers only once its record names its message: the write of the name is lost (the
+/// connection drops before it reaches ZooKeeper), zkq writes it again after reconnecting and then
+/// answers 201. So a replay after the message was consumed still answers the original id (before,
+/// the put answered first and a lost name write left the record without it: `null`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_answers_once_its_record_names_the_message_so_a_replay_after_it_was_consumed_names_it() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-named");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    eventually(SOON, "the warm-up's name is written", || async {
+        recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
+    })
+    .await;
+
+    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
+    assert!(dropped.has_fired(), "the first write of the name was lost before the put answered");
+    let id = put.id.clone().expect("the put knows its name");
+    assert!(recorded_names(&direct, &root, "q").await.contains(&Some(id.clone())), "the record names it");
+    let queue = format!("{root}/queues/q");
+    direct.delete(&format!("{queue}/{id}"), None).await.expect("consumed");
+    for zkq in [&a, &b] {
+        let replay = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
+        assert_eq!((replay.status, replay.replay, replay.id.as_deref()), (201, true, Some(id.as_str())), "{replay:?}");
+    }
+    assert_eq!(stored(&direct, &queue).await, ["w"], "nothing stored again");
+}
+
+/// zkq stores the message and its record, then cannot reach ZooKeeper again to write the
+/// message's name into the record (as if it died there): the put does not answer 201 (it could
+/// not promise the id to a replay) but 504. A replay through another zkq finds the message by the
+/// record's zxid and records its name; when the message is consumed before anyone learned its
+/// name, a replay still stores nothing and says its name is unknown (null).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid() {
     let zk = ZkServer::shared();
@@ -260,12 +293,16 @@ async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid(
         b.put_ok("q", format!("filler-{i}").as_bytes()).await; // the search has neighbours
     }
     let direct = zk_client(zk).await;
+    let queue = format!("{root}/queues/q");
 
-    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
+    let before = children(&direct, &queue).await;
+    let dropped = proxy.arm_then_refuse(&[op::SET_DATA], Fault::DropBeforeSend);
     let put = keyed_put(&a.http, &a.api, "q", "k1", b"M1").await;
-    tokio::time::timeout(SOON, dropped.fired()).await.expect("the write of the name was sent, and never arrived");
-    assert_eq!((put.status, put.replay), (201, false), "{put:?}");
-    let id = put.id.clone().expect("the put knows its name");
+    assert!(dropped.has_fired(), "the write of the name was sent, and never arrived");
+    assert_eq!((put.status, put.code.as_str()), (504, "outcome_unknown"), "stored, but not named: {put:?}");
+    let added: Vec<String> = children(&direct, &queue).await.into_iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(added.len(), 1, "the message was stored: {added:?}");
+    let id = added[0].clone();
     b.put_ok("q", b"after").await;
     let keys = format!("{root}/idempotency/q/keys");
     let record = |direct: &zookeeper_client::Client| {
@@ -278,24 +315,142 @@ async fn a_record_without_its_message_name_is_resolved_by_the_transactions_zxid(
             serde_json::from_slice::<serde_json::Value>(&data).expect("JSON record")
         }
     };
-    assert!(record(&direct).await["message_id"].is_null(), "the record does not name the message yet");
+    assert!(record(&direct).await["message_id"].is_null(), "the record does not name the message");
     let replay = keyed_put(&b.http, &b.api, "q", "k1", b"M1").await;
     assert_eq!((replay.status, replay.replay, replay.id.as_deref()), (201, true, Some(id.as_str())), "{replay:?}");
     assert_eq!(record(&direct).await["message_id"], id.as_str(), "the replay recorded the name it found");
 
     // Now the message is consumed before anyone learns its name.
-    let dropped = proxy.arm(&[op::SET_DATA], Fault::DropBeforeSend);
-    let queue = format!("{root}/queues/q");
+    proxy.refuse(false);
+    a.wait_ready().await;
     let before = children(&direct, &queue).await;
+    let dropped = proxy.arm_then_refuse(&[op::SET_DATA], Fault::DropBeforeSend);
     let put = keyed_put(&a.http, &a.api, "q", "k2", b"M2").await;
-    tokio::time::timeout(SOON, dropped.fired()).await.expect("the write of the name was dropped");
-    assert_eq!(put.status, 201);
-    let name = put.id.expect("the put knows its name");
-    assert!(!before.contains(&name));
-    direct.delete(&format!("{queue}/{name}"), None).await.expect("consumed");
+    assert!(dropped.has_fired(), "the write of the name was dropped");
+    assert_eq!(put.status, 504, "{put:?}");
+    let added: Vec<String> = children(&direct, &queue).await.into_iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    direct.delete(&format!("{queue}/{}", added[0]), None).await.expect("consumed");
     let replay = keyed_put(&b.http, &b.api, "q", "k2", b"M2").await;
     assert_eq!((replay.status, replay.replay, replay.id), (201, true, None), "stored, its name gone with it");
     assert_eq!(children(&direct, &queue).await, before, "nothing new stored");
+}
+
+/// A replay's read of the key's record is lost (the connection drops before it reaches ZooKeeper):
+/// nothing was written, so zkq reads again once reconnected and answers the replay, not 504. When
+/// it cannot reconnect within the request's time it answers 503 `zookeeper_unavailable` (nothing
+/// was stored), never 504; the retry, once ZooKeeper is back, replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_whose_read_is_lost_reads_again_and_answers_503_not_504_when_it_cannot() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-read-lost");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let first = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!(first.status, 201);
+
+    // A replay sends its unit, which ZooKeeper refuses (the key's record exists); zkq then syncs
+    // and reads the record.
+    let lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired(), "the replay's sync was lost");
+    assert_eq!((replay.status, replay.replay, &replay.id), (201, true, &first.id), "read again: {replay:?}");
+
+    // For a second after a replay the queue's keyed puts read their records first: this replay
+    // reads at once. ZooKeeper cannot be reached again within the request's time.
+    let lost = proxy.arm_then_refuse(&[op::SYNC, op::GET_DATA], Fault::DropBeforeSend);
+    let started = std::time::Instant::now();
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired());
+    assert_eq!((replay.status, replay.code.as_str()), (503, "zookeeper_unavailable"), "{replay:?}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "it tried until the request's deadline");
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0, "no 504");
+    proxy.refuse(false);
+    a.wait_ready().await;
+    let replay = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((replay.status, replay.replay, &replay.id), (201, true, &first.id), "{replay:?}");
+    let direct = zk_client(zk).await;
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M"]);
+}
+
+/// The put's answer is lost, and so is the `sync` that begins settling it: zkq keeps asking once
+/// reconnected, finds its record and answers 201 with its message, not 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_whose_settling_read_is_lost_too_is_settled_after_reconnecting() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-settle-twice");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
+    let direct = zk_client(zk).await;
+    prepare_buckets(&direct, &root, "q").await;
+
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let sync_lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert!(lost.has_fired() && sync_lost.has_fired(), "the answer and then the settling sync were lost");
+    assert_eq!((put.status, put.replay), (201, false), "settled: {put:?}");
+    let id = put.id.clone().expect("its message");
+    assert_eq!(body_of(&direct, &format!("{root}/queues/q"), &id).await, "M");
+    let retry = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
+    assert_eq!((retry.status, retry.replay, retry.id.as_deref()), (201, true, Some(id.as_str())));
+    assert_eq!(stored(&direct, &format!("{root}/queues/q")).await, ["M", "w"]);
+    assert_eq!(metric(&a.metrics().await, "zkq_put_outcome_unknown_total{queue=\"q\"}"), 0.0);
+}
+
+/// Records of queues no zkq has open (a dynamic queue nobody uses any more) are swept too: at
+/// start, each zkq looks at every queue under `{root}/idempotency` it does not have open and
+/// deletes its expired records with their index entries; live records stay. Two zkqs starting at
+/// once do this side by side without harm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_records_of_queues_nobody_opens_are_swept_at_start() {
+    let zk = ZkServer::shared();
+    let root = unique_root("idem-orphans");
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let now = zkq::queue::now_epoch_ms();
+    let mut live = Vec::new();
+    for (queue, records) in [("ghost", 70), ("other.ghost", 3)] {
+        for i in 0..records {
+            // Most expired a minute ago; every tenth lives for another ten minutes.
+            let expires_at = if i % 10 == 9 { now + 600_000 } else { now - 60_000 - i * 1000 };
+            let bucket = format!("{:015}", (expires_at / 1000 + 1) * 1000);
+            let hash = format!("{i:032x}");
+            let record = serde_json::json!({
+                "v": 1, "key": format!("key-{i}"), "fingerprint": "f", "expires_at": expires_at,
+                "bucket": bucket, "token": "t", "content": "c", "copy": 0, "copies": 1,
+            });
+            let dir = format!("{root}/idempotency/{queue}");
+            let keys = format!("{dir}/keys/{hash}");
+            direct.mkdir(&keys, &options).await.expect("record");
+            direct.set_data(&keys, record.to_string().as_bytes(), None).await.expect("record data");
+            direct.mkdir(&format!("{dir}/expiry/{bucket}/{hash}"), &options).await.expect("entry");
+            if expires_at > now {
+                live.push((queue, hash));
+            }
+        }
+    }
+    let first = TestZkq::start_ready(test_config(zk, &root)).await;
+    let second = TestZkq::start_ready(test_config(zk, &root)).await;
+    for queue in ["ghost", "other.ghost"] {
+        let kept: Vec<String> = live.iter().filter(|(q, _)| *q == queue).map(|(_, hash)| hash.clone()).collect();
+        let keys = format!("{root}/idempotency/{queue}/keys");
+        eventually(SOON, &format!("the expired records of {queue} are swept"), || async {
+            children(&direct, &keys).await == kept
+        })
+        .await;
+        let expiry = format!("{root}/idempotency/{queue}/expiry");
+        let buckets = usize::from(!kept.is_empty()); // the live ones share one second
+        eventually(SOON, &format!("only the live bucket of {queue} is left"), || async {
+            children(&direct, &expiry).await.len() == buckets
+        })
+        .await;
+    }
+    for zkq in [&first, &second] {
+        let listed: serde_json::Value =
+            zkq.http.get(zkq.url("/v1/queues")).send().await.expect("list").json().await.expect("json");
+        assert!(!listed.to_string().contains("ghost"), "sweeping opens no queue: {listed}");
+    }
 }
 
 /// Two zkqs receive the same key at once: exactly one stores the message, the other answers its
@@ -361,7 +516,7 @@ async fn past_the_window_a_key_stores_a_new_message_and_expired_records_are_swep
     let root = unique_root("idem-window");
     let mut config = test_config(zk, &root);
     declare(&mut config, "q", QueueKind::Fifo, None, None);
-    config.queues.get_mut("q").expect("declared").idempotency_window = Some(Duration::from_secs(1));
+    config.queues.get_mut("q").expect("declared").idempotency_window = Some(Duration::from_secs(10));
     let zkq = TestZkq::start_ready(config).await;
     let first = keyed_put(&zkq.http, &zkq.api, "q", "k", b"M").await;
     assert_eq!((first.status, first.replay), (201, false));

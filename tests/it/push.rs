@@ -1,7 +1,7 @@
 //! Push delivery against real ZooKeeper and a real HTTP app: a small axum server inside the test
 //! process on a free loopback port, whose answers each test scripts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -191,10 +191,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let app = TestApp::start(move |r| answer(if fails(&r) { 503 } else { 200 })).await;
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push_to(&app.url("/orders")))).await;
     let mut ids = HashMap::new();
+    let put_from = zkq::queue::now_epoch_ms();
     for i in 0..10 {
         let body = format!("m{i}");
         ids.insert(body.clone(), zkq.put_ok("q", body.as_bytes()).await);
     }
+    let put_until = zkq::queue::now_epoch_ms();
     eventually(Duration::from_secs(30), "ten messages acked", || async {
         deliveries(&zkq, "q", "success").await == 10.0
     })
@@ -219,8 +221,15 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     assert_eq!(first.header("ce-id"), ids["m0"]);
     assert_eq!(first.header("ce-source"), format!("{root}/queues/q"));
     assert_eq!(first.header("ce-type"), "zkq.message");
-    let time = humantime::parse_rfc3339(first.header("ce-time")).expect("ce-time is RFC 3339");
-    assert!(time.elapsed().expect("in the past") < Duration::from_secs(60));
+    // ce-time: when the message's node was created (its put), the same on every delivery.
+    let ce_time_ms = |r: &Received| {
+        let time = humantime::parse_rfc3339(r.header("ce-time")).expect("ce-time is RFC 3339");
+        time.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis() as i64
+    };
+    for r in &received {
+        let at = ce_time_ms(r);
+        assert!(at >= put_from && at <= put_until, "ce-time {at} of {} is its put's time", r.body);
+    }
     let retried: Vec<&Received> = received.iter().filter(|r| r.body == "m3").collect();
     assert_eq!(
         retried.iter().map(|r| r.header("zkq-delivery-count")).collect::<Vec<_>>(),
@@ -228,6 +237,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
         "every attempt is a delivery"
     );
     assert_eq!(retried[0].header("zkq-message-id"), retried[2].header("zkq-message-id"), "the same message");
+    assert_eq!(
+        retried.iter().map(|r| r.header("ce-time")).collect::<HashSet<_>>().len(),
+        1,
+        "one ce-id, one ce-time: {:?}",
+        retried.iter().map(|r| r.header("ce-time")).collect::<Vec<_>>()
+    );
     zkq.stop().await;
 }
 
@@ -323,17 +338,14 @@ async fn too_many_requests_with_retry_after_waits_that_long_and_a_timeout_is_ret
     let zk = ZkServer::shared();
     let root = unique_root("push-retry-after");
     let app = TestApp::start(|r| match (r.body.as_str(), r.attempt) {
-        ("busy", 0) => answer_with(429, &[("retry-after", "1")], ""),
+        ("busy", 0) => answer_with(429, &[("retry-after", "2")], ""),
         ("stuck", 0) => Box::pin(std::future::pending()),
         _ => answer(200),
     })
     .await;
-    // Without the app's Retry-After the next attempt would come after 50 ms.
-    let push = PushConfig {
-        request_timeout: Duration::from_millis(500),
-        backoff_max: Duration::from_secs(5),
-        ..push_to(&app.url("/work"))
-    };
+    // Without the app's Retry-After the next attempt would come after 50 ms; the app asks for
+    // longer than backoff_max (500 ms), and gets it.
+    let push = PushConfig { request_timeout: Duration::from_millis(500), ..push_to(&app.url("/work")) };
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push)).await;
     zkq.put_ok("q", b"busy").await;
     zkq.put_ok("q", b"stuck").await;
@@ -342,7 +354,10 @@ async fn too_many_requests_with_retry_after_waits_that_long_and_a_timeout_is_ret
     let busy: Vec<&Received> = received.iter().filter(|r| r.body == "busy").collect();
     assert_eq!(busy.len(), 2);
     let gap = busy[1].at - busy[0].at;
-    assert!(gap >= Duration::from_secs(1) && gap < Duration::from_secs(3), "Retry-After: 1 honoured: {gap:?}");
+    assert!(
+        gap >= Duration::from_secs(2) && gap < Duration::from_secs(4),
+        "Retry-After: 2 honoured although backoff_max is 500 ms: {gap:?}"
+    );
     let stuck: Vec<&Received> = received.iter().filter(|r| r.body == "stuck").collect();
     assert_eq!(stuck.len(), 2, "a delivery the app did not answer in request_timeout is sent again");
     assert!(stuck[1].at - stuck[0].at >= Duration::from_millis(500));

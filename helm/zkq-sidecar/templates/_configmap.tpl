@@ -89,6 +89,9 @@ max_deliveries = {{ int64 $q.max_deliveries }}
 {{- if $q.dead_letter }}
 dead_letter = {{ toString $q.dead_letter | toJson }}
 {{- end }}
+{{- if $q.idempotency_window }}
+idempotency_window = {{ toString $q.idempotency_window | toJson }}
+{{- end }}
 {{- with $q.push }}
 {{- $p := . }}
 

@@ -56,6 +56,8 @@ struct Prepared {
     counter: String,
     /// The leased node's data (one item) and its version after the claim.
     data: Vec<u8>,
+    /// The node's creation time (`ctime`, epoch ms), from the read the claim is based on.
+    created_at_ms: i64,
     data_version: i32,
     count: u32,
     body: Vec<u8>,
@@ -370,6 +372,7 @@ impl Queue {
             claim_id,
             counter,
             data,
+            created_at_ms: stat.ctime,
             data_version,
             count,
             body,
@@ -381,8 +384,19 @@ impl Queue {
     /// Books a claim that applied: the lease goes into the table, a split node's other items
     /// into the cache, and the client gets the message and its receipt.
     fn grant_lease(&self, zk: &Zk, prepared: Prepared, visibility: Duration) -> (Message, LeaseGrant) {
-        let Prepared { candidate, lock, claim_id, counter, data, data_version, count, body, split_items, .. } =
-            prepared;
+        let Prepared {
+            candidate,
+            lock,
+            claim_id,
+            counter,
+            data,
+            created_at_ms,
+            data_version,
+            count,
+            body,
+            split_items,
+            ..
+        } = prepared;
         for item in split_items {
             self.cache.insert_local(item);
         }
@@ -391,8 +405,12 @@ impl Queue {
             let mut state = self.leases.lock();
             self.leases.issue(&mut state, zk.session_id())
         };
-        let grant =
-            LeaseGrant { receipt: receipt::format(zk.session_id(), token), expires_at_ms, delivery_count: count };
+        let grant = LeaseGrant {
+            receipt: receipt::format(zk.session_id(), token),
+            expires_at_ms,
+            delivery_count: count,
+            created_at_ms,
+        };
         let message = Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone() };
         let lease = Lease {
             item: candidate,

@@ -51,6 +51,10 @@ pub struct LeaseGrant {
     pub receipt: String,
     pub expires_at_ms: i64,
     pub delivery_count: u32,
+    /// When the message's node was created (ZooKeeper's `ctime`, epoch ms, by the server's clock):
+    /// its put, or for an item split from a Curator `putMulti` node, the split. The same on every
+    /// delivery of the node.
+    pub created_at_ms: i64,
 }
 
 /// What a nack does with the message.
