@@ -45,7 +45,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq 1 100); do
-  [ "$( (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf ruok >&3 && cat <&3) 2>/dev/null)" = imok ] && break
+  [ "$(zk_four_letter "$port" ruok)" = imok ] && break
   kill -0 "$zk_pid" 2>/dev/null || { echo "ZooKeeper failed to start; see $dir/server.log" >&2; exit 1; }
   sleep 0.2
 done

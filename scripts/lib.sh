@@ -22,6 +22,14 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# Prints a ZooKeeper server's answer to a four-letter word (e.g. `ruok`) on 127.0.0.1:PORT, or
+# nothing, within 2 seconds. Bounded because ZooKeeper 3.8.0 can leave the command's socket open
+# forever: a command that arrives while the server still loads its database fails to close it (a
+# NullPointerException in ServerCnxn.cleanupWriterSocket), so a plain read would never end.
+zk_four_letter() {
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "%s" "$2" >&3 && cat <&3' _ "$1" "$2" 2>/dev/null
+}
+
 # The JVM classpath of Debian's ZooKeeper server.
 zookeeper_classpath() {
   local jars=(zookeeper zookeeper-jute slf4j-api slf4j-simple netty-handler netty-common netty-buffer

@@ -124,6 +124,57 @@ async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
     assert!(http.get(format!("http://{admin}/livez")).send().await.is_err(), "zkq left running");
 }
 
+/// dev.sh's readiness probe (`zk_four_letter` in scripts/lib.sh) always ends, also when it reaches
+/// ZooKeeper in the moment between its port opening and its database existing: ZooKeeper 3.8.0
+/// then fails to close a four-letter command's socket (a NullPointerException in
+/// `ServerCnxn.cleanupWriterSocket`), and a probe that read until the server closed the socket
+/// waited forever, so dev.sh never started zkq. The moment is short: 8 probes at a time keep
+/// arriving while the server starts (the old probe hung in 3 of 4 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_sh_readiness_probe_ends_while_zookeeper_starts() {
+    use std::time::{Duration, Instant};
+    let zk = std::sync::Arc::new(crate::harness::ZkServer::start());
+    zk.stop();
+    let port = zk.connect_string().rsplit(':').next().expect("port").to_owned();
+    let restarting = {
+        let zk = zk.clone();
+        tokio::task::spawn_blocking(move || zk.restart())
+    };
+    let script =
+        format!("source '{}'; zk_four_letter {port} ruok", crate::harness::repo_file("scripts/lib.sh").display());
+    let probe =
+        || Command::new("bash").arg("-c").arg(&script).stdout(std::process::Stdio::piped()).spawn().expect("bash");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut running: Vec<(std::process::Child, Instant)> = Vec::new();
+    let (mut probes, mut answered) = (0, false);
+    while !answered || !running.is_empty() {
+        assert!(Instant::now() < deadline, "ZooKeeper never answered imok to {probes} probes");
+        while !answered && running.len() < 8 {
+            running.push((probe(), Instant::now()));
+            probes += 1;
+        }
+        let mut still = Vec::new();
+        for (mut child, started) in running {
+            match child.try_wait().expect("probe status") {
+                Some(_) => {
+                    let mut answer = String::new();
+                    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut answer)
+                        .expect("read");
+                    answered |= answer == "imok";
+                },
+                None if started.elapsed() > Duration::from_secs(30) => {
+                    let _ = child.kill();
+                    panic!("a probe of ZooKeeper's ruok did not end within 30 s ({probes} probes sent)");
+                },
+                None => still.push((child, started)),
+            }
+        }
+        running = still;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    restarting.await.expect("restart");
+}
+
 /// Kills a process group when dropped, so a failing test leaves nothing running.
 struct GroupGuard(u32);
 
