@@ -31,7 +31,9 @@ pub enum ZookeeperErrors {
     /// ZooKeeper refused the request (`zookeeper_refused`): an ACL that does not allow zkq, a quota
     #[response(status = 502)]
     Refused(ErrorBody),
-    /// ZooKeeper did not answer in time: for a write, the outcome is unknown (`outcome_unknown`)
+    /// ZooKeeper did not answer in time: for a write, the outcome is unknown (`outcome_unknown`); for
+    /// a put with an `Idempotency-Key`, also a stored message whose name could not be written into
+    /// the key's record in time. Retry a put with the same key, a lease step with the same receipt
     #[response(status = 504)]
     OutcomeUnknown(ErrorBody),
 }
