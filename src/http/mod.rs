@@ -375,6 +375,31 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// `status` label of a request whose client left before it was answered (nginx's "client closed
+/// request"). Work the request already started still finishes: every write runs on a background
+/// task, not on the request's future.
+pub const ABANDONED_STATUS: &str = "499";
+
+/// Counts a request as abandoned when it is dropped before it was answered.
+struct Abandoned<'a> {
+    metrics: &'a Metrics,
+    route: &'a str,
+    method: &'static str,
+    request_id: &'a str,
+    answered: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.metrics.http_requests.with_label_values(&[self.route, self.method, ABANDONED_STATUS]).inc();
+        tracing::debug!(request = %self.request_id, method = %self.method, route = %self.route,
+            "the client left before the answer");
+    }
+}
+
 /// Counts and times every request by route template (never the raw path: bounded labels), and
 /// answers the [`refusal`]s before the handler runs. One middleware for all of it: each
 /// middleware boxes the rest of the stack's future, and a waiting long-poll holds every box.
@@ -386,6 +411,9 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
     // Set (kept or made) by the request-id layer; every log line of the request carries it.
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let span = tracing::info_span!("request", id = %request_id, %method, %route);
+    let metrics = &guard.state.metrics;
+    // Counted as 499 if the client gives up before the answer (hyper then drops this future).
+    let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
     let response = match refusal(&guard, &route, &request) {
         Ok(permit) => {
             let response = next.run(request).instrument(span).await;
@@ -394,8 +422,8 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         },
         Err(refused) => refused.into_response(),
     };
+    abandoned.answered = true;
     let status = response.status();
-    let metrics = &guard.state.metrics;
     metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
     metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
     if status == StatusCode::INTERNAL_SERVER_ERROR {

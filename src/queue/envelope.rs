@@ -20,6 +20,12 @@ pub fn encode<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     out
 }
 
+/// The length of [`encode`]'s output for items of these lengths: the version and the end
+/// marker, then an opcode and a length before each item.
+pub fn encoded_len(item_lens: impl IntoIterator<Item = usize>) -> usize {
+    VERSION.len() + 1 + item_lens.into_iter().map(|len| 1 + 4 + len).sum::<usize>()
+}
+
 /// Why a node's data is not Curator's envelope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {

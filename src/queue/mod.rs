@@ -8,6 +8,7 @@ mod idempotency;
 mod lease;
 pub(crate) mod names;
 mod ops;
+mod split;
 pub mod survey;
 mod take;
 

@@ -77,8 +77,22 @@ pub fn is_split(name: &str) -> bool {
 /// `name`. Curator orders `{name}-0001` right after `{name}` and before the next sequence, for
 /// every kind (the sequence and delay fields keep their places); the index has one width per
 /// node so the split items keep their order.
+#[cfg(test)]
 pub fn split_name(name: &str, index: usize, count: usize) -> String {
-    let width = count.to_string().len().max(4);
+    split_name_with_width(name, index, split_width(count))
+}
+
+/// The width of the split indexes of a node split in one transaction into `count` items.
+pub fn split_width(count: usize) -> usize {
+    count.to_string().len().max(4)
+}
+
+/// The widest split index: the width zkq gives every split of a node it splits in more than one
+/// transaction, so that they sort in item order whatever was left in the node at each step.
+pub const WIDEST_SPLIT_INDEX: usize = 9;
+
+/// The name of item `index` split off node `name`, the index padded to `width` digits.
+pub fn split_name_with_width(name: &str, index: usize, width: usize) -> String {
     format!("{name}-{index:0width$}")
 }
 

@@ -26,8 +26,8 @@ use super::claims::{ClaimMarkers, Outcome};
 use super::lease::{LeaseClaim, LeaseGrant};
 use super::names::{self, ItemName};
 use super::ops::Message;
-use super::{Queue, QueueError, envelope};
-use crate::config::QueueKind;
+use super::split::Fit;
+use super::{Queue, QueueError};
 use crate::metrics::GaugeGuard;
 use crate::zk::{ConnectionState, MAX_BATCH_BYTES, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
@@ -239,13 +239,19 @@ impl Queue {
                 continue;
             }
             match read {
-                Some(Ok((data, _))) if !chosen.is_empty() && txn_bytes + data.len() > MAX_BATCH_BYTES => {
-                    back.push(candidate);
-                },
                 Some(Ok((data, stat))) => match self.items_of(&candidate.name, &data) {
                     Some(items) => {
+                        let rest = items.get(1..).unwrap_or_default();
+                        let (ops, _) = self.take_ops(&candidate.name, rest, stat.version);
+                        let cost = zk.request_bytes(&ops);
+                        // A node too large to share a transaction is left to a take of its own
+                        // (which splits it to fit, see `split.rs`).
+                        if txn_bytes + cost > MAX_BATCH_BYTES {
+                            back.push(candidate);
+                            continue;
+                        }
                         bytes += items.first().map_or(0, Vec::len);
-                        txn_bytes += data.len() + 64;
+                        txn_bytes += cost;
                         chosen.push((candidate, items, stat.version));
                     },
                     None => self.cache.claim_ended(&candidate.name),
@@ -272,16 +278,9 @@ impl Queue {
             let mut splits = Vec::with_capacity(chosen.len());
             for (candidate, items, version) in &chosen {
                 let start = ops.len();
-                let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
-                if let Some(lock) = &lock {
-                    ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
-                }
-                let (split_ops, split_items) = self.split_ops(&candidate.name, items.get(1..).unwrap_or_default());
-                ops.extend(split_ops);
-                ops.push(TxnOp::Delete { path: format!("{}/{}", self.path, candidate.name), version: Some(*version) });
-                if let Some(lock) = lock {
-                    ops.push(TxnOp::Delete { path: lock, version: None });
-                }
+                let (take_ops, split_items) =
+                    self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), *version);
+                ops.extend(take_ops);
                 spans.push(start..ops.len());
                 splits.push(split_items);
             }
@@ -501,10 +500,22 @@ impl Queue {
     /// our delete, because both are one atomic step.
     async fn claim(self: &Arc<Self>, zk: &Zk, candidate: &ItemName, caller: &Caller) -> Result<Claim, ZkError> {
         let item_path = format!("{}/{}", self.path, candidate.name);
-        let (data, stat) = match zk.get_data(&item_path).await {
+        let read = match zk.get_data(&item_path).await {
             Ok(found) => found,
             Err(ZkError::NoNode) => return Ok(Claim::Gone),
             Err(err) => return Err(err),
+        };
+        let marker = self.markers.next(zk);
+        let marker_op = ClaimMarkers::create_op(&marker);
+        let claim_bytes = |items: &[Vec<u8>], version| {
+            let (ops, _) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), version);
+            zk.request_bytes(std::iter::once(&marker_op).chain(&ops))
+        };
+        let (data, stat) = match self.fit_for_claim(zk, &candidate.name, read, claim_bytes).await? {
+            Fit::Ready(data, stat) => (data, stat),
+            Fit::Gone => return Ok(Claim::Gone),
+            Fit::Locked => return Ok(Claim::Locked),
+            Fit::Unsplittable => return Ok(Claim::Undecodable),
         };
         let Some(mut items) = self.items_of(&candidate.name, &data) else {
             return Ok(Claim::Undecodable);
@@ -513,18 +524,9 @@ impl Queue {
             return Ok(Claim::Abandoned);
         }
         let first = items.remove(0);
-        let marker = self.markers.next(zk);
         let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{}", candidate.name));
-        let (split_ops, split_items) = self.split_ops(&candidate.name, &items);
-        let mut ops = vec![ClaimMarkers::create_op(&marker)];
-        if let Some(lock) = &lock {
-            ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
-        }
-        ops.extend(split_ops);
-        ops.push(TxnOp::Delete { path: item_path.clone(), version: Some(stat.version) });
-        if let Some(lock) = &lock {
-            ops.push(TxnOp::Delete { path: lock.clone(), version: None });
-        }
+        let (take_ops, split_items) = self.take_ops(&candidate.name, &items, stat.version);
+        let ops: Vec<TxnOp> = std::iter::once(marker_op).chain(take_ops).collect();
         let message = Message { message_id: candidate.name.clone(), body: first, meta: candidate.meta.clone() };
         let applied = match self.apply_txn(zk, &ops, &self.claim_parents(lock.is_some())).await.map_err(|e| e.error) {
             // The answer was lost: only our marker can say whether the claim applied (the node
@@ -560,42 +562,23 @@ impl Queue {
         Ok(Claim::Taken(message))
     }
 
-    /// The creates that split the remaining items of a Curator putMulti node into single-item
-    /// nodes (Curator's envelope, names that sort right after the node: `names::split_name`), so
-    /// that each later item costs one small node instead of a rewrite of the whole node. They run
-    /// in the transaction that claims the first item.
-    pub(super) fn split_ops(&self, name: &str, rest: &[Vec<u8>]) -> (Vec<TxnOp>, Vec<ItemName>) {
-        let mut ops = Vec::with_capacity(rest.len());
-        let mut split = Vec::with_capacity(rest.len());
-        for (index, item) in rest.iter().enumerate() {
-            let split_name = names::split_name(name, index + 1, rest.len());
-            ops.push(TxnOp::Create {
-                path: format!("{}/{split_name}", self.path),
-                data: envelope::encode([item.as_slice()]),
-                mode: NodeMode::Persistent,
-            });
-            split.extend(names::parse(self.kind, &split_name));
+    /// The operations that take node `name` at `version` whose items after the first are `rest`:
+    /// Curator's lock created and deleted around the delete (when the queue has a lock path), and
+    /// the creates that split `rest` off; and the split items. A claim sends them after its
+    /// marker's create.
+    fn take_ops(&self, name: &str, rest: &[Vec<u8>], version: i32) -> (Vec<TxnOp>, Vec<ItemName>) {
+        let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
+        let (split_ops, split_items) = self.split_ops(name, rest, version);
+        let mut ops = Vec::with_capacity(split_ops.len() + 3);
+        if let Some(lock) = &lock {
+            ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
         }
-        (ops, split)
-    }
-
-    /// The items of a node read for a claim; `None` (logged once, counted) when it is not a
-    /// Curator envelope or holds no item.
-    pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
-        if self.kind == QueueKind::Simple {
-            return Some(vec![data.to_vec()]);
+        ops.extend(split_ops);
+        ops.push(TxnOp::Delete { path: format!("{}/{name}", self.path), version: Some(version) });
+        if let Some(lock) = lock {
+            ops.push(TxnOp::Delete { path: lock, version: None });
         }
-        match envelope::decode(data) {
-            Ok(items) if !items.is_empty() => Some(items),
-            decoded => {
-                if self.cache.mark_undecodable(name) {
-                    let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
-                    tracing::warn!(queue = %self.name, node = %name, reason = %why,
-                        "skipping a queue node that is not a Curator envelope (left in place)");
-                }
-                None
-            },
-        }
+        (ops, split_items)
     }
 
     /// Parent directories a claim transaction may find missing, by operation index: the marker

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 
 use super::ZkError;
+use super::wire::{MAX_REQUEST_BYTES, RequestSizer};
 use crate::metrics::Metrics;
 
 /// The parts of a znode's `Stat` that zkq uses.
@@ -167,6 +168,8 @@ pub struct Zk {
     metrics: Arc<Metrics>,
     /// The ACL of every node this session creates.
     acl: Arc<[zkc::Acl]>,
+    /// How large the requests of this session are on the wire (its ACL, its chroot).
+    sizer: RequestSizer,
 }
 
 impl std::fmt::Debug for Zk {
@@ -183,7 +186,21 @@ impl Zk {
         metrics: Arc<Metrics>,
         acl: Arc<[zkc::Acl]>,
     ) -> Zk {
-        Zk { client, generation, request_timeout, deadline: None, metrics, acl }
+        let chroot = client.path();
+        let chroot_len = if chroot == "/" { 0 } else { chroot.len() };
+        let sizer = RequestSizer::new(acl.iter().map(|entry| (entry.scheme().len(), entry.id().len())), chroot_len);
+        Zk { client, generation, request_timeout, deadline: None, metrics, acl, sizer }
+    }
+
+    /// What one operation adds to a transaction of this session, encoded (see [`super::wire`]).
+    pub fn op_bytes(&self, op: &TxnOp) -> usize {
+        self.sizer.op_bytes(op)
+    }
+
+    /// The encoded size of a transaction of `ops` on this session: at most
+    /// [`super::MAX_REQUEST_BYTES`] may be sent.
+    pub fn request_bytes<'a>(&self, ops: impl IntoIterator<Item = &'a TxnOp>) -> usize {
+        self.sizer.multi_bytes(ops)
     }
 
     /// The same session with every call bounded by `deadline` (and by the request timeout).
@@ -307,6 +324,11 @@ impl Zk {
 
     /// Runs `ops` as one transaction: all are applied or none.
     pub async fn multi(&self, ops: &[TxnOp]) -> Result<Vec<TxnResult>, TxnError> {
+        let bytes = self.request_bytes(ops);
+        if bytes > MAX_REQUEST_BYTES {
+            // Never sent: the server would close the connection, losing every answer in flight.
+            return Err(TxnError { index: None, error: ZkError::too_large(bytes) });
+        }
         let mut writer = self.client.new_multi_writer();
         for op in ops {
             let added = match op {

@@ -36,6 +36,16 @@ pub enum ZkError {
 }
 
 impl ZkError {
+    /// A transaction zkq refused to send because it is larger than ZooKeeper reads
+    /// ([`super::MAX_REQUEST_BYTES`]): nothing was sent, and the same one will never fit.
+    pub fn too_large(bytes: usize) -> ZkError {
+        ZkError::Rejected(format!(
+            "a transaction of {bytes} bytes is larger than ZooKeeper's request limit ({} bytes, \
+             jute.maxbuffer less room for its log entry); it was not sent",
+            super::MAX_REQUEST_BYTES
+        ))
+    }
+
     /// Whether retrying later, with a new or restored session, may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, ZkError::Unavailable | ZkError::OutcomeUnknown | ZkError::SessionLost)

@@ -32,15 +32,16 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::{TxnError, TxnOp, TxnResult, Zk, ZkError};
+use super::{MAX_REQUEST_BYTES, TxnError, TxnOp, TxnResult, Zk, ZkError};
 use crate::metrics::Metrics;
 
 /// Transactions in flight at once (each may carry many units).
 pub const MAX_IN_FLIGHT: usize = 2;
 /// Operations in one transaction.
 pub const MAX_BATCH_OPS: usize = 1000;
-/// Paths and data in one transaction: half of ZooKeeper's default `jute.maxbuffer` (1 MiB), so the
-/// request with its framing stays well inside the server's limit.
+/// Encoded bytes of one transaction that carries several units: half of ZooKeeper's default
+/// `jute.maxbuffer` (1 MiB). A unit larger than this is sent alone (and must itself fit
+/// [`super::MAX_REQUEST_BYTES`]).
 pub const MAX_BATCH_BYTES: usize = 512 * 1024;
 
 /// Per operation of a unit: its rank among the transaction's identical creates (same path, same
@@ -89,17 +90,6 @@ impl std::fmt::Debug for GroupCommit {
     }
 }
 
-/// What one operation adds to a transaction's size.
-fn op_bytes(op: &TxnOp) -> usize {
-    // Path, data and a little framing per operation.
-    const FRAMING: usize = 32;
-    FRAMING
-        + match op {
-            TxnOp::Create { path, data, .. } | TxnOp::SetData { path, data, .. } => path.len() + data.len(),
-            TxnOp::Delete { path, .. } | TxnOp::Check { path, .. } => path.len(),
-        }
-}
-
 impl GroupCommit {
     pub fn new(metrics: Arc<Metrics>) -> Arc<GroupCommit> {
         Arc::new(GroupCommit { state: Mutex::new(State::default()), metrics })
@@ -133,8 +123,11 @@ impl GroupCommit {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
+        let bytes = zk.request_bytes(&ops);
+        if bytes > MAX_REQUEST_BYTES {
+            return Err(TxnError { index: None, error: ZkError::too_large(bytes) }.into());
+        }
         let (reply, answer) = oneshot::channel();
-        let bytes = ops.iter().map(op_bytes).sum();
         let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply };
         let start = {
             let mut state = self.state();

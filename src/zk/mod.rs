@@ -8,9 +8,11 @@ mod error;
 mod group;
 mod session;
 mod tls;
+mod wire;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
 pub use group::{GroupCommit, MAX_BATCH_BYTES, Refusal, Twins};
 pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
 pub use tls::{TlsFileError, TlsMaterial, TlsSettings};
+pub use wire::{JUTE_MAX_BUFFER, MAX_REQUEST_BYTES, RequestSizer};

@@ -346,3 +346,76 @@ async fn a_curator_multi_batch_is_one_node_that_curator_consumes_in_order() {
     assert!(children(&direct, &format!("{root}/queues/own")).await.is_empty());
     zkq.stop().await;
 }
+
+/// Writes one node as Curator's `putMulti` does (`PERSISTENT_SEQUENTIAL` `{queue}/queue-`, the
+/// items in Curator's envelope) and answers its name.
+async fn put_multi_node(client: &zookeeper_client::Client, queue_path: &str, items: &[Vec<u8>]) -> String {
+    let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let data = zkq::queue::envelope::encode(items.iter().map(Vec::as_slice));
+    let (_, sequence) = client.create(&format!("{queue_path}/queue-"), &data, &options).await.expect("create");
+    format!("queue-{sequence}")
+}
+
+/// The 100-byte item `i` of a large putMulti node.
+fn item(i: usize) -> Vec<u8> {
+    format!("{i:0100}").into_bytes()
+}
+
+/// A Curator putMulti node of 8,000 × 100-byte items (840 KB, under ZooKeeper's 1 MiB) whose
+/// split would be a 1.5 MB transaction: zkq makes it smaller in steps that each fit ZooKeeper's
+/// request limit, then hands out every item once, in order, by takes and by leases, without its
+/// connection ever being closed by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_multi_node_too_large_to_split_in_one_transaction_is_consumed_in_order() {
+    use base64::Engine;
+    const ITEMS: usize = 8000;
+    let zk = ZkServer::shared();
+    let root = unique_root("huge-multi");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"first").await;
+    assert_eq!(zkq.take_body("q", "5s").await.as_deref(), Some(&b"first"[..]), "the queue exists and is empty");
+    let client = zk_client(zk).await;
+    let queue_path = format!("{root}/queues/q");
+    let items: Vec<Vec<u8>> = (0..ITEMS).map(item).collect();
+    put_multi_node(&client, &queue_path, &items[..ITEMS / 2]).await;
+    put_multi_node(&client, &queue_path, &items[ITEMS / 2..]).await;
+    let huge: Vec<Vec<u8>> = (ITEMS..2 * ITEMS).map(item).collect();
+    put_multi_node(&client, &queue_path, &huge).await;
+
+    // The first node by takes of many, the second by leases of many and batch acks, the third
+    // (8,000 items in one node) by both.
+    let mut got = Vec::new();
+    while got.len() < 2 * ITEMS {
+        let leasing = got.len() >= ITEMS / 2 && got.len() < ITEMS || got.len() >= ITEMS + ITEMS / 2;
+        let verb = if leasing { "leases?max=100&visibility=60s&wait=5s" } else { "take?max=100&wait=5s" };
+        let response = zkq.http.post(zkq.url(&format!("/v1/queues/q/{verb}"))).send().await.expect("consume");
+        assert_eq!(response.status(), 200, "{verb} after {} items: {:?}", got.len(), response.text().await);
+        let batch: serde_json::Value = response.json().await.expect("json");
+        let messages = batch["messages"].as_array().expect("messages");
+        assert!(!messages.is_empty(), "{batch}");
+        let mut receipts = Vec::new();
+        for message in messages {
+            let body = base64::engine::general_purpose::STANDARD.decode(message["body"].as_str().expect("body"));
+            got.push(String::from_utf8(body.expect("base64")).expect("ascii"));
+            if let Some(receipt) = message["lease"].as_str() {
+                receipts.push(receipt.to_owned());
+            }
+        }
+        if !receipts.is_empty() {
+            let acked = zkq.http.post(zkq.url("/v1/queues/q/acks")).json(&serde_json::json!({ "leases": receipts }));
+            let acked: serde_json::Value = acked.send().await.expect("acks").json().await.expect("json");
+            assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
+        }
+    }
+    let expected: Vec<String> = (0..2 * ITEMS).map(|i| String::from_utf8(item(i)).expect("ascii")).collect();
+    assert!(
+        got == expected,
+        "every item once, in put order ({} got, first difference at {:?})",
+        got.len(),
+        got.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+    assert_eq!(zkq.take("q", "0").await.status(), 204, "nothing is left");
+    let metrics = zkq.metrics().await;
+    assert_eq!(metric_value(&metrics, "zkq_zookeeper_reconnects_total"), Some(0.0), "the connection was never lost");
+    zkq.stop().await;
+}

@@ -8,6 +8,7 @@
     reason = "tests drive ZooKeeper and read their environment directly"
 )] // a failed expectation is a failed test
 
+mod abandoned;
 mod batch;
 mod cache;
 mod chaos;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::names::ItemName;
+use super::super::split::Fit;
 use super::super::take::{Caller, Delivery, Pause};
 use super::super::{Message, Queue, envelope};
 use super::{
@@ -44,6 +45,16 @@ const LOCK_OP: usize = 0;
 const CHECK_OP: usize = 1;
 const COUNT_OP: usize = 2;
 
+/// What a lease's claim writes besides the node: its lock and the delivery count.
+struct LeaseOps<'a> {
+    lock: &'a str,
+    claim_id: &'a [u8],
+    counter: &'a str,
+    /// The new delivery count, and the version of the count node read (`None`: none yet).
+    count: u32,
+    counter_version: Option<i32>,
+}
+
 /// What a read of a candidate (its node, then its delivery count) gave.
 type Read = Option<Result<(Vec<u8>, NodeStat), ZkError>>;
 
@@ -65,19 +76,6 @@ struct Prepared {
     split_items: Vec<ItemName>,
 }
 
-impl Prepared {
-    /// About how many bytes its operations add to a transaction.
-    fn txn_bytes(&self) -> usize {
-        self.ops
-            .iter()
-            .map(|op| match op {
-                TxnOp::Create { path, data, .. } | TxnOp::SetData { path, data, .. } => path.len() + data.len() + 32,
-                TxnOp::Delete { path, .. } | TxnOp::Check { path, .. } => path.len() + 32,
-            })
-            .sum()
-    }
-}
-
 impl Queue {
     /// Tries to lease `candidate` for `visibility`.
     pub(in crate::queue) async fn claim_lease(
@@ -95,7 +93,30 @@ impl Queue {
         let item_path = format!("{}/{}", self.path, candidate.name);
         let counter = self.counter_path(&candidate.name);
         let mut read = zk.get_data_many(&[&item_path, &counter]).await?.into_iter();
-        let prepared = match self.prepare_lease(zk, &lock_dir, candidate, read.next(), read.next()).await? {
+        let (item, count) = (read.next(), read.next());
+        // A putMulti node whose split would not fit one request is made smaller first.
+        let item = match item {
+            Some(Ok(found)) => {
+                let (lock, counter) = (format!("{lock_dir}/{}", candidate.name), self.counter_path(&candidate.name));
+                let counter_version = match &count {
+                    Some(Ok((_, stat))) => Some(stat.version),
+                    _ => None,
+                };
+                let claim_id = self.leases.claim_id(zk);
+                let claim = LeaseOps { lock: &lock, claim_id: &claim_id, counter: &counter, count: 0, counter_version };
+                let claim_bytes = |items: &[Vec<u8>], version| {
+                    zk.request_bytes(&self.lease_ops(&claim, &candidate.name, items, version).0)
+                };
+                match self.fit_for_claim(zk, &candidate.name, found, claim_bytes).await? {
+                    Fit::Ready(data, stat) => Some(Ok((data, stat))),
+                    Fit::Gone => return Ok(LeaseClaim::Gone),
+                    Fit::Locked => return Ok(LeaseClaim::Locked),
+                    Fit::Unsplittable => return Ok(LeaseClaim::Undecodable),
+                }
+            },
+            other => other,
+        };
+        let prepared = match self.prepare_lease(zk, &lock_dir, candidate, item, count).await? {
             Ok(prepared) => prepared,
             Err(claim) => return Ok(claim),
         };
@@ -186,12 +207,14 @@ impl Queue {
                 continue;
             }
             match self.prepare_lease(&zk, &lock_dir, &candidate, item, count).await {
-                Ok(Ok(prepared)) if !chosen.is_empty() && txn_bytes + prepared.txn_bytes() > MAX_BATCH_BYTES => {
+                // A node too large to share a transaction is left to a lease of its own (which
+                // splits it to fit, see `split.rs`).
+                Ok(Ok(prepared)) if txn_bytes + zk.request_bytes(&prepared.ops) > MAX_BATCH_BYTES => {
                     back.push(candidate);
                 },
                 Ok(Ok(prepared)) => {
                     bytes += prepared.body.len();
-                    txn_bytes += prepared.txn_bytes();
+                    txn_bytes += zk.request_bytes(&prepared.ops);
                     chosen.push((prepared, claiming));
                 },
                 Ok(Err(claim)) => self.not_leased(&zk, candidate, claim),
@@ -317,7 +340,6 @@ impl Queue {
         item: Read,
         count: Read,
     ) -> Result<Result<Prepared, LeaseClaim>, ZkError> {
-        let item_path = format!("{}/{}", self.path, candidate.name);
         let counter = self.counter_path(&candidate.name);
         let (data, stat) = match item {
             Some(Ok(found)) => found,
@@ -342,28 +364,13 @@ impl Queue {
         };
         let claim_id = self.leases.claim_id(zk);
         let lock = format!("{lock_dir}/{}", candidate.name);
-        // A Curator putMulti node is split on first touch: the leased node keeps the first item,
-        // the others become nodes of their own right behind it.
-        let (split_ops, split_items) = self.split_ops(&candidate.name, items.get(1..).unwrap_or_default());
-        let (data, data_version, check) = if split_ops.is_empty() {
-            (data, stat.version, TxnOp::Check { path: item_path, version: stat.version })
-        } else {
-            let first = envelope::encode(items.first().map(Vec::as_slice));
-            let check = TxnOp::SetData { path: item_path, data: first.clone(), version: Some(stat.version) };
-            (first, stat.version + 1, check)
+        let claim = LeaseOps { lock: &lock, claim_id: &claim_id, counter: &counter, count, counter_version };
+        let (ops, split_items, rewritten) = self.lease_ops(&claim, &candidate.name, &items, stat.version);
+        // The leased node's data and version once the claim applied.
+        let (data, data_version) = match rewritten {
+            Some(first) => (first, stat.version + 1),
+            None => (data, stat.version),
         };
-        let count_op = match counter_version {
-            Some(version) => {
-                TxnOp::SetData { path: counter.clone(), data: counter_bytes(count), version: Some(version) }
-            },
-            None => TxnOp::Create { path: counter.clone(), data: counter_bytes(count), mode: NodeMode::Persistent },
-        };
-        let mut ops = vec![
-            TxnOp::Create { path: lock.clone(), data: claim_id.clone(), mode: NodeMode::Ephemeral },
-            check,
-            count_op,
-        ];
-        ops.extend(split_ops);
         items.truncate(1);
         let body = items.pop().unwrap_or_default();
         Ok(Ok(Prepared {
@@ -379,6 +386,42 @@ impl Queue {
             ops,
             split_items,
         }))
+    }
+
+    /// The operations that lease node `name` at `version` holding `items`: the lock with its
+    /// claim id, the version check (for a putMulti node, the rewrite that keeps only the first
+    /// item), the delivery count, and the creates that split the other items off right behind
+    /// it; the split items; and the leased node's new data when it is rewritten.
+    fn lease_ops(
+        &self,
+        claim: &LeaseOps<'_>,
+        name: &str,
+        items: &[Vec<u8>],
+        version: i32,
+    ) -> (Vec<TxnOp>, Vec<ItemName>, Option<Vec<u8>>) {
+        let item_path = format!("{}/{name}", self.path);
+        let (split_ops, split_items) = self.split_ops(name, items.get(1..).unwrap_or_default(), version);
+        let (check, rewritten) = if split_ops.is_empty() {
+            (TxnOp::Check { path: item_path, version }, None)
+        } else {
+            let first = envelope::encode(items.first().map(Vec::as_slice));
+            (TxnOp::SetData { path: item_path, data: first.clone(), version: Some(version) }, Some(first))
+        };
+        let (counter, data) = (claim.counter.to_owned(), counter_bytes(claim.count));
+        let count_op = match claim.counter_version {
+            Some(version) => TxnOp::SetData { path: counter, data, version: Some(version) },
+            None => TxnOp::Create { path: counter, data, mode: NodeMode::Persistent },
+        };
+        let mut ops = Vec::with_capacity(split_ops.len() + 3);
+        ops.push(TxnOp::Create {
+            path: claim.lock.to_owned(),
+            data: claim.claim_id.to_vec(),
+            mode: NodeMode::Ephemeral,
+        });
+        ops.push(check);
+        ops.push(count_op);
+        ops.extend(split_ops);
+        (ops, split_items, rewritten)
     }
 
     /// Books a claim that applied: the lease goes into the table, a split node's other items

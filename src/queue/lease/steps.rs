@@ -10,8 +10,11 @@
 //! Ack and nack(delete) are one completion path: remove the message, the lock and the count (a
 //! leased node always holds one item: a Curator putMulti node is split when it is leased).
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::super::names::{self, ItemMeta};
@@ -55,8 +58,54 @@ const LOCK_GONE: &str = "its ZooKeeper session ended, and its lock with it";
 
 impl Queue {
     /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
-    /// can be retried with the same receipt.
-    pub async fn ack(&self, receipt_text: &str) -> Result<(), QueueError> {
+    /// can be retried with the same receipt. Runs to its end whether or not the caller still
+    /// waits (see [`Queue::detached`]).
+    pub async fn ack(self: &Arc<Self>, receipt_text: &str) -> Result<(), QueueError> {
+        let receipt_text = receipt_text.to_owned();
+        self.detached(move |queue| async move { queue.ack_now(&receipt_text).await }).await
+    }
+
+    /// Nack: the consumer failed. `delay` postpones the next delivery. Runs to its end whether or
+    /// not the caller still waits.
+    pub async fn nack(self: &Arc<Self>, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+        let receipt_text = receipt_text.to_owned();
+        self.detached(move |queue| async move { queue.nack_now(&receipt_text, mode, delay).await }).await
+    }
+
+    /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms). Runs to its
+    /// end whether or not the caller still waits.
+    pub async fn extend(self: &Arc<Self>, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
+        let receipt_text = receipt_text.to_owned();
+        self.detached(move |queue| async move { queue.extend_now(&receipt_text, visibility).await }).await
+    }
+
+    /// Runs a lease step on the queue's background tracker and hands its answer to the caller.
+    /// A client may give up on any request: hyper then drops the handler's future, and a step
+    /// run inside it would stop between its transaction and its bookkeeping, so that the applied
+    /// step is forgotten and its retry told "delivered again". Run apart, the step always
+    /// finishes and is recorded (the lease ended, its completion remembered, the metrics
+    /// counted), and a retry learns the truth. Shutdown waits for the tracker.
+    async fn detached<T, F, Fut>(self: &Arc<Self>, step: F) -> Result<T, QueueError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Queue>) -> Fut,
+        Fut: Future<Output = Result<T, QueueError>> + Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let work = step(self.clone());
+        // The step's log lines still carry the request's id.
+        let span = tracing::Span::current();
+        self.background.spawn(tracing::Instrument::instrument(
+            async move {
+                // The caller may have left: the step is done and recorded all the same.
+                let _ = answer.send(work.await);
+            },
+            span,
+        ));
+        answered.await.unwrap_or(Err(QueueError::ShuttingDown))
+    }
+
+    async fn ack_now(&self, receipt_text: &str) -> Result<(), QueueError> {
         let result = match self.open_lease(receipt_text) {
             Ok(token) => self.run_step(token, Step::Ack).await,
             Err(err) => Err(err),
@@ -64,8 +113,7 @@ impl Queue {
         self.as_retry_of(receipt_text, Step::Ack, result)
     }
 
-    /// Nack: the consumer failed. `delay` postpones the next delivery.
-    pub async fn nack(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+    async fn nack_now(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
         let step = Step::Nack { mode, delay };
         let token = match self.open_lease(receipt_text) {
             Ok(token) => token,
@@ -94,8 +142,7 @@ impl Queue {
         Ok(())
     }
 
-    /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms).
-    pub async fn extend(&self, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
+    async fn extend_now(&self, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
         let token = self.open_lease(receipt_text)?;
         let turn = self.lease_snapshot(token)?.turn;
         let _turn = turn.lock().await;

@@ -1,0 +1,145 @@
+//! Clients that give up: a request whose client leaves while ZooKeeper is slow to answer must
+//! still finish what it started and record it, and a retry must learn the truth.
+//!
+//! Each test holds the step's transaction at the fault proxy, lets the client leave (the
+//! request is counted as `zkq_http_requests_total{status="499"}` once hyper dropped its
+//! handler), then lets ZooKeeper answer.
+
+use std::time::Duration;
+
+use zkq::config::Config;
+
+use crate::harness::*;
+use crate::proxy::{Fault, ZkProxy, op};
+
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(30);
+
+/// Config of the zkq behind the proxy: a long session, so a held request keeps the session.
+fn config_via(proxy: &ZkProxy, root: &str) -> Config {
+    let mut config = test_config(proxy, root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config
+}
+
+/// Leases one message and answers its receipt.
+async fn lease_one(zkq: &TestZkq, queue: &str) -> String {
+    let response = zkq
+        .http
+        .post(zkq.url(&format!("/v1/queues/{queue}/leases?wait=5s&visibility=60s")))
+        .send()
+        .await
+        .expect("lease");
+    assert_eq!(response.status().as_u16(), 200, "lease");
+    response.headers()["zkq-lease"].to_str().expect("ascii").to_owned()
+}
+
+/// Requests abandoned by their client so far, by route (`status="499"`).
+async fn abandoned(zkq: &TestZkq, route: &str, method: &str) -> f64 {
+    let series = format!("zkq_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"499\"}}");
+    metric_value(&zkq.metrics().await, &series).unwrap_or(0.0)
+}
+
+/// Sends `request` with its ZooKeeper transaction held at the proxy, lets the client leave
+/// once the transaction is held, waits until zkq saw the client go, then lets ZooKeeper answer.
+async fn abandon_while_held(
+    zkq: &TestZkq,
+    proxy: &ZkProxy,
+    request: reqwest::RequestBuilder,
+    route: &str,
+    method: &str,
+) {
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let client = tokio::spawn(async move { request.send().await });
+    tokio::time::timeout(SOON, held.held()).await.expect("the step's transaction reached ZooKeeper");
+    client.abort();
+    let _ = client.await;
+    eventually(SOON, "zkq saw the client leave", || async { abandoned(zkq, route, method).await >= 1.0 }).await;
+    held.release_deliver();
+}
+
+async fn queue_children(zkq_root: &str, zk: &ZkServer, queue: &str) -> Vec<String> {
+    let direct = zk_client(zk).await;
+    children(&direct, &format!("{zkq_root}/queues/{queue}")).await
+}
+
+/// An ack whose client left while its transaction was in flight is applied and recorded: the
+/// message and its lock are gone, `zkq_messages_acked_total` counts it, and the client's retry
+/// with the same receipt answers 204 (not 409 `lease_lost` "will be delivered again").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_whose_client_left_is_applied_recorded_and_its_retry_answers_204() {
+    let zk = ZkServer::shared();
+    let root = unique_root("abandoned-ack");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_one(&zkq, "q").await;
+
+    let route = "/v1/queues/{queue}/leases/{lease}";
+    let request = zkq.http.delete(zkq.url(&format!("/v1/queues/q/leases/{receipt}")));
+    abandon_while_held(&zkq, &proxy, request, route, "DELETE").await;
+
+    eventually(SOON, "the ack applied in ZooKeeper", || async { queue_children(&root, zk, "q").await.is_empty() })
+        .await;
+    eventually(SOON, "the ack was counted", || async {
+        metric_value(&zkq.metrics().await, "zkq_messages_acked_total{queue=\"q\"}") == Some(1.0)
+    })
+    .await;
+    let retry = zkq.http.delete(zkq.url(&format!("/v1/queues/q/leases/{receipt}"))).send().await.expect("retry");
+    assert_eq!(retry.status().as_u16(), 204, "the retry of an applied ack: {:?}", retry.text().await);
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &format!("{root}/locks/q")).await.is_empty(), "no lock is left behind");
+    assert_eq!(zkq.take("q", "0").await.status().as_u16(), 204, "the acked message never comes back");
+}
+
+/// A requeueing nack whose client left is applied once: the message is back exactly once, and
+/// the retry answers 204.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_whose_client_left_is_applied_once_and_its_retry_answers_204() {
+    let zk = ZkServer::shared();
+    let root = unique_root("abandoned-nack");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_one(&zkq, "q").await;
+
+    let route = "/v1/queues/{queue}/leases/{lease}/nack";
+    let request = zkq.http.post(zkq.url(&format!("/v1/queues/q/leases/{receipt}/nack?mode=requeue")));
+    abandon_while_held(&zkq, &proxy, request, route, "POST").await;
+
+    eventually(SOON, "the nack was counted", || async {
+        metric_value(&zkq.metrics().await, "zkq_messages_nacked_total{mode=\"requeue\",queue=\"q\"}") == Some(1.0)
+    })
+    .await;
+    let url = zkq.url(&format!("/v1/queues/q/leases/{receipt}/nack?mode=requeue"));
+    let retry = zkq.http.post(url).send().await.expect("retry");
+    assert_eq!(retry.status().as_u16(), 204, "the retry of an applied nack: {:?}", retry.text().await);
+    assert_eq!(zkq.take_body("q", "5s").await.as_deref(), Some(&b"M"[..]), "the message is back");
+    assert_eq!(zkq.take("q", "0").await.status().as_u16(), 204, "and only once");
+}
+
+/// A batch ack whose client left: each ack applies, and the retried batch answers 204 for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_whose_client_left_is_applied_and_its_retry_answers_204_per_entry() {
+    let zk = ZkServer::shared();
+    let root = unique_root("abandoned-acks");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_one(&zkq, "q").await;
+
+    let body = serde_json::json!({ "leases": [receipt] });
+    let request = zkq.http.post(zkq.url("/v1/queues/q/acks")).json(&body);
+    abandon_while_held(&zkq, &proxy, request, "/v1/queues/{queue}/acks", "POST").await;
+
+    eventually(SOON, "the ack applied in ZooKeeper", || async { queue_children(&root, zk, "q").await.is_empty() })
+        .await;
+    let retry = zkq.http.post(zkq.url("/v1/queues/q/acks")).json(&body).send().await.expect("retry");
+    assert_eq!(retry.status().as_u16(), 200);
+    let answer: serde_json::Value = retry.json().await.expect("json");
+    assert_eq!(answer["results"][0]["status"], 204, "the retried entry of an applied ack: {answer}");
+    eventually(SOON, "the ack was counted", || async {
+        metric_value(&zkq.metrics().await, "zkq_messages_acked_total{queue=\"q\"}") == Some(1.0)
+    })
+    .await;
+}
