@@ -95,18 +95,42 @@ async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
     use std::os::unix::process::CommandExt;
     use std::time::Duration;
 
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let (api, admin) = (format!("127.0.0.1:{}", port()), format!("127.0.0.1:{}", port()));
+    // Port 0: the kernel picks both ports when zkq binds them, and zkq's "zkq started" log line
+    // says which. (Ports picked by the test would be free only until it let them go: while dev.sh
+    // builds the release binary, another test's server could take one and answer in its place.)
     let mut dev = Command::new(crate::harness::repo_file("scripts/dev.sh"));
-    dev.args(["--api-listen", &api, "--admin-listen", &admin])
+    dev.args(["--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .env_remove("ZKQ__ZOOKEEPER__CONNECT")
+        .env("ZKQ__LOG__FORMAT", "json")
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .process_group(0);
     let mut child = dev.spawn().expect("dev.sh starts");
     let group = child.id();
     let _cleanup = GroupGuard(group);
-    let http = reqwest::Client::new();
+    // zkq logs to standard error (dev.sh's own lines go there too, not as JSON).
+    let stderr = child.stderr.take().expect("stderr");
     // dev.sh builds the release binary first: allow for that.
+    let started = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let started = lines.by_ref().map_while(Result::ok).find_map(|line| {
+            let event: serde_json::Value = serde_json::from_str(&line).ok()?;
+            if event["message"] != "zkq started" {
+                return None;
+            }
+            Some((event["api"].as_str()?.to_owned(), event["admin"].as_str()?.to_owned()))
+        });
+        // Keep reading so zkq never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        started
+    });
+    let (api, admin) = tokio::time::timeout(Duration::from_secs(600), started)
+        .await
+        .expect("dev.sh's zkq started within 600 s")
+        .expect("join")
+        .expect("dev.sh's zkq logged where it listens");
+    let http = reqwest::Client::new();
     crate::harness::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
         let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
         async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
