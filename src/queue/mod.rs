@@ -1,7 +1,9 @@
 //! Queue semantics, without HTTP: Curator node names and envelope, the children cache and its
 //! waiters, put, take, peek and remove.
 
+mod acquire;
 mod cache;
+mod candidate;
 mod claims;
 pub mod envelope;
 mod idempotency;

@@ -3,12 +3,13 @@
 //! its lock: the lock is created and deleted in the same transaction, as a take does), drops its
 //! delivery count and creates a claim marker, the evidence should the answer be lost.
 
+use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta, ItemName};
 use super::super::{Queue, envelope, now_epoch_ms};
-use super::{DeadLetter, LeaseClaim};
+use super::DeadLetter;
 use crate::config::QueueKind;
-use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
 
 impl Queue {
     pub(super) async fn dead_letter(
@@ -19,8 +20,8 @@ impl Queue {
         version: i32,
         counter: Option<&str>,
         target: &DeadLetter,
-    ) -> Result<LeaseClaim, ZkError> {
-        let Some(lock_dir) = &self.lock_path else { return Ok(LeaseClaim::Lost) };
+    ) -> Result<Declined, ZkError> {
+        let Some(lock_dir) = &self.lock_path else { return Ok(Declined::Lost) };
         // Re-encode for the target's kind; undecodable bytes become one item, so Curator can read them.
         let items = envelope::decode(data).unwrap_or_else(|_| vec![data.to_vec()]);
         let moved = if target.kind == QueueKind::Simple {
@@ -52,6 +53,16 @@ impl Queue {
         if let Some(counter) = counter {
             ops.push(TxnOp::Delete { path: counter.to_owned(), version: None });
         }
+        if zk.request_bytes(&ops) > MAX_REQUEST_BYTES {
+            // Its copy there with its removal here would pass ZooKeeper's request limit (a node
+            // within a few hundred bytes of it, or a longer path there): left in place.
+            if self.cache.mark_undecodable(&candidate.name) {
+                tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+                    bytes = data.len(), "a message too large to move to the dead-letter queue in one transaction \
+                    is left in place");
+            }
+            return Ok(Declined::Undecodable);
+        }
         let parents = [(0, self.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
         let mut result = self.apply_txn(zk, &ops, &parents).await;
         if let Err(err) = &result
@@ -66,8 +77,8 @@ impl Queue {
         match result {
             Ok(_) => {},
             Err(err) => match (err.error, err.index) {
-                (ZkError::NodeExists, Some(1)) => return Ok(LeaseClaim::Locked),
-                (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(LeaseClaim::Lost),
+                (ZkError::NodeExists, Some(1)) => return Ok(Declined::Locked),
+                (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(Declined::Lost),
                 (ZkError::OutcomeUnknown, _) => {
                     let deadline = tokio::time::Instant::now() + self.session.request_timeout();
                     match self.markers.outcome(&marker, deadline).await {
@@ -76,7 +87,7 @@ impl Queue {
                         // Either way nothing is lost (it is here or there); a later read tells.
                         Outcome::Unknown(_) => {
                             self.cache.mark_stale();
-                            return Ok(LeaseClaim::Lost);
+                            return Ok(Declined::Lost);
                         },
                     }
                 },
@@ -88,6 +99,6 @@ impl Queue {
         self.qm.messages_dead_lettered.inc();
         tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
             "moved a message to the dead-letter queue");
-        Ok(LeaseClaim::Lost)
+        Ok(Declined::Lost)
     }
 }

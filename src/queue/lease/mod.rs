@@ -42,7 +42,7 @@ use super::{Queue, QueueError, now_epoch_ms};
 use crate::config::QueueKind;
 use crate::zk::{Zk, ZkError};
 
-pub(super) use claim::LeaseClaim;
+pub(super) use claim::LeasePrepared;
 
 /// What a client gets with a leased message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,13 +267,13 @@ impl LeaseTable {
 }
 
 /// Marks an item as being leased by this process for as long as it lives.
-struct Claiming<'a> {
+pub(super) struct Claiming<'a> {
     table: &'a LeaseTable,
     item: String,
 }
 
 impl<'a> Claiming<'a> {
-    fn begin(table: &'a LeaseTable, item: &str) -> Option<Claiming<'a>> {
+    pub(super) fn begin(table: &'a LeaseTable, item: &str) -> Option<Claiming<'a>> {
         table.lock().claiming.insert(item.to_owned()).then(|| Claiming { table, item: item.to_owned() })
     }
 }
@@ -298,7 +298,7 @@ fn epoch_ms_after(duration: Duration) -> i64 {
 
 /// Whether `lock` is the lock of claim `claim_id` on `zk`'s session, read after a sync so a
 /// lagging server cannot answer with the past. `SessionLost` when that session has ended.
-async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result<bool, ZkError> {
+pub(super) async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result<bool, ZkError> {
     match zk.sync(lock).await {
         Ok(()) | Err(ZkError::NoNode) => {},
         Err(err) => return Err(err),
@@ -336,7 +336,7 @@ impl Queue {
         Ok(())
     }
 
-    fn counter_path(&self, item: &str) -> String {
+    pub(super) fn counter_path(&self, item: &str) -> String {
         format!("{}/{}", self.deliveries_path, item)
     }
 

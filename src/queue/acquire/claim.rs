@@ -1,0 +1,387 @@
+//! The one claim pipeline, for a take and a lease of one message or of many: read the
+//! candidates, then claim them in ONE transaction.
+//!
+//! 1. One multi-read of the candidates' nodes (and, for a lease, their delivery counts).
+//! 2. Each candidate read is made ready, in order, within the byte budget and a transaction size
+//!    ZooKeeper accepts: a take removes the node (`take.rs`), a lease locks it and counts the
+//!    delivery (`lease/claim.rs`, which may move it to the dead-letter queue instead); either
+//!    splits a Curator putMulti node. The first candidate is always tried: one whose claim alone
+//!    would pass the request limit is first split to fit (`split.rs`).
+//! 3. One transaction holds every ready candidate's operations (a take's also creates a claim
+//!    marker). A candidate another consumer locked, took or changed fails it at its own
+//!    operations: it is dropped and the others are sent again.
+//! 4. A lost answer is settled for all of them at once, by one piece of evidence: a take's claim
+//!    marker, or a lease's first lock (the transaction applied all or none of its locks, and each
+//!    claim id is unique). If ZooKeeper cannot say in time, a background task settles it later:
+//!    taken messages are put back, created locks released, candidates offered again.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::super::candidate::{Declined, Read};
+use super::super::claims::{ClaimMarkers, Outcome};
+use super::super::lease::{Claiming, LeasePrepared, lock_is_ours};
+use super::super::names::ItemName;
+use super::super::split::Fit;
+use super::super::{Queue, take};
+use super::{Acquire, Caller, Delivery};
+use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
+
+/// A candidate read and ready to claim: the operations it adds to the transaction and what its
+/// claim hands out once they applied.
+enum Ready<'q> {
+    Take { candidate: ItemName, items: Vec<Vec<u8>>, ops: Vec<TxnOp>, splits: Vec<ItemName> },
+    Lease { prepared: LeasePrepared, _claiming: Claiming<'q> },
+}
+
+impl Ready<'_> {
+    fn candidate(&self) -> &ItemName {
+        match self {
+            Ready::Take { candidate, .. } => candidate,
+            Ready::Lease { prepared, .. } => &prepared.candidate,
+        }
+    }
+
+    fn ops(&self) -> &[TxnOp] {
+        match self {
+            Ready::Take { ops, .. } => ops,
+            Ready::Lease { prepared, .. } => &prepared.ops,
+        }
+    }
+
+    /// The bytes of the message it hands out.
+    fn body_len(&self) -> usize {
+        match self {
+            Ready::Take { items, .. } => items.first().map_or(0, Vec::len),
+            Ready::Lease { prepared, .. } => prepared.body.len(),
+        }
+    }
+
+    /// Which candidate's operation failed a transaction: what that says about it.
+    fn failed_at(&self, offset: usize, error: &ZkError, locking: bool) -> Option<Declined> {
+        match self {
+            Ready::Take { .. } if *error == ZkError::NodeExists && locking && offset == 0 => Some(Declined::Locked),
+            Ready::Take { .. } => Some(Declined::Lost),
+            Ready::Lease { .. } => LeasePrepared::failed_at(offset, error),
+        }
+    }
+}
+
+impl Queue {
+    /// Claims `candidates` (popped from the cache, in order) within about `byte_budget` of bodies,
+    /// the first always tried, in as few round trips as it can (see the module). Candidates not
+    /// claimed are booked (lost, gone, locked: `zkq_claims_total`) or given back to the cache.
+    /// Empty when none could be claimed; a transient error when ZooKeeper could not be asked.
+    pub(super) async fn claim_now(
+        self: &Arc<Self>,
+        zk: &Zk,
+        candidates: Vec<ItemName>,
+        byte_budget: usize,
+        how: Acquire,
+        caller: &Caller,
+    ) -> Result<Vec<Delivery>, ZkError> {
+        let lock_dir = match (how, &self.lock_path) {
+            (Acquire::Lease(_), None) => {
+                // Only a queue with a lock path can lease (checked before it gets here).
+                self.give_back(candidates);
+                return Ok(Vec::new());
+            },
+            (_, lock_dir) => lock_dir.clone(),
+        };
+        // A lease: each candidate marked as being leased by this process, so that two requests
+        // of one process never claim the same one (the second would find our own lock).
+        let mut marked = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            match how {
+                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name) {
+                    Some(claiming) => marked.push((candidate, Some(claiming))),
+                    None => self.declined(zk, candidate, Declined::Locked),
+                },
+                Acquire::Take => marked.push((candidate, None)),
+            }
+        }
+        if marked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reads_each = match how {
+            Acquire::Take => 1,
+            Acquire::Lease(_) => 2,
+        };
+        let paths: Vec<String> = marked
+            .iter()
+            .flat_map(|(c, _)| {
+                let node = format!("{}/{}", self.path, c.name);
+                match how {
+                    Acquire::Take => vec![node],
+                    Acquire::Lease(_) => vec![node, self.counter_path(&c.name)],
+                }
+            })
+            .collect();
+        let reads = match read_all(zk, &paths).await {
+            Ok(reads) => reads,
+            Err(err) => {
+                self.give_back(marked.into_iter().map(|(candidate, _)| candidate).collect());
+                return Err(err);
+            },
+        };
+        let mut reads = reads.into_iter();
+        let (mut chosen, mut back) = (Vec::new(), Vec::new());
+        let (mut bytes, mut txn_bytes) = (0usize, 0usize);
+        // Why the first candidate could not be read or readied: the answer if none is claimed.
+        let mut first_error = None;
+        for (candidate, claiming) in marked {
+            let item = reads.next();
+            let count = if reads_each == 2 { reads.next() } else { None };
+            let first = chosen.is_empty() && back.is_empty();
+            if !first && bytes >= byte_budget {
+                back.push(candidate);
+                continue;
+            }
+            match self.ready(zk, lock_dir.as_deref(), candidate.clone(), item, count, claiming, how, first).await {
+                Ok(Ok(ready)) => {
+                    let cost = zk.request_bytes(ready.ops());
+                    // A candidate too large to share a transaction is left to a claim of its own.
+                    if !chosen.is_empty() && txn_bytes + cost > MAX_BATCH_BYTES {
+                        back.push(candidate);
+                        continue;
+                    }
+                    bytes += ready.body_len();
+                    txn_bytes += cost;
+                    chosen.push(ready);
+                },
+                Ok(Err(declined)) => self.declined(zk, candidate, declined),
+                Err(err) => {
+                    if first {
+                        first_error = Some(err);
+                    }
+                    back.push(candidate);
+                },
+            }
+        }
+        self.give_back(back);
+        if let (true, Some(err)) = (chosen.is_empty(), first_error) {
+            return Err(err);
+        }
+        let locking = self.lock_path.is_some();
+        let mut delivered = Vec::with_capacity(chosen.len());
+        while !chosen.is_empty() {
+            if caller.is_closed() {
+                self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
+                return Ok(delivered);
+            }
+            // A take's claim marker: its evidence should the answer be lost.
+            let marker = matches!(how, Acquire::Take).then(|| self.markers.next(zk));
+            let mut ops: Vec<TxnOp> = marker.iter().map(|marker| ClaimMarkers::create_op(marker)).collect();
+            let mut spans = Vec::with_capacity(chosen.len());
+            for ready in &chosen {
+                let start = ops.len();
+                ops.extend(ready.ops().iter().cloned());
+                spans.push(start..ops.len());
+            }
+            let parents = match how {
+                Acquire::Take => self.claim_parents(locking),
+                Acquire::Lease(_) => {
+                    LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.deliveries_path)
+                },
+            };
+            match self.apply_txn(zk, &ops, &parents).await {
+                Ok(_) => {},
+                Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
+                    let deadline = Instant::now() + self.session.request_timeout();
+                    let outcome = match (&marker, chosen.first()) {
+                        (Some(marker), _) => self.markers.outcome(marker, deadline).await,
+                        (None, Some(Ready::Lease { prepared, .. })) => {
+                            match lock_is_ours(&zk.with_deadline(deadline), &prepared.lock, &prepared.claim_id).await {
+                                Ok(true) => Outcome::Applied,
+                                Ok(false) => Outcome::NotApplied,
+                                Err(ZkError::SessionLost) => {
+                                    self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
+                                    return Err(ZkError::SessionLost);
+                                },
+                                Err(err) => Outcome::Unknown(err),
+                            }
+                        },
+                        (None, _) => Outcome::NotApplied,
+                    };
+                    match outcome {
+                        Outcome::Applied => {},
+                        Outcome::NotApplied => {
+                            self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
+                            return Err(ZkError::Unavailable);
+                        },
+                        Outcome::Unknown(_) => {
+                            self.settle_unknown_later(zk, chosen, marker);
+                            return Ok(delivered);
+                        },
+                    }
+                },
+                Err(TxnError { index: Some(index), error })
+                    if matches!(error, ZkError::NoNode | ZkError::BadVersion | ZkError::NodeExists) =>
+                {
+                    let Some(at) = spans.iter().position(|span| span.contains(&index)) else {
+                        self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
+                        return Err(error);
+                    };
+                    let offset = index - spans.get(at).map_or(0, |span| span.start);
+                    let ready = chosen.remove(at);
+                    match ready.failed_at(offset, &error, locking) {
+                        Some(declined) => self.declined(zk, ready.candidate().clone(), declined),
+                        // Its count changed since our read: read it again with a later claim.
+                        None => self.give_back(vec![ready.candidate().clone()]),
+                    }
+                    continue;
+                },
+                Err(err) => {
+                    self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
+                    return Err(err.error);
+                },
+            }
+            if let Some(marker) = marker {
+                self.markers.applied(marker);
+            }
+            for ready in chosen.drain(..) {
+                self.cache.claim_ended(&ready.candidate().name);
+                self.qm.claim("won").inc();
+                delivered.push(self.book(zk, ready, how));
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Makes one candidate read ready to claim, or says why it will not be claimed. The first
+    /// candidate of a claim is split first if its claim alone would pass the request limit.
+    #[allow(clippy::too_many_arguments, reason = "one call site; the pipeline's state")]
+    async fn ready<'q>(
+        &'q self,
+        zk: &Zk,
+        lock_dir: Option<&str>,
+        candidate: ItemName,
+        item: Read,
+        count: Read,
+        claiming: Option<Claiming<'q>>,
+        how: Acquire,
+        first: bool,
+    ) -> Result<Result<Ready<'q>, Declined>, ZkError> {
+        let read = match item {
+            Some(Ok(read)) => read,
+            Some(Err(ZkError::NoNode)) | None => return Ok(Err(Declined::Gone)),
+            Some(Err(err)) => return Err(err),
+        };
+        let (data, stat) = if first {
+            let fitted = match (how, lock_dir) {
+                (Acquire::Lease(_), Some(lock_dir)) => {
+                    let claim = self.lease_claim_template(zk, lock_dir, &candidate.name, &count);
+                    let claim_bytes = |items: &[Vec<u8>], version| {
+                        zk.request_bytes(&claim.ops(self, &candidate.name, items, version).0)
+                    };
+                    self.fit_for_claim(zk, &candidate.name, read, claim_bytes).await?
+                },
+                _ => {
+                    let marker = ClaimMarkers::create_op(&self.markers.next(zk));
+                    let claim_bytes = |items: &[Vec<u8>], version| {
+                        let (ops, _) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), version);
+                        zk.request_bytes(std::iter::once(&marker).chain(&ops))
+                    };
+                    self.fit_for_claim(zk, &candidate.name, read, claim_bytes).await?
+                },
+            };
+            match fitted {
+                Fit::Ready(data, stat) => (data, stat),
+                Fit::Gone => return Ok(Err(Declined::Gone)),
+                Fit::Locked => return Ok(Err(Declined::Locked)),
+                Fit::Unsplittable => return Ok(Err(Declined::Undecodable)),
+            }
+        } else {
+            read
+        };
+        match (how, lock_dir, claiming) {
+            (Acquire::Lease(_), Some(lock_dir), Some(claiming)) => {
+                let prepared = self.prepare_lease(zk, lock_dir, &candidate, (data, stat), count).await?;
+                Ok(prepared.map(|prepared| Ready::Lease { prepared, _claiming: claiming }))
+            },
+            (Acquire::Lease(_), ..) => Ok(Err(Declined::Lost)),
+            (Acquire::Take, ..) => {
+                let Some(items) = self.items_of(&candidate.name, &data) else {
+                    return Ok(Err(Declined::Undecodable));
+                };
+                let (ops, splits) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), stat.version);
+                Ok(Ok(Ready::Take { candidate, items, ops, splits }))
+            },
+        }
+    }
+
+    /// Books a candidate that was not claimed.
+    pub(super) fn declined(self: &Arc<Self>, zk: &Zk, candidate: ItemName, declined: Declined) {
+        self.cache.claim_ended(&candidate.name);
+        let Some(label) = declined.label() else { return };
+        self.qm.claim(label).inc();
+        self.cache.contended();
+        if declined == Declined::Locked {
+            // Held by a consumer: offer it again when that lock goes away.
+            self.cache.watch_lock(zk, candidate, self.lock_path.as_deref());
+        }
+    }
+
+    /// Books a claim that applied: the cache and the metrics follow, and the caller gets the
+    /// message (with its lease).
+    fn book(self: &Arc<Self>, zk: &Zk, ready: Ready<'_>, how: Acquire) -> Delivery {
+        match (ready, how) {
+            (Ready::Take { candidate, items, splits, .. }, _) => {
+                self.cache.removed_local();
+                for item in splits {
+                    self.cache.insert_local(item);
+                }
+                self.qm.messages_taken.inc();
+                (take::first_message(&candidate, items), None)
+            },
+            (Ready::Lease { prepared, .. }, how) => {
+                let visibility = match how {
+                    Acquire::Lease(visibility) => visibility,
+                    Acquire::Take => std::time::Duration::ZERO,
+                };
+                self.qm.messages_leased.inc();
+                let (message, grant) = self.grant_lease(zk, prepared, visibility);
+                (message, Some(grant))
+            },
+        }
+    }
+
+    /// A claim whose outcome ZooKeeper could not tell in time, settled in the background once it
+    /// can: taken messages put back or candidates offered again (by the take's marker), created
+    /// locks released (by each lease's claim id).
+    fn settle_unknown_later(self: &Arc<Self>, zk: &Zk, chosen: Vec<Ready<'_>>, marker: Option<String>) {
+        let mut taken = Vec::new();
+        let mut leased = Vec::new();
+        for ready in chosen {
+            self.cache.claim_ended(&ready.candidate().name);
+            self.qm.claim("lost").inc();
+            match ready {
+                Ready::Take { candidate, items, .. } => {
+                    let message = take::first_message(&candidate, items);
+                    taken.push((candidate, message));
+                },
+                Ready::Lease { prepared, .. } => leased.push(prepared),
+            }
+        }
+        self.cache.contended();
+        if let Some(marker) = marker {
+            self.settle_claims_later(taken, marker);
+        }
+        if !leased.is_empty() {
+            self.release_unknown_claims_later(zk.clone(), leased);
+        }
+    }
+}
+
+/// Reads `paths` in one round trip: a plain read for one, a multi-read for more.
+async fn read_all(zk: &Zk, paths: &[String]) -> Result<Vec<Result<(Vec<u8>, NodeStat), ZkError>>, ZkError> {
+    match paths {
+        [path] => match zk.get_data(path).await {
+            Ok(read) => Ok(vec![Ok(read)]),
+            Err(ZkError::NoNode) => Ok(vec![Err(ZkError::NoNode)]),
+            Err(err) => Err(err),
+        },
+        _ => zk.get_data_many(&paths.iter().map(String::as_str).collect::<Vec<_>>()).await,
+    }
+}

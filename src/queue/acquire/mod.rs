@@ -1,0 +1,273 @@
+//! Acquiring messages, for a take and a lease alike: wait for a candidate, claim it in ZooKeeper
+//! (`claim.rs`, one pipeline for both), and hand it to the caller, or give it back.
+//!
+//! Invariants:
+//! - Nothing is handed out from memory: the cache only proposes candidates; each is confirmed by
+//!   one transaction in ZooKeeper, and a lost race moves on to the next candidate.
+//! - A take or lease never answers "empty" (204) unless a snapshot read after the request
+//!   arrived had no deliverable message; without ZooKeeper it answers 503 by
+//!   `max(wait, request timeout)`.
+//! - The acquisition runs in a task of the queue's background tracker, apart from the HTTP
+//!   request: a caller that leaves removes nothing, and a message removed (or leased) just as it
+//!   left is put back (or released). Shutdown waits for that tracker before it closes the
+//!   session.
+
+mod claim;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::lease::LeaseGrant;
+use super::names::ItemName;
+use super::ops::Message;
+use super::{Queue, QueueError};
+use crate::metrics::GaugeGuard;
+use crate::zk::ZkError;
+
+/// A message handed out, with its lease when it was leased.
+pub(super) type Delivery = (Message, Option<LeaseGrant>);
+
+/// Where the answer of an acquisition goes; closed when the HTTP client went away.
+pub(super) type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
+
+/// What kind of consumption is asked for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Acquire {
+    Take,
+    Lease(Duration),
+}
+
+impl Queue {
+    /// Removes the head message and returns it, waiting up to `wait` for one.
+    pub async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
+        Ok(self.take_many(wait, 1, usize::MAX).await?.into_iter().next())
+    }
+
+    /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
+    /// head: waits up to `wait` for the first, then takes whatever else is there at once. Empty
+    /// only when a 204 would be right for a single take.
+    pub async fn take_many(
+        self: &Arc<Self>,
+        wait: Duration,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Message>, QueueError> {
+        let acquired = self.acquire(wait, Acquire::Take, max, max_bytes).await?;
+        Ok(acquired.into_iter().map(|(message, _)| message).collect())
+    }
+
+    /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
+    /// in ZooKeeper, locked with Curator's lock node, until it is acked, nacked or expires.
+    pub async fn lease(
+        self: &Arc<Self>,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
+        Ok(self.lease_many(wait, visibility, 1, usize::MAX).await?.into_iter().next())
+    }
+
+    /// Leases up to `max` messages, like [`Queue::take_many`].
+    pub async fn lease_many(
+        self: &Arc<Self>,
+        wait: Duration,
+        visibility: Duration,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
+        self.check_leasable()?;
+        let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes).await?;
+        Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
+    }
+
+    async fn acquire(
+        self: &Arc<Self>,
+        wait: Duration,
+        how: Acquire,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        let (tx, rx) = oneshot::channel();
+        let queue = self.clone();
+        // The claim runs apart from the request; its log lines still carry the request's id.
+        let span = tracing::Span::current();
+        self.background.spawn(tracing::Instrument::instrument(
+            async move {
+                let mut tx = tx;
+                let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
+                if let Err(Ok(delivered)) = tx.send(result) {
+                    // The caller left after messages were claimed: give them back.
+                    // Boxed, like the claims below: the task's own future stays small while it
+                    // only waits (10,000 waiting takes are 10,000 such tasks).
+                    for (message, grant) in delivered {
+                        match grant {
+                            Some(grant) => Box::pin(queue.abandon_lease(&grant.receipt)).await,
+                            None => Box::pin(queue.put_back(message)).await,
+                        }
+                    }
+                }
+            },
+            span,
+        ));
+        rx.await.unwrap_or(Err(QueueError::ShuttingDown))
+    }
+
+    /// The first delivery (waiting until `wait_until`), then more that are there now, up to
+    /// `max` deliveries or `max_bytes` of bodies. A failure after the first ends the batch with
+    /// what it has.
+    async fn acquire_up_to(
+        self: &Arc<Self>,
+        wait_until: Instant,
+        how: Acquire,
+        (max, max_bytes): (usize, usize),
+        caller: &mut Caller,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        let Some(first) = self.acquire_until(wait_until, how, caller).await? else {
+            return Ok(Vec::new());
+        };
+        let mut bytes = first.0.body.len();
+        let mut delivered = vec![first];
+        while delivered.len() < max && bytes < max_bytes {
+            // The rest: the candidates there now, claimed together in one transaction.
+            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, caller)).await {
+                Ok(more) if !more.is_empty() => {
+                    bytes += more.iter().map(|(message, _)| message.body.len()).sum::<usize>();
+                    delivered.extend(more);
+                },
+                Ok(_) | Err(_) => break,
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Claims up to `want` of the candidates there now (and about `byte_budget` of bodies)
+    /// without waiting: empty when there is none, or none could be claimed.
+    async fn claim_more(
+        self: &Arc<Self>,
+        want: usize,
+        byte_budget: usize,
+        how: Acquire,
+        caller: &Caller,
+    ) -> Result<Vec<Delivery>, ZkError> {
+        if self.shutdown.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        let Some(zk) = self.session.current() else { return Ok(Vec::new()) };
+        let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let mut candidates = Vec::new();
+        while candidates.len() < want
+            && let Some(candidate) = self.cache.pop()
+        {
+            candidates.push(candidate);
+        }
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.claim_now(&zk, candidates, byte_budget, how, caller).await
+    }
+
+    /// Offers candidates that were popped but not claimed again, in their places.
+    pub(super) fn give_back(&self, candidates: Vec<ItemName>) {
+        for candidate in candidates {
+            self.cache.push_front(candidate);
+        }
+    }
+
+    async fn acquire_until(
+        self: &Arc<Self>,
+        wait_until: Instant,
+        how: Acquire,
+        caller: &mut Caller,
+    ) -> Result<Option<Delivery>, QueueError> {
+        // Past its wait, a request still gets up to the request timeout to learn the queue's
+        // state; then it answers 503, never a 204 it cannot vouch for.
+        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        let gone = CancellationToken::new();
+        let mut first_wait = true;
+        // Whether a barrier after the request arrived found the snapshot without a candidate.
+        let mut vouched = false;
+        loop {
+            if caller.is_closed() {
+                return Ok(None);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(QueueError::ShuttingDown);
+            }
+            let Some(candidate) = self.cache.pop() else {
+                if self.cache.is_dirty() {
+                    // The snapshot may be missing items: re-read (one read shared by all takers).
+                    let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
+                    let refreshed = tokio::select! {
+                        r = self.cache.refreshed(answer_by) => r,
+                        _ = caller.closed() => return Ok(None),
+                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    };
+                    // A refusal (the queue's ACL does not allow zkq) is the answer; waiting would not change it.
+                    if refreshed? || !self.cache.is_dirty() {
+                        continue;
+                    }
+                    return Err(ZkError::Unavailable.into());
+                }
+                if !vouched {
+                    // "Empty" only once the snapshot holds every change made before now: a put
+                    // acknowledged just before this request may not have reached us as an event.
+                    // Checked before waiting, while the request has time left to learn it.
+                    let confirmed = tokio::select! {
+                        c = self.cache.barrier(answer_by) => c,
+                        _ = caller.closed() => return Ok(None),
+                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    };
+                    if !confirmed {
+                        return Err(ZkError::Unavailable.into());
+                    }
+                    vouched = true;
+                    continue;
+                }
+                if Instant::now() >= wait_until {
+                    return Ok(None);
+                }
+                tokio::select! {
+                    _ = self.cache.wait_for_item(wait_until, &gone, first_wait) => {},
+                    _ = caller.closed() => { gone.cancel(); return Ok(None) },
+                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                };
+                first_wait = false;
+                continue;
+            };
+            let Some(zk) = self.session.current() else {
+                // Suspended: nothing is handed out from memory; wait for the session.
+                self.cache.push_front(candidate);
+                let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
+                let connected = tokio::select! {
+                    c = self.session.connected(answer_by) => c,
+                    _ = caller.closed() => return Ok(None),
+                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                };
+                connected?;
+                continue;
+            };
+            // Each claim gets the full request timeout, whatever is left of the taker's wait.
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            match Box::pin(self.claim_now(&zk, vec![candidate], usize::MAX, how, caller)).await {
+                Ok(mut delivered) => {
+                    if let Some(first) = delivered.pop() {
+                        return Ok(Some(first));
+                    }
+                    // Lost to another consumer, gone, locked or unreadable: the next candidate.
+                },
+                Err(err) if err.is_transient() => {
+                    if Instant::now() >= answer_by {
+                        return Err(err.into());
+                    }
+                },
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}

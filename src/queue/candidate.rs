@@ -1,0 +1,34 @@
+//! What a claim makes of a candidate: the reads it is judged by, and why one was not claimed.
+
+use crate::zk::{NodeStat, ZkError};
+
+/// A candidate's read from a multi-read: its node, or its delivery count (`None` when the
+/// answer holds fewer reads than asked).
+pub(super) type Read = Option<Result<(Vec<u8>, NodeStat), ZkError>>;
+
+/// Why a candidate read was not claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Declined {
+    /// Someone else changed or consumed it between our read and our claim (or it was moved to the
+    /// dead-letter queue).
+    Lost,
+    /// It was already gone when read.
+    Gone,
+    /// A consumer holds its lock: offered again when the lock goes away.
+    Locked,
+    /// Not a Curator envelope (or too large to handle in one transaction): skipped and left in
+    /// place.
+    Undecodable,
+}
+
+impl Declined {
+    /// The `outcome` label of `zkq_claims_total`; none for a node that was skipped.
+    pub(super) fn label(self) -> Option<&'static str> {
+        match self {
+            Declined::Lost => Some("lost"),
+            Declined::Gone => Some("gone"),
+            Declined::Locked => Some("locked"),
+            Declined::Undecodable => None,
+        }
+    }
+}
