@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+// The vocabulary lives on the ground floor; these paths keep working for the modules that name it here.
+use crate::types::AppUrl;
+pub use crate::types::{JUTE_MAXBUFFER_BYTES, MAX_NAME_LEN, MAX_PUSH_URL_LEN, QueueKind, Secret, check_name};
+
 /// Exit status for a configuration error (`EX_USAGE` from sysexits.h).
 pub const EXIT_CONFIG: i32 = 64;
-
-/// Longest queue or counter name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 200;
 
 /// The whole effective configuration of one zkq process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,35 +140,6 @@ pub enum SaslMechanism {
     DigestMd5,
 }
 
-/// A secret value (a password, credentials, a token). `Debug` and serialization show
-/// `<redacted>`, so neither a log line nor `check-config` can print it.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str("<redacted>")
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
@@ -273,34 +245,6 @@ pub struct ShutdownConfig {
     pub grace: Duration,
 }
 
-/// Which Curator recipe a queue's nodes follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueKind {
-    /// `DistributedQueue`: `queue-<seq>`.
-    Fifo,
-    /// `DistributedPriorityQueue`: `queue-<sign><8 hex><seq>`.
-    Priority,
-    /// `DistributedDelayQueue`: `queue-|<epoch ms hex>|<seq>`.
-    Delay,
-    /// `DistributedIdQueue`: `queue-|<id>|<seq>`.
-    Id,
-    /// `SimpleDistributedQueue` / ZooKeeper's recipe: `qn-<seq>`, raw bytes.
-    Simple,
-}
-
-impl QueueKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueKind::Fifo => "fifo",
-            QueueKind::Priority => "priority",
-            QueueKind::Delay => "delay",
-            QueueKind::Id => "id",
-            QueueKind::Simple => "simple",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
@@ -394,8 +338,6 @@ impl Default for PushConfig {
     }
 }
 
-/// Longest push `url` or `readiness_url` accepted, in bytes.
-pub const MAX_PUSH_URL_LEN: usize = 2048;
 /// Most deliveries one push subscription may have in flight.
 pub const MAX_PUSH_CONCURRENCY: usize = 1000;
 
@@ -813,7 +755,7 @@ impl Config {
         }
         for (name, url) in [("url", Some(&push.url)), ("readiness_url", push.readiness_url.as_ref())] {
             let Some(url) = url else { continue };
-            let parsed = crate::push::AppUrl::parse(url).map_err(|why| invalid(format!("{key}.{name}"), url, why))?;
+            let parsed = AppUrl::parse(url).map_err(|why| invalid(format!("{key}.{name}"), url, why))?;
             if !push.allow_remote && !parsed.is_loopback() {
                 return Err(invalid(
                     format!("{key}.{name}"),
@@ -1171,27 +1113,6 @@ fn check_file_path(key: &str, path: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Java's default `jute.maxbuffer`: the largest reply (including a child list) a Curator client reads.
-pub const JUTE_MAXBUFFER_BYTES: u64 = 0xfffff;
-
-impl QueueKind {
-    /// Length of a typical child name of this kind (an id queue's names also hold the id).
-    pub fn typical_name_len(self) -> u64 {
-        match self {
-            QueueKind::Fifo => 16,     // queue-0000000042
-            QueueKind::Priority => 25, // queue-8000000050000000042
-            QueueKind::Delay => 29,    // queue-|18c2b1a4f00|0000000042
-            QueueKind::Id => 18,       // queue-|ID|0000000042 with a one-character id
-            QueueKind::Simple => 13,   // qn-0000000042
-        }
-    }
-
-    /// A `max_items` that keeps the child list within 90% of Java's default `jute.maxbuffer`.
-    pub fn recommended_max_items(self) -> u64 {
-        JUTE_MAXBUFFER_BYTES * 9 / 10 / (4 + self.typical_name_len())
-    }
-}
-
 impl Config {
     /// `zkq check-config` advice: declared queues without `max_items`, with a value that keeps
     /// their child list readable by Curator consumers.
@@ -1217,27 +1138,13 @@ impl Config {
     }
 }
 
-/// Checks a queue or counter name: what may appear as one URL segment and one ZooKeeper node name.
-pub fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err("must be 1 to 200 characters");
-    }
-    if name == "." || name == ".." {
-        return Err("must not be . or ..");
-    }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-        return Err("may contain only A-Z a-z 0-9 . _ -");
-    }
-    Ok(())
-}
-
 fn check_zk_path(key: &str, path: &str) -> Result<(), ConfigError> {
     let ok = path.starts_with('/')
         && (path == "/" || !path.ends_with('/'))
         && !path.contains("//")
         && path.split('/').skip(1).all(|seg| path == "/" || (!seg.is_empty() && seg != "." && seg != ".."))
         && !path.chars().any(|c| c.is_control() || c == '\u{0}');
-    if let Some(c) = crate::queue::names::refused_char(path) {
+    if let Some(c) = crate::types::refused_char(path) {
         return Err(invalid(
             key,
             path,

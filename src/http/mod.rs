@@ -12,6 +12,8 @@ pub mod error;
 mod extract;
 pub mod leases;
 pub mod queues;
+mod state;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,35 +23,15 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::config::{Config, Secret};
-use crate::counter::CounterService;
-use crate::metrics::Metrics;
-use crate::queue::QueueService;
-use crate::zk::ZkSession;
+use crate::config::Config;
 use error::{ApiError, ErrorCode};
-
-/// What every handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub config: Arc<Config>,
-    pub session: ZkSession,
-    pub metrics: Arc<Metrics>,
-    pub queues: Arc<QueueService>,
-    pub counters: Arc<CounterService>,
-    /// Cancelled when shutdown starts: `/readyz` turns 503 at once.
-    pub draining: CancellationToken,
-    /// The token every API request must carry in `zkq-api-token` (`api.token_file`), if any.
-    pub api_token: Option<Arc<Secret>>,
-}
-
-/// The header that carries the API token.
-pub const API_TOKEN_HEADER: &str = "zkq-api-token";
+pub use state::AppState;
+pub use wire::API_TOKEN_HEADER;
 
 #[derive(OpenApi)]
 #[openapi(
