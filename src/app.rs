@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, Secret};
+use crate::config::{Config, ConfigError, FileSecrets, Secret, read_secret_files};
 use crate::counter::CounterService;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
@@ -63,38 +63,8 @@ pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
         },
         _ => None,
     };
-    let sasl_password = match (&zk.sasl.password, &zk.sasl.password_file) {
-        (Some(password), _) => Some(password.clone()),
-        (None, Some(path)) => Some(read_secret_file("zookeeper.sasl.password_file", path)?),
-        (None, None) => None,
-    };
-    let api_token = match &config.api.token_file {
-        Some(path) => {
-            let token = read_secret_file("api.token_file", path)?;
-            if !token.expose().bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(ConfigError {
-                    key: "api.token_file".to_owned(),
-                    value: format!("{path:?}"),
-                    allowed: "the token must be printable ASCII without spaces (it travels in a header)".to_owned(),
-                });
-            }
-            Some(token)
-        },
-        None => None,
-    };
+    let FileSecrets { sasl_password, api_token } = read_secret_files(config)?;
     Ok(Secrets { tls, sasl_password, api_token })
-}
-
-/// A file holding one secret; line breaks at its end are not part of it.
-fn read_secret_file(key: &str, path: &std::path::Path) -> Result<Secret, ConfigError> {
-    let error = |allowed: String| ConfigError { key: key.to_owned(), value: format!("{path:?}"), allowed };
-    let bytes = std::fs::read(path).map_err(|err| error(format!("cannot read the file: {err}")))?;
-    let text = String::from_utf8(bytes).map_err(|_| error("the file is not UTF-8 text".to_owned()))?;
-    let secret = text.trim_end_matches(['\r', '\n']);
-    if secret.is_empty() {
-        return Err(error("the file is empty".to_owned()));
-    }
-    Ok(Secret::new(secret))
 }
 
 /// A started zkq: its bound addresses and a handle to stop it.

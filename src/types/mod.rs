@@ -3,6 +3,7 @@
 //! Invariant: nothing here imports anything else of zkq, so any module may use these types and
 //! no import circle can pass through them.
 
+pub mod acl;
 mod app_url;
 mod name;
 mod queue_kind;
