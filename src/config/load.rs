@@ -81,5 +81,4 @@ impl Config {
         config.validate()?;
         Ok(config)
     }
-
 }

@@ -88,10 +88,7 @@ fn bad_values_name_key_value_and_what_is_allowed() {
     let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "1s")]))
         .expect_err("too short");
     let text = err.to_string();
-    assert!(
-        text.contains("zookeeper.session_timeout") && text.contains("1s") && text.contains("between 2s"),
-        "{text}"
-    );
+    assert!(text.contains("zookeeper.session_timeout") && text.contains("1s") && text.contains("between 2s"), "{text}");
 
     let err = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "soon")]))
         .expect_err("not a duration");
@@ -144,9 +141,8 @@ fn idempotency_windows_default_to_five_minutes_and_are_bounded() {
 
 #[test]
 fn check_config_output_redacts_secrets_and_round_trips() {
-    let config =
-        Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__AUTH_DIGEST", "svc:hunter2")]))
-            .expect("valid");
+    let config = Config::load_with_env(&Overrides::default(), env(&[("ZKQ__ZOOKEEPER__AUTH_DIGEST", "svc:hunter2")]))
+        .expect("valid");
     let text = config.to_redacted_toml();
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains("session_timeout = \"30s\""), "{text}");
@@ -359,12 +355,7 @@ fn push_subscriptions_are_checked_naming_the_key() {
         ("", "", "queues.q.push.url", "required"),
         ("", "url = \"https://127.0.0.1/x\"\n", "queues.q.push.url", "only http://"),
         ("", "url = \"http://10.1.2.3/x\"\n", "queues.q.push.url", "loopback"),
-        (
-            "",
-            &format!("{ok}readiness_url = \"http://app.example/ready\"\n"),
-            "queues.q.push.readiness_url",
-            "loopback",
-        ),
+        ("", &format!("{ok}readiness_url = \"http://app.example/ready\"\n"), "queues.q.push.readiness_url", "loopback"),
         ("kind = \"simple\"\n", ok, "queues.q.push", "simple queues cannot be pushed"),
         ("path = \"/app/q\"\n", ok, "queues.q.push", "lock_path"),
         ("", &format!("{ok}concurrency = 0\n"), "queues.q.push.concurrency", "between 1 and 1000"),

@@ -9,8 +9,8 @@ use super::{
     Config, MAX_IDEMPOTENCY_WINDOW, MAX_PUSH_CONCURRENCY, MIN_IDEMPOTENCY_WINDOW, PushConfig, QueueConfig, QueueKind,
     SaslMechanism,
 };
-use crate::types::{AppUrl, check_name};
 use crate::types::acl::{AclEntry, acl_perms, digest_hash};
+use crate::types::{AppUrl, check_name};
 
 impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
@@ -294,9 +294,8 @@ impl Config {
         Ok(())
     }
 
-
     /// TLS, SASL, credentials, the ACL list and the API token: what can be checked without
-    /// reading a file (files are read at start, see `secrets.rs` and `app::load_secrets`).
+    /// reading a file (files are read at start, see `secrets.rs` and `zk::load_secrets`).
     fn validate_security(&self) -> Result<(), ConfigError> {
         let zk = &self.zookeeper;
         if let Some(auth) = &zk.auth_digest
