@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -11,13 +10,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, Secret};
+use crate::config::{Config, ConfigError};
 use crate::counter::CounterService;
+use crate::http::server::{ListenerLimits, serve};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::push::PushService;
 use crate::queue::QueueService;
-use crate::zk::{SaslCredentials, SessionSettings, TlsMaterial, TlsSettings, ZkSession};
+use crate::zk::{ZkSession, load_secrets, session_settings};
 
 /// Why zkq could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,72 +29,6 @@ pub enum StartError {
     Bind { key: &'static str, addr: SocketAddr, source: std::io::Error },
     #[error("cannot create metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-}
-
-/// What zkq reads from files before it starts: the TLS certificates, the SASL password, the
-/// API token. `Debug` shows no secret.
-#[derive(Debug, Clone, Default)]
-pub struct Secrets {
-    pub tls: Option<(TlsSettings, TlsMaterial)>,
-    pub sasl_password: Option<Secret>,
-    pub api_token: Option<Secret>,
-}
-
-/// Reads and checks every file the configuration names. A file that is missing, unreadable or
-/// invalid (not PEM, no certificate, a key that does not belong to its certificate, an empty
-/// password, a token that cannot be a header value) is a configuration error.
-pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
-    let zk = &config.zookeeper;
-    let tls = match (&zk.tls.enabled, &zk.tls.ca_file) {
-        (true, Some(ca_file)) => {
-            let settings = TlsSettings {
-                ca_file: ca_file.clone(),
-                cert_file: zk.tls.cert_file.clone(),
-                key_file: zk.tls.key_file.clone(),
-                verify_hostname: zk.tls.verify_hostname,
-                reload_interval: zk.tls.reload_interval,
-            };
-            let material = TlsMaterial::load(&settings).map_err(|err| ConfigError {
-                key: err.key.to_owned(),
-                value: format!("{:?}", err.path),
-                allowed: err.reason,
-            })?;
-            Some((settings, material))
-        },
-        _ => None,
-    };
-    let sasl_password = match (&zk.sasl.password, &zk.sasl.password_file) {
-        (Some(password), _) => Some(password.clone()),
-        (None, Some(path)) => Some(read_secret_file("zookeeper.sasl.password_file", path)?),
-        (None, None) => None,
-    };
-    let api_token = match &config.api.token_file {
-        Some(path) => {
-            let token = read_secret_file("api.token_file", path)?;
-            if !token.expose().bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(ConfigError {
-                    key: "api.token_file".to_owned(),
-                    value: format!("{path:?}"),
-                    allowed: "the token must be printable ASCII without spaces (it travels in a header)".to_owned(),
-                });
-            }
-            Some(token)
-        },
-        None => None,
-    };
-    Ok(Secrets { tls, sasl_password, api_token })
-}
-
-/// A file holding one secret; line breaks at its end are not part of it.
-fn read_secret_file(key: &str, path: &std::path::Path) -> Result<Secret, ConfigError> {
-    let error = |allowed: String| ConfigError { key: key.to_owned(), value: format!("{path:?}"), allowed };
-    let bytes = std::fs::read(path).map_err(|err| error(format!("cannot read the file: {err}")))?;
-    let text = String::from_utf8(bytes).map_err(|_| error("the file is not UTF-8 text".to_owned()))?;
-    let secret = text.trim_end_matches(['\r', '\n']);
-    if secret.is_empty() {
-        return Err(error("the file is empty".to_owned()));
-    }
-    Ok(Secret::new(secret))
 }
 
 /// A started zkq: its bound addresses and a handle to stop it.
@@ -118,23 +52,6 @@ impl Running {
     pub async fn stop(self) -> bool {
         self.shutdown.cancel();
         self.wait().await
-    }
-}
-
-/// The session's settings: the configuration with the secrets read from their files.
-pub fn session_settings(config: &Config, secrets: Secrets) -> SessionSettings {
-    SessionSettings {
-        connect: config.zookeeper.connect.clone(),
-        session_timeout: config.zookeeper.session_timeout,
-        request_timeout: config.zookeeper.request_timeout,
-        auth_digest: config.zookeeper.auth_digest.clone(),
-        sasl: match (&config.zookeeper.sasl.username, secrets.sasl_password) {
-            (Some(username), Some(password)) => Some(SaslCredentials { username: username.clone(), password }),
-            _ => None,
-        },
-        tls: secrets.tls,
-        acl: config.node_acl(),
-        reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
     }
 }
 
@@ -248,200 +165,4 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
 
     Ok(Running { api_addr, admin_addr, session, metrics, shutdown, done })
-}
-
-/// What one listener allows.
-#[derive(Debug, Clone, Copy)]
-struct ListenerLimits {
-    max_connections: usize,
-    header_read_timeout: Duration,
-    idle_timeout: Duration,
-}
-
-/// Serves HTTP/1.1 on `listener` until `stop`, then lets open connections finish.
-///
-/// At most `max_connections` are served at once: further connections are not accepted, they
-/// wait in the kernel's listen backlog (and are refused by the kernel once it is full). Each
-/// connection is watched ([`watch_connection`]): one that sends nothing for `idle_timeout`
-/// (new, or idle after its last response) or does not finish a request head within
-/// `header_read_timeout` of its first byte (slowloris) is closed. hyper's own header-read timer
-/// is not used: it starts whenever hyper waits for a head, so it would also be the idle timeout.
-fn serve(
-    listener: TcpListener,
-    router: axum::Router,
-    limits: ListenerLimits,
-    stop: CancellationToken,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let builder = hyper::server::conn::http1::Builder::new();
-        loop {
-            let permit = tokio::select! {
-                _ = stop.cancelled() => break,
-                permit = permits.clone().acquire_owned() => permit,
-            };
-            let Ok(permit) = permit else { break };
-            let stream = tokio::select! {
-                _ = stop.cancelled() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(err) => {
-                        // Out of file descriptors and the like: pause instead of spinning.
-                        tracing::warn!(error = %err, "cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    },
-                },
-            };
-            let _ = stream.set_nodelay(true);
-            let activity = Arc::new(Activity::new());
-            let service = {
-                let (router, activity) = (router.clone(), activity.clone());
-                hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                    let handling = Handling::start(activity.clone());
-                    let router = router.clone();
-                    async move {
-                        let _handling = handling;
-                        tower::ServiceExt::oneshot(router, request).await
-                    }
-                })
-            };
-            let io = hyper_util::rt::TokioIo::new(WatchedIo { inner: stream, activity: activity.clone() });
-            let connection = graceful.watch(builder.serve_connection(io, service));
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = connection => {},
-                    _ = watch_connection(&activity, limits) => {},
-                }
-                drop(permit);
-            });
-        }
-        drop(listener);
-        graceful.shutdown().await;
-    })
-}
-
-/// What a connection is doing, for its watchdog. Times are milliseconds since it was accepted.
-struct Activity {
-    accepted: std::time::Instant,
-    /// Requests being handled (their handler has not answered yet).
-    handling: AtomicUsize,
-    /// Last byte read or written.
-    last_io_ms: AtomicU64,
-    /// First byte of a request head not yet handed to a handler (0: none).
-    head_started_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            accepted: std::time::Instant::now(),
-            handling: AtomicUsize::new(0),
-            last_io_ms: AtomicU64::new(0),
-            head_started_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX).max(1)
-    }
-}
-
-/// A request being handled, for as long as its handler runs (also when it is dropped).
-struct Handling(Arc<Activity>);
-
-impl Handling {
-    fn start(activity: Arc<Activity>) -> Handling {
-        activity.handling.fetch_add(1, Ordering::SeqCst);
-        activity.head_started_ms.store(0, Ordering::SeqCst);
-        Handling(activity)
-    }
-}
-
-impl Drop for Handling {
-    fn drop(&mut self) {
-        self.0.last_io_ms.store(self.0.now_ms(), Ordering::SeqCst);
-        self.0.handling.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Resolves when the connection should be closed: idle for `idle_timeout` with no request being
-/// handled, or a request head begun `header_read_timeout` ago and still not complete.
-async fn watch_connection(activity: &Activity, limits: ListenerLimits) {
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    loop {
-        let now = activity.now_ms();
-        let head_started = activity.head_started_ms.load(Ordering::SeqCst);
-        let deadline = if activity.handling.load(Ordering::SeqCst) > 0 {
-            None
-        } else if head_started != 0 {
-            Some(head_started.saturating_add(ms(limits.header_read_timeout)))
-        } else {
-            Some(activity.last_io_ms.load(Ordering::SeqCst).saturating_add(ms(limits.idle_timeout)))
-        };
-        let wait = match deadline {
-            Some(deadline) if deadline <= now => return,
-            Some(deadline) => deadline - now,
-            // A request is being handled (a long-poll): look again later.
-            None => ms(limits.idle_timeout),
-        };
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-    }
-}
-
-/// The connection's socket, noting every byte read or written in its [`Activity`].
-struct WatchedIo {
-    inner: tokio::net::TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl tokio::io::AsyncRead for WatchedIo {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            let activity = &self.activity;
-            let now = activity.now_ms();
-            activity.last_io_ms.store(now, Ordering::SeqCst);
-            if activity.handling.load(Ordering::SeqCst) == 0 {
-                let _ = activity.head_started_ms.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
-            }
-        }
-        polled
-    }
-}
-
-impl tokio::io::AsyncWrite for WatchedIo {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(written)) = &polled
-            && *written > 0
-        {
-            self.activity.last_io_ms.store(self.activity.now_ms(), Ordering::SeqCst);
-        }
-        polled
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

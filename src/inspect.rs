@@ -121,8 +121,8 @@ async fn inspect(config: &Config, args: &InspectArgs) -> u8 {
             return EXIT_INCOMPLETE;
         },
     };
-    let settings = match crate::app::load_secrets(config) {
-        Ok(secrets) => crate::app::session_settings(config, secrets),
+    let settings = match crate::zk::load_secrets(config) {
+        Ok(secrets) => crate::zk::session_settings(config, secrets),
         Err(err) => {
             eprintln!("zkq inspect: {err}");
             return EXIT_INCOMPLETE;

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     };
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig { no_files } => {
-            if !no_files && let Err(err) = zkq::app::load_secrets(&config) {
+            if !no_files && let Err(err) = zkq::zk::load_secrets(&config) {
                 eprintln!("zkq: {err}");
                 return ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(64));
             }

@@ -160,7 +160,7 @@ impl Metrics {
             ),
             &["task"],
         )?)?;
-        for task in crate::supervise::Task::ALL {
+        for task in crate::types::Task::ALL {
             background_task_restarts.with_label_values(&[task.as_str()]);
         }
 

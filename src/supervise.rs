@@ -24,49 +24,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between restarts; a run that lasted longer than this resets the backoff.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Every kind of supervised task: the fixed label set of the restart metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Task {
-    CacheRefresher,
-    LeaseReaper,
-    DeliveryCountSweeper,
-    LockWatcher,
-    CounterWatch,
-    UndecodableMover,
-    PushWorker,
-    PushReadiness,
-    IdempotencySweeper,
-}
-
-impl Task {
-    /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 9] = [
-        Task::CacheRefresher,
-        Task::LeaseReaper,
-        Task::DeliveryCountSweeper,
-        Task::LockWatcher,
-        Task::CounterWatch,
-        Task::UndecodableMover,
-        Task::PushWorker,
-        Task::PushReadiness,
-        Task::IdempotencySweeper,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Task::CacheRefresher => "cache_refresher",
-            Task::LeaseReaper => "lease_reaper",
-            Task::DeliveryCountSweeper => "delivery_count_sweeper",
-            Task::LockWatcher => "lock_watcher",
-            Task::CounterWatch => "counter_watch",
-            Task::UndecodableMover => "undecodable_mover",
-            Task::PushWorker => "push_worker",
-            Task::PushReadiness => "push_readiness",
-            Task::IdempotencySweeper => "idempotency_sweeper",
-        }
-    }
-}
+/// The supervised task kinds are the restart metric's label, so they live on the ground floor
+/// where `metrics.rs` can name them without importing this module.
+pub use crate::types::Task;
 
 /// Runs the task `make` builds until `shutdown`; a run that panics, or returns while `shutdown`
 /// is not cancelled, is logged, counted and started again after a backoff.

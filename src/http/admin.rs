@@ -8,8 +8,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::AppState;
 use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
 use crate::zk::ConnectionState;
 
 #[derive(Serialize)]

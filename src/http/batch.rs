@@ -11,12 +11,11 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
-use super::leases::NackModeParam;
-use super::queues::{HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, put_options_at};
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError};
+use super::state::AppState;
+use super::wire::{HEADER_IDEMPOTENT_REPLAY, KindFields, NackModeParam, QueuePath, put_options_at};
+use crate::queue::{NackMode, PutOptions, QueueError};
 
 /// The route of a batch put (its body limit is larger than a single put's).
 pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
@@ -198,82 +197,6 @@ pub async fn put_batch(
     Ok(response)
 }
 
-/// One message of a `?max=` answer.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveredMessage {
-    /// Node name of the message.
-    pub message_id: String,
-    /// The body, standard base64.
-    pub body: String,
-    /// Priority queues.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<i32>,
-    /// Delay queues: epoch ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deliver_at: Option<i64>,
-    /// Id queues.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Leases: the receipt for ack, nack and extend.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease: Option<String>,
-    /// Leases: expiry, epoch ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<i64>,
-    /// Leases: how many times this message was leased, this time included.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub delivery_count: Option<u32>,
-}
-
-/// A `?max=` answer: 1 to `max` messages, in delivery order while this zkq is the queue's only consumer
-/// (with other consumers at work it picks among the first candidates, so the order may differ).
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveredMessages {
-    pub messages: Vec<DeliveredMessage>,
-}
-
-/// Checks `?max=` against `api.max_batch`.
-pub fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
-    let max = usize::try_from(max).unwrap_or(usize::MAX);
-    if max == 0 || max > state.config.api.max_batch {
-        return Err(ApiError::invalid(format!(
-            "`max` must be between 1 and api.max_batch = {}",
-            state.config.api.max_batch
-        )));
-    }
-    Ok(max)
-}
-
-/// The JSON answer of a `?max=` take or lease; 204 when nothing was delivered.
-pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
-    if messages.is_empty() {
-        return StatusCode::NO_CONTENT.into_response();
-    }
-    let messages = messages
-        .into_iter()
-        .map(|(message, grant)| {
-            let (mut priority, mut deliver_at, mut id) = (None, None, None);
-            match message.meta {
-                ItemMeta::Priority(p) => priority = Some(p),
-                ItemMeta::DeliverAt(at) => deliver_at = Some(at),
-                ItemMeta::Id(i) => id = Some(i),
-                ItemMeta::Plain => {},
-            }
-            DeliveredMessage {
-                message_id: message.message_id,
-                body: base64::engine::general_purpose::STANDARD.encode(&message.body),
-                priority,
-                deliver_at,
-                id,
-                expires_at: grant.as_ref().map(|g| g.expires_at_ms),
-                delivery_count: grant.as_ref().map(|g| g.delivery_count),
-                lease: grant.map(|g| g.receipt),
-            }
-        })
-        .collect();
-    (StatusCode::OK, Json(DeliveredMessages { messages })).into_response()
-}
-
 /// What a batch ack does with its leases: ack (default), or nack like
 /// `POST …/leases/{lease}/nack`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -342,11 +265,7 @@ pub async fn ack_batch(
     }
     let nack = match &request.nack {
         Some(nack) => {
-            let mode = match nack.mode.unwrap_or_default() {
-                NackModeParam::Requeue => NackMode::Requeue,
-                NackModeParam::Delete => NackMode::Delete,
-                NackModeParam::Keep => NackMode::Keep,
-            };
+            let mode = NackMode::from(nack.mode.unwrap_or_default());
             let delay = bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?;
             Some((mode, delay))
         },

@@ -10,15 +10,14 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
-use super::queues::{QueuePath, message_response};
+use super::state::AppState;
+use super::wire::{
+    HEADER_DELIVERY_COUNT, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath, check_max, delivered,
+    message_response,
+};
 use crate::queue::NackMode;
-
-pub const HEADER_LEASE: &str = "zkq-lease";
-pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
-pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
 
 /// Path parameters: a queue and a lease receipt.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -46,19 +45,6 @@ pub struct LeaseQuery {
     /// its receipt: `wait` applies to the first, the rest are whatever is there at once.
     #[param(minimum = 1)]
     pub max: Option<u32>,
-}
-
-/// What a nack does.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum NackModeParam {
-    /// Re-create the message at the tail with the same bytes, priority, delivery time and id.
-    #[default]
-    Requeue,
-    /// Remove the message.
-    Delete,
-    /// Release the lock; the message keeps its place.
-    Keep,
 }
 
 /// Query parameters of a nack.
@@ -104,7 +90,7 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
     params(QueuePath, LeaseQuery),
     responses(
         (status = 200, description = "The message body, raw, under a lease; with `max`, JSON with up to `max` leased messages (base64 bodies, each with its receipt)",
-            content((Vec<u8> = "application/octet-stream"), (super::batch::DeliveredMessages = "application/json")),
+            content((Vec<u8> = "application/octet-stream"), (super::wire::DeliveredMessages = "application/json")),
             headers(
                 ("zkq-message-id" = String, description = "Node name of the message"),
                 ("zkq-lease" = String, description = "Receipt for ack, nack and extend"),
@@ -130,7 +116,7 @@ pub async fn lease_message(
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
-    let max = query.max.map(|max| super::batch::check_max(&state, max)).transpose()?;
+    let max = query.max.map(|max| check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
     let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
@@ -139,7 +125,7 @@ pub async fn lease_message(
     let wait = wait_until.saturating_duration_since(Instant::now());
     if let Some(max) = max {
         let leased = queue.lease_many(wait, visibility, max, state.config.api.max_batch_bytes).await?;
-        return Ok(super::batch::delivered(leased.into_iter().map(|(m, grant)| (m, Some(grant))).collect()));
+        return Ok(delivered(leased.into_iter().map(|(m, grant)| (m, Some(grant))).collect()));
     }
     match queue.lease(wait, visibility).await? {
         Some((message, grant)) => {
@@ -196,11 +182,7 @@ pub async fn nack(
     ApiQuery(query): ApiQuery<NackQuery>,
 ) -> Result<StatusCode, ApiError> {
     let queue = state.queues.open_only(&path.queue)?;
-    let mode = match query.mode.unwrap_or_default() {
-        NackModeParam::Requeue => NackMode::Requeue,
-        NackModeParam::Delete => NackMode::Delete,
-        NackModeParam::Keep => NackMode::Keep,
-    };
+    let mode = NackMode::from(query.mode.unwrap_or_default());
     let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
     queue.nack(&path.lease, mode, delay).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -2,38 +2,24 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
-use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration, parse_duration};
+use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration};
+use super::state::AppState;
+use super::wire::{
+    HEADER_IDEMPOTENCY_KEY, HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, check_max, delivered, message_response,
+    put_options,
+};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::queue::{HeadAge, ItemMeta, Message, PutOptions, Queue, QueueError, QueueRef};
-
-/// Headers a take or lease answers with.
-pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
-pub const HEADER_PRIORITY: &str = "zkq-priority";
-pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
-pub const HEADER_ID: &str = "zkq-id";
-/// The request header that makes a put idempotent, and the answer's mark of a replay.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
-
-/// Path parameter: a queue name.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct QueuePath {
-    /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
-    pub queue: String,
-}
+use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef};
 
 /// Path parameters: a queue name and a message id.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -284,68 +270,13 @@ pub async fn put_message(
     Ok(response)
 }
 
-/// A message's kind fields as a client gives them (query parameters of a put, or one message
-/// of a batch put).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-pub struct KindFields {
-    /// Priority queues only: lower is delivered first (int32, default 0).
-    #[serde(default)]
-    pub priority: Option<i32>,
-    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
-    #[serde(default)]
-    pub delay: Option<String>,
-    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
-    #[serde(default)]
-    pub deliver_at: Option<i64>,
-    /// Id queues only (required there): the message's id.
-    #[serde(default)]
-    pub id: Option<String>,
-}
-
-/// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
-/// "not before" bounds: given together, the later one applies.
-pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
-    put_options_at(state, fields, wait, crate::queue::now_epoch_ms())
-}
-
-/// [`put_options`] with `delay` counted from `now` (epoch ms).
-pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now: i64) -> Result<PutOptions, ApiError> {
-    let max_delay = state.config.api.max_delay;
-    let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
-    let after_delay = match &fields.delay {
-        Some(delay) => {
-            let delay = parse_duration("delay", delay)?;
-            if delay > max_delay {
-                return Err(ApiError::invalid(format!(
-                    "`delay` is longer than api.max_delay = {}",
-                    humantime::format_duration(max_delay)
-                )));
-            }
-            let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-            Some(now.saturating_add(delay_ms))
-        },
-        None => None,
-    };
-    if fields.deliver_at.is_some_and(|at| at <= 0) {
-        return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
-    }
-    if fields.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
-        return Err(ApiError::invalid(format!(
-            "`deliver_at` is further away than api.max_delay = {}",
-            humantime::format_duration(max_delay)
-        )));
-    }
-    let deliver_at = after_delay.max(fields.deliver_at);
-    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait, idempotency_key: None })
-}
-
 /// Take the head message (removes it).
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/take", tag = "queues",
     params(QueuePath, TakeQuery),
     responses(
         (status = 200, description = "The message body, raw; with `max`, JSON with up to `max` messages (base64 bodies)",
-            content((Vec<u8> = "application/octet-stream"), (super::batch::DeliveredMessages = "application/json")),
+            content((Vec<u8> = "application/octet-stream"), (super::wire::DeliveredMessages = "application/json")),
             headers(
                 ("zkq-message-id" = String, description = "Node name of the message"),
                 ("zkq-priority" = i32, description = "Priority queues"),
@@ -364,7 +295,7 @@ pub async fn take_message(
     ApiQuery(query): ApiQuery<TakeQuery>,
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    let max = query.max.map(|max| super::batch::check_max(&state, max)).transpose()?;
+    let max = query.max.map(|max| check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
     // first put (of any sidecar or Curator producer) without creating anything.
@@ -374,31 +305,12 @@ pub async fn take_message(
     let wait = wait_until.saturating_duration_since(Instant::now());
     if let Some(max) = max {
         let taken = queue.take_many(wait, max, state.config.api.max_batch_bytes).await?;
-        return Ok(super::batch::delivered(taken.into_iter().map(|message| (message, None)).collect()));
+        return Ok(delivered(taken.into_iter().map(|message| (message, None)).collect()));
     }
     match queue.take(wait).await? {
         Some(message) => Ok(message_response(message)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
-}
-
-/// A message as a raw body with its `zkq-*` headers.
-pub fn message_response(message: Message) -> Response {
-    let mut headers = HeaderMap::new();
-    let mut set = |name: &'static str, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    };
-    set(HEADER_MESSAGE_ID, message.message_id);
-    match message.meta {
-        ItemMeta::Priority(p) => set(HEADER_PRIORITY, p.to_string()),
-        ItemMeta::DeliverAt(at) => set(HEADER_DELIVER_AT, at.to_string()),
-        ItemMeta::Id(id) => set(HEADER_ID, id),
-        ItemMeta::Plain => {},
-    }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    (StatusCode::OK, headers, message.body).into_response()
 }
 
 /// Peek at the first messages in delivery order.

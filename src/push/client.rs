@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::url::AppUrl;
+use crate::types::AppUrl;
 
 /// The most of an answer's body zkq reads (enough for Dapr's `{"status": …}`); a longer body
 /// is not read, and its connection is not reused.

@@ -24,7 +24,6 @@ mod answer;
 mod backoff;
 mod client;
 mod gate;
-mod url;
 mod worker;
 
 use std::sync::Arc;
@@ -34,8 +33,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::types::AppUrl;
 pub use answer::Outcome;
-pub use url::AppUrl;
 
 use crate::config::Config;
 use crate::metrics::Metrics;

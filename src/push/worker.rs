@@ -13,18 +13,17 @@ use super::answer::{self, Outcome, Verdict};
 use super::backoff::Backoff;
 use super::client::{AppClient, AppConnection, CallError, content_type, header_text};
 use super::gate::AppGate;
-use super::url::AppUrl;
 use crate::config::PushConfig;
-use crate::http::leases::{HEADER_DELIVERY_COUNT, HEADER_LEASE_EXPIRES_AT};
-use crate::http::queues::{HEADER_DELIVER_AT, HEADER_ID, HEADER_MESSAGE_ID, HEADER_PRIORITY};
+use crate::http::wire::{
+    HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_ID, HEADER_LEASE_EXPIRES_AT, HEADER_MESSAGE_ID, HEADER_PRIORITY,
+    HEADER_QUEUE,
+};
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, now_epoch_ms};
+use crate::types::AppUrl;
 
 /// How long one lease call waits for a message; the worker simply asks again.
 const LEASE_WAIT: Duration = Duration::from_secs(30);
-
-/// The header naming the queue of a delivery.
-pub const HEADER_QUEUE: &str = "zkq-queue";
 
 /// One queue's push subscription, shared by its workers.
 pub(super) struct Subscription {

@@ -167,17 +167,10 @@ pub fn due_time(item: &ItemName) -> i64 {
     }
 }
 
-/// Whether ZooKeeper refuses `c` in a path (`PathUtils.validatePath`, which checks UTF-16 units):
-/// U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF, and every character above U+FFFF
-/// (Java stores those as surrogates, U+D800–U+DFFF).
-pub fn zookeeper_refuses(c: char) -> bool {
-    matches!(u32::from(c), 0x00..=0x1F | 0x7F..=0x9F | 0xD800..=0xF8FF | 0xFFF0..)
-}
-
-/// The first character of `text` that ZooKeeper refuses in a node name, if any.
-pub fn refused_char(text: &str) -> Option<char> {
-    text.chars().find(|&c| zookeeper_refuses(c))
-}
+// ZooKeeper's character rule is shared with config and http, so it lives on the ground floor.
+pub use crate::types::refused_char;
+#[cfg(test)]
+use crate::types::zookeeper_refuses;
 
 /// Whether `id` may be a `DistributedIdQueue` id: 1 to 200 bytes, none of them refused by ZooKeeper.
 pub fn is_valid_id(id: &str) -> bool {

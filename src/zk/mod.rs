@@ -1,5 +1,5 @@
 //! Everything that touches the ZooKeeper client crate: the supervised session, calls with
-//! deadlines, and the classification of errors. No other module imports `zookeeper_client`.
+//! deadlines, the classification of errors, and the session's settings from the configuration. No other module imports `zookeeper_client`.
 
 #![allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "src/zk/ owns the ZooKeeper client")]
 
@@ -7,6 +7,7 @@ mod client;
 mod error;
 mod group;
 mod session;
+mod settings;
 mod tls;
 mod wire;
 
@@ -14,5 +15,6 @@ pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, Watc
 pub use error::ZkError;
 pub use group::{GroupCommit, MAX_BATCH_BYTES, Refusal, Twins};
 pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
+pub use settings::{Secrets, load_secrets, session_settings};
 pub use tls::{TlsFileError, TlsMaterial, TlsSettings};
 pub use wire::{JUTE_MAX_BUFFER, MAX_REQUEST_BYTES, RequestSizer};

@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKey
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use zookeeper_client as zkc;
 
-use crate::config::Secret;
+use crate::types::Secret;
 
 /// Where the TLS files are and how they are used; from `zookeeper.tls`.
 #[derive(Debug, Clone, PartialEq, Eq)]

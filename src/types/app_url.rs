@@ -2,7 +2,8 @@
 
 use std::net::IpAddr;
 
-use crate::config::MAX_PUSH_URL_LEN;
+/// Longest push `url` or `readiness_url` accepted, in bytes.
+pub const MAX_PUSH_URL_LEN: usize = 2048;
 
 /// A checked `http://` URL of the app: where to connect and what to ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]

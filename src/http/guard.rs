@@ -1,0 +1,249 @@
+//! The guard in front of every handler: who may use the API (cross-origin browsers, the API token),
+//! load shedding, declared body sizes, and the request metrics and log line.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
+
+use super::batch;
+use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
+use super::wire::API_TOKEN_HEADER;
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+/// Who may use the API: refuses requests a web browser sends for another site's page (403
+/// `cross_origin_refused`, unless `api.refuse_cross_origin = false`), and with an API token
+/// configured, requests without it (401 `unauthorized`). The OpenAPI document and its viewer
+/// (`/openapi.json`, `/docs`) hold no data and need no token.
+fn access_refusal(state: &AppState, request: &Request) -> Option<ApiError> {
+    if state.config.api.refuse_cross_origin
+        && let Some(why) = browser_request_refused(request.headers())
+    {
+        return Some(ApiError::new(
+            ErrorCode::CrossOriginRefused,
+            format!(
+                "{why}: zkq's API is for the application in its pod, not for web pages \
+                 (api.refuse_cross_origin)"
+            ),
+        ));
+    }
+    if let Some(token) = &state.api_token {
+        let path = request.uri().path();
+        let open = path == "/openapi.json" || path == "/docs" || path.starts_with("/docs/");
+        if !open {
+            let refusal = match request.headers().get(API_TOKEN_HEADER) {
+                None => Some("the request has no zkq-api-token header; zkq requires the token of api.token_file"),
+                Some(given) if !same_secret(given.as_bytes(), token.expose().as_bytes()) => {
+                    Some("the zkq-api-token header does not match the token of api.token_file")
+                },
+                Some(_) => None,
+            };
+            if let Some(message) = refusal {
+                return Some(ApiError::new(ErrorCode::Unauthorized, message));
+            }
+        }
+    }
+    None
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was right.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+}
+
+/// Why a request that a web browser sent must be refused, if it must. Browsers mark their
+/// requests with `Sec-Fetch-Site` and (for most cross-origin ones) `Origin`; other HTTP clients
+/// send neither. Allowed from a browser: a page zkq served itself (`/docs`) or a URL typed in,
+/// with the host given as an address or `localhost` (a name would allow DNS rebinding: a page
+/// whose own name resolves to 127.0.0.1).
+fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
+    use axum::http::header::{HOST, ORIGIN};
+    let site = headers.get("sec-fetch-site").map(|v| v.to_str().unwrap_or("?").to_ascii_lowercase());
+    let origin = headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("?").to_owned());
+    if site.is_none() && origin.is_none() {
+        return None;
+    }
+    if let Some(site) = site.as_deref()
+        && (site == "cross-site" || site == "same-site")
+    {
+        return Some(format!("a web browser sent this request for a page of another site (Sec-Fetch-Site: {site})"));
+    }
+    let host = headers.get(HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if let Some(origin) = origin
+        && origin != format!("http://{host}")
+    {
+        return Some(format!("a web browser sent this request for the page of another origin (Origin: {origin})"));
+    }
+    let name = host.rsplit_once(':').map_or(
+        host,
+        |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }
+        },
+    );
+    let literal = name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok()
+        || name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::Ipv6Addr>().is_ok();
+    if !literal {
+        return Some(format!("a web browser sent this request to the host name `{name}` (use 127.0.0.1 or localhost)"));
+    }
+    None
+}
+
+/// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
+/// oversize bodies; the admin listener only counts its requests.
+#[derive(Clone)]
+pub(super) struct Guard {
+    pub(super) state: AppState,
+    /// `api.max_concurrent_requests` permits (long-polls included).
+    pub(super) in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    pub(super) body_limits: Option<BodyLimits>,
+    /// The API listener checks who may use it ([`access_refusal`]); the admin listener does not.
+    pub(super) access: bool,
+}
+
+/// Largest request bodies of the API, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BodyLimits {
+    /// `api.max_message_bytes`: every route but the batch put.
+    pub(super) message: usize,
+    /// A batch put: `api.max_batch_bytes` of bodies in base64 (4/3), and up to 1 KiB of JSON and
+    /// kind fields per message.
+    pub(super) batch: usize,
+}
+
+impl BodyLimits {
+    pub(super) fn of(config: &Config) -> BodyLimits {
+        let api = &config.api;
+        let batch =
+            api.max_batch_bytes.div_ceil(3).saturating_mul(4).saturating_add(api.max_batch.saturating_mul(1024));
+        BodyLimits { message: api.max_message_bytes, batch }
+    }
+}
+
+/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
+/// (shedding keeps memory bounded and answers fast instead of queueing); 413 at once for a body
+/// declared (`Content-Length`) larger than the limit, before anything reads it (hyper sends
+/// `100 Continue` only when the body is first read, so a client that sent
+/// `Expect: 100-continue` is told to stop instead of being asked to upload the body).
+fn refusal(
+    guard: &Guard,
+    route: &str,
+    request: &Request,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    if guard.access
+        && let Some(refused) = access_refusal(&guard.state, request)
+    {
+        return Err(refused);
+    }
+    if let Some(limits) = guard.body_limits {
+        let (limit, key) = if route == batch::BATCH_PUT_ROUTE {
+            (limits.batch, "api.max_batch_bytes, as base64 in JSON")
+        } else {
+            (limits.message, "api.max_message_bytes")
+        };
+        let declared = request
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is larger than {limit} bytes ({key})"),
+            ));
+        }
+    }
+    match &guard.in_flight {
+        Some(in_flight) => match in_flight.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) => Err(ApiError::new(
+                ErrorCode::Overloaded,
+                "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
+            )),
+        },
+        None => Ok(None),
+    }
+}
+
+/// The `method` label: the standard methods, and `other` for any other token a client sends
+/// (a method is free text in HTTP: as a label it would grow the series without bound).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// `status` label of a request whose client left before it was answered (nginx's "client closed
+/// request"). Work the request already started still finishes: every write runs on a background
+/// task, not on the request's future.
+pub const ABANDONED_STATUS: &str = "499";
+
+/// Counts a request as abandoned when it is dropped before it was answered.
+struct Abandoned<'a> {
+    metrics: &'a Metrics,
+    route: &'a str,
+    method: &'static str,
+    request_id: &'a str,
+    answered: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.metrics.http_requests.with_label_values(&[self.route, self.method, ABANDONED_STATUS]).inc();
+        tracing::debug!(request = %self.request_id, method = %self.method, route = %self.route,
+            "the client left before the answer");
+    }
+}
+
+/// Counts and times every request by route template (never the raw path: bounded labels), and
+/// answers the [`refusal`]s before the handler runs. One middleware for all of it: each
+/// middleware boxes the rest of the stack's future, and a waiting long-poll holds every box.
+pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    let route =
+        request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = method_label(request.method());
+    let started = Instant::now();
+    // Set (kept or made) by the request-id layer; every log line of the request carries it.
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let span = tracing::info_span!("request", id = %request_id, %method, %route);
+    let metrics = &guard.state.metrics;
+    // Counted as 499 if the client gives up before the answer (hyper then drops this future).
+    let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
+    let response = match refusal(&guard, &route, &request) {
+        Ok(permit) => {
+            let response = next.run(request).instrument(span).await;
+            drop(permit);
+            response
+        },
+        Err(refused) => refused.into_response(),
+    };
+    abandoned.answered = true;
+    let status = response.status();
+    metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
+    metrics.http_request_duration.with_label_values(&[&route, method]).observe(started.elapsed().as_secs_f64());
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::error!(request = %request_id, %method, %route, status = status.as_u16(), "request failed");
+    } else {
+        tracing::debug!(request = %request_id, %method, %route, status = status.as_u16(), "request served");
+    }
+    response
+}

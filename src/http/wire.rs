@@ -1,0 +1,221 @@
+//! What travels over the API: every `zkq-*` header name, the request and answer types that more
+//! than one handler file uses, and their conversions to and from the queue's types.
+//!
+//! Handler files import from here, never from each other; `push/` takes its header names from
+//! here too, so a delivery carries the same headers as a lease answer.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::ApiError;
+use super::extract::parse_duration;
+use super::state::AppState;
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions};
+
+/// Headers a take or lease answers with.
+pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
+pub const HEADER_PRIORITY: &str = "zkq-priority";
+pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
+pub const HEADER_ID: &str = "zkq-id";
+/// The request header that makes a put idempotent, and the answer's mark of a replay.
+pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
+
+/// Headers a lease answers with, besides a message's.
+pub const HEADER_LEASE: &str = "zkq-lease";
+pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
+pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
+
+/// The header that carries the API token.
+pub const API_TOKEN_HEADER: &str = "zkq-api-token";
+
+/// The header naming the queue of a push delivery.
+pub const HEADER_QUEUE: &str = "zkq-queue";
+
+/// Path parameter: a queue name.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct QueuePath {
+    /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: String,
+}
+
+/// A message's kind fields as a client gives them (query parameters of a put, or one message
+/// of a batch put).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct KindFields {
+    /// Priority queues only: lower is delivered first (int32, default 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    #[serde(default)]
+    pub deliver_at: Option<i64>,
+    /// Id queues only (required there): the message's id.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
+/// "not before" bounds: given together, the later one applies.
+pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
+    put_options_at(state, fields, wait, crate::queue::now_epoch_ms())
+}
+
+/// [`put_options`] with `delay` counted from `now` (epoch ms).
+pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now: i64) -> Result<PutOptions, ApiError> {
+    let max_delay = state.config.api.max_delay;
+    let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
+    let after_delay = match &fields.delay {
+        Some(delay) => {
+            let delay = parse_duration("delay", delay)?;
+            if delay > max_delay {
+                return Err(ApiError::invalid(format!(
+                    "`delay` is longer than api.max_delay = {}",
+                    humantime::format_duration(max_delay)
+                )));
+            }
+            let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+            Some(now.saturating_add(delay_ms))
+        },
+        None => None,
+    };
+    if fields.deliver_at.is_some_and(|at| at <= 0) {
+        return Err(ApiError::invalid("`deliver_at` must be a positive epoch-ms time"));
+    }
+    if fields.deliver_at.is_some_and(|at| at > now.saturating_add(max_delay_ms)) {
+        return Err(ApiError::invalid(format!(
+            "`deliver_at` is further away than api.max_delay = {}",
+            humantime::format_duration(max_delay)
+        )));
+    }
+    let deliver_at = after_delay.max(fields.deliver_at);
+    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait, idempotency_key: None })
+}
+
+/// What a nack does.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NackModeParam {
+    /// Re-create the message at the tail with the same bytes, priority, delivery time and id.
+    #[default]
+    Requeue,
+    /// Remove the message.
+    Delete,
+    /// Release the lock; the message keeps its place.
+    Keep,
+}
+
+impl From<NackModeParam> for NackMode {
+    fn from(mode: NackModeParam) -> NackMode {
+        match mode {
+            NackModeParam::Requeue => NackMode::Requeue,
+            NackModeParam::Delete => NackMode::Delete,
+            NackModeParam::Keep => NackMode::Keep,
+        }
+    }
+}
+
+/// A message as a raw body with its `zkq-*` headers.
+pub fn message_response(message: Message) -> Response {
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    };
+    set(HEADER_MESSAGE_ID, message.message_id);
+    match message.meta {
+        ItemMeta::Priority(p) => set(HEADER_PRIORITY, p.to_string()),
+        ItemMeta::DeliverAt(at) => set(HEADER_DELIVER_AT, at.to_string()),
+        ItemMeta::Id(id) => set(HEADER_ID, id),
+        ItemMeta::Plain => {},
+    }
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    (StatusCode::OK, headers, message.body).into_response()
+}
+
+/// One message of a `?max=` answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveredMessage {
+    /// Node name of the message.
+    pub message_id: String,
+    /// The body, standard base64.
+    pub body: String,
+    /// Priority queues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Delay queues: epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_at: Option<i64>,
+    /// Id queues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Leases: the receipt for ack, nack and extend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// Leases: expiry, epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// Leases: how many times this message was leased, this time included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_count: Option<u32>,
+}
+
+/// A `?max=` answer: 1 to `max` messages, in delivery order while this zkq is the queue's only consumer
+/// (with other consumers at work it picks among the first candidates, so the order may differ).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveredMessages {
+    pub messages: Vec<DeliveredMessage>,
+}
+
+/// Checks `?max=` against `api.max_batch`.
+pub fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    if max == 0 || max > state.config.api.max_batch {
+        return Err(ApiError::invalid(format!(
+            "`max` must be between 1 and api.max_batch = {}",
+            state.config.api.max_batch
+        )));
+    }
+    Ok(max)
+}
+
+/// The JSON answer of a `?max=` take or lease; 204 when nothing was delivered.
+pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
+    if messages.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let messages = messages
+        .into_iter()
+        .map(|(message, grant)| {
+            let (mut priority, mut deliver_at, mut id) = (None, None, None);
+            match message.meta {
+                ItemMeta::Priority(p) => priority = Some(p),
+                ItemMeta::DeliverAt(at) => deliver_at = Some(at),
+                ItemMeta::Id(i) => id = Some(i),
+                ItemMeta::Plain => {},
+            }
+            DeliveredMessage {
+                message_id: message.message_id,
+                body: base64::engine::general_purpose::STANDARD.encode(&message.body),
+                priority,
+                deliver_at,
+                id,
+                expires_at: grant.as_ref().map(|g| g.expires_at_ms),
+                delivery_count: grant.as_ref().map(|g| g.delivery_count),
+                lease: grant.map(|g| g.receipt),
+            }
+        })
+        .collect();
+    (StatusCode::OK, Json(DeliveredMessages { messages })).into_response()
+}

@@ -1,0 +1,19 @@
+//! The ground floor: the vocabulary every other module speaks, checked once where it enters.
+//!
+//! Invariant: nothing here imports anything else of zkq, so any module may use these types and
+//! no import circle can pass through them.
+
+pub mod acl;
+mod app_url;
+mod name;
+mod queue_kind;
+mod secret;
+mod task;
+mod znode;
+
+pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
+pub use name::{MAX_NAME_LEN, check_name};
+pub use queue_kind::QueueKind;
+pub use secret::Secret;
+pub use task::Task;
+pub use znode::{JUTE_MAXBUFFER_BYTES, refused_char, zookeeper_refuses};
