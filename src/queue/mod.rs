@@ -36,7 +36,7 @@ pub use ops::{HeadAge, Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
-use crate::zk::{GroupCommit, ZkError, ZkSession};
+use crate::zk::{GroupCommit, WatchEvent, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,7 +127,13 @@ pub struct Queue {
     last_used: Mutex<Instant>,
     /// The head seen by the last age reading and since when it waits (epoch ms).
     head_seen: Mutex<Option<(String, i64)>>,
+    /// One-shot watches on the queue path that requests opening the queue were still holding
+    /// (see [`QueueService::existing`]): kept, never polled, until the queue closes.
+    parked_watches: Mutex<Vec<ParkedWatch>>,
 }
+
+/// A one-shot watch kept registered without anyone waiting on it.
+type ParkedWatch = std::pin::Pin<Box<dyn std::future::Future<Output = WatchEvent> + Send>>;
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
 /// lives (and it has no waiter and no lease).
@@ -316,8 +322,17 @@ impl QueueService {
 
     /// The queue called `name` for a read, a take or a lease: never creates anything. A dynamic
     /// queue this process has not open is opened only once its node exists in ZooKeeper (another
-    /// sidecar or a Curator producer created it): one `exists` read, then, if the node is not
-    /// there, one exists watch until `wait` passes (`None`: still no such queue).
+    /// sidecar or a Curator producer created it): a `sync`, then one `exists` read (with a watch
+    /// when it may wait) until `wait` passes (`None`: still no such queue).
+    ///
+    /// Two rules keep its answers honest:
+    /// - "No such queue" is trusted only after a `sync`: a lagging server may not have applied the
+    ///   put that created the queue on another sidecar, acknowledged before this request arrived.
+    /// - A one-shot watch on the queue path is never dropped unfired once the queue may be open
+    ///   here: dropping it makes the client send `RemoveWatches`, which ZooKeeper before 3.9
+    ///   applies to every watch on the path (ZOOKEEPER-4466), the cache's persistent one too. An
+    ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
+    ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
     pub async fn existing(&self, name: &str, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         match self.open_only(name) {
             Err(QueueError::NoSuchQueue(_)) => {},
@@ -332,24 +347,45 @@ impl QueueService {
         loop {
             let zk = self.session.connected(answer_by).await?;
             let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
-            let (stat, watch) = if wait.is_zero() {
-                (zk.exists(&path).await?, None)
-            } else {
-                let (stat, watch) = zk.watch_exists(&path).await?;
-                (stat, Some(watch))
-            };
+            zk.sync(&path).await?;
+            if wait.is_zero() {
+                return match zk.exists(&path).await? {
+                    Some(_) => self.open(name).map(Some),
+                    None => Ok(None),
+                };
+            }
+            let (stat, watch) = zk.watch_exists(&path).await?;
+            let mut changed: ParkedWatch = Box::pin(watch.changed());
             if stat.is_some() {
+                self.release_watch(name, changed);
                 return self.open(name).map(Some);
             }
-            let Some(watch) = watch else { return Ok(None) };
             tokio::select! {
-                _ = watch.changed() => {},
-                _ = tokio::time::sleep_until(wait_until) => return Ok(None),
-                _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                _ = &mut changed => {},
+                _ = tokio::time::sleep_until(wait_until) => {
+                    self.release_watch(name, changed);
+                    return Ok(None);
+                },
+                _ = self.shutdown.cancelled() => {
+                    self.release_watch(name, changed);
+                    return Err(QueueError::ShuttingDown);
+                },
             }
             if Instant::now() >= wait_until {
                 return Ok(None);
             }
+        }
+    }
+
+    /// Lets go of a one-shot watch on the path of queue `name` (see [`QueueService::existing`]):
+    /// dropped while the queue is not open here, else kept by the queue until it closes.
+    fn release_watch(&self, name: &str, watch: ParkedWatch) {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        match queues.get(name) {
+            Some(queue) => queue.parked_watches.lock().unwrap_or_else(|p| p.into_inner()).push(watch),
+            // Dropped under the map's lock: no queue can be opened (and its cache add its
+            // persistent watch) before the removal is on its way.
+            None => drop(watch),
         }
     }
 
@@ -419,6 +455,7 @@ impl QueueService {
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             head_seen: Mutex::new(None),
+            parked_watches: Mutex::new(Vec::new()),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
