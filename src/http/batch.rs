@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
 use super::state::AppState;
-use super::wire::{HEADER_IDEMPOTENT_REPLAY, KindFields, NackModeParam, QueuePath, put_options_at};
+use super::wire::{HEADER_IDEMPOTENT_REPLAY, KindFields, NackModeParam, QueuePath, put_options_at, receipt_of};
 use crate::queue::{NackMode, PutOptions, QueueError};
 
 /// The route of a batch put (its body limit is larger than a single put's).
@@ -275,9 +275,11 @@ pub async fn ack_batch(
     let steps = request.leases.iter().map(|lease| {
         let queue = &queue;
         async move {
+            // A malformed receipt fails only its own entry.
+            let receipt = receipt_of(lease)?;
             match nack {
-                Some((mode, delay)) => queue.nack(lease, mode, delay).await,
-                None => queue.ack(lease).await,
+                Some((mode, delay)) => queue.nack(receipt, mode, delay).await,
+                None => queue.ack(receipt).await,
             }
         }
     });

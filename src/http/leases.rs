@@ -15,7 +15,7 @@ use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
 use super::state::AppState;
 use super::wire::{
     HEADER_DELIVERY_COUNT, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath, check_max, delivered,
-    message_response,
+    message_response, receipt_of,
 };
 use crate::queue::NackMode;
 
@@ -132,7 +132,7 @@ pub async fn lease_message(
             let mut response = message_response(message);
             let headers = response.headers_mut();
             for (name, value) in [
-                (HEADER_LEASE, grant.receipt),
+                (HEADER_LEASE, grant.receipt.to_string()),
                 (HEADER_LEASE_EXPIRES_AT, grant.expires_at_ms.to_string()),
                 (HEADER_DELIVERY_COUNT, grant.delivery_count.to_string()),
             ] {
@@ -160,7 +160,7 @@ pub async fn lease_message(
 )]
 pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath>) -> Result<StatusCode, ApiError> {
     let queue = state.queues.open_only(&path.queue)?;
-    queue.ack(&path.lease).await?;
+    queue.ack(receipt_of(&path.lease)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -184,7 +184,7 @@ pub async fn nack(
     let queue = state.queues.open_only(&path.queue)?;
     let mode = NackMode::from(query.mode.unwrap_or_default());
     let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
-    queue.nack(&path.lease, mode, delay).await?;
+    queue.nack(receipt_of(&path.lease)?, mode, delay).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -207,6 +207,6 @@ pub async fn extend(
 ) -> Result<Json<ExtendResponse>, ApiError> {
     let queue = state.queues.open_only(&path.queue)?;
     let visibility = visibility(&state, query.visibility.as_deref())?;
-    let expires_at = queue.extend(&path.lease, visibility).await?;
+    let expires_at = queue.extend(receipt_of(&path.lease)?, visibility).await?;
     Ok(Json(ExtendResponse { lease: path.lease, expires_at }))
 }

@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::ApiError;
 use super::extract::parse_duration;
 use super::state::AppState;
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions};
+use crate::queue::{ItemMeta, LeaseGrant, MalformedReceipt, Message, NackMode, PutOptions, QueueError, Receipt};
 
 /// Headers a take or lease answers with.
 pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
@@ -213,9 +213,15 @@ pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
                 id,
                 expires_at: grant.as_ref().map(|g| g.expires_at_ms),
                 delivery_count: grant.as_ref().map(|g| g.delivery_count),
-                lease: grant.map(|g| g.receipt),
+                lease: grant.map(|g| g.receipt.to_string()),
             }
         })
         .collect();
     (StatusCode::OK, Json(DeliveredMessages { messages })).into_response()
+}
+
+/// A lease receipt from a request (a path, a batch ack's entry), parsed once: one that is not of a
+/// receipt's shape is answered as an unknown one, 404 `lease_not_found`.
+pub fn receipt_of(text: &str) -> Result<Receipt, QueueError> {
+    text.parse().map_err(|_: MalformedReceipt| QueueError::LeaseNotFound(text.to_owned()))
 }

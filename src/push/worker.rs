@@ -19,7 +19,7 @@ use crate::http::wire::{
     HEADER_QUEUE,
 };
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, now_epoch_ms};
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms};
 use crate::types::AppUrl;
 
 /// How long one lease call waits for a message; the worker simply asks again.
@@ -170,7 +170,7 @@ impl Subscription {
         let body = Bytes::from(message.body);
         let mut expires = Instant::now() + until_epoch_ms(grant.expires_at_ms);
         let sent = Instant::now();
-        let exchange = self.exchange(connection, headers, body, &grant.receipt, &mut expires, abort).await;
+        let exchange = self.exchange(connection, headers, body, grant.receipt, &mut expires, abort).await;
         let (verdict, outcome) = match exchange {
             Exchange::Answer(answer) => {
                 self.metrics.delivery_duration.observe(sent.elapsed().as_secs_f64());
@@ -194,16 +194,16 @@ impl Subscription {
             },
             Exchange::Aborted => {
                 *connection = None;
-                let _ = self.queue.nack(&grant.receipt, NackMode::Keep, Duration::ZERO).await;
+                let _ = self.queue.nack(grant.receipt, NackMode::Keep, Duration::ZERO).await;
                 self.count(Outcome::Released);
                 return;
             },
         };
         let settled = match verdict {
-            Verdict::Ack => self.settle(abort, || self.queue.ack(&grant.receipt)).await,
+            Verdict::Ack => self.settle(abort, || self.queue.ack(grant.receipt)).await,
             Verdict::Drop => {
                 tracing::warn!(queue = %self.name, message = %message.message_id, "push: the app dropped a message");
-                self.settle(abort, || self.queue.nack(&grant.receipt, NackMode::Delete, Duration::ZERO)).await
+                self.settle(abort, || self.queue.nack(grant.receipt, NackMode::Delete, Duration::ZERO)).await
             },
             Verdict::Retry(asked) => {
                 let pause = match asked {
@@ -216,7 +216,7 @@ impl Subscription {
                 };
                 tracing::debug!(queue = %self.name, message = %message.message_id, outcome = outcome.as_str(),
                     pause_ms = pause.as_millis() as u64, "push: delivery failed; retrying after a pause");
-                self.hold_then_release(&grant.receipt, pause, expires, draining, abort).await
+                self.hold_then_release(grant.receipt, pause, expires, draining, abort).await
             },
         };
         match settled {
@@ -234,7 +234,7 @@ impl Subscription {
         connection: &mut Option<AppConnection>,
         headers: Vec<(HeaderName, HeaderValue)>,
         body: Bytes,
-        receipt: &str,
+        receipt: Receipt,
         expires: &mut Instant,
         abort: &CancellationToken,
     ) -> Exchange {
@@ -288,7 +288,7 @@ impl Subscription {
     /// its place, so it is delivered again before any later message. Shutdown releases it at once.
     async fn hold_then_release(
         &self,
-        receipt: &str,
+        receipt: Receipt,
         pause: Duration,
         expires: Instant,
         draining: &CancellationToken,

@@ -29,7 +29,7 @@ use claims::ClaimMarkers;
 use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
-pub use lease::{DeadLetter, LeaseGrant, NackMode};
+pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use names::ItemMeta;
 pub use ops::{HeadAge, Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 

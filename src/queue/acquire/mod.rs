@@ -107,7 +107,7 @@ impl Queue {
                     // only waits (10,000 waiting takes are 10,000 such tasks).
                     for (message, grant) in delivered {
                         match grant {
-                            Some(grant) => Box::pin(queue.abandon_lease(&grant.receipt)).await,
+                            Some(grant) => Box::pin(queue.abandon_lease(grant.receipt)).await,
                             None => Box::pin(queue.put_back(message)).await,
                         }
                     }

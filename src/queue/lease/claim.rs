@@ -16,7 +16,7 @@ use super::super::candidate::{Declined, Read};
 use super::super::names::ItemName;
 use super::super::take::Pause;
 use super::super::{Message, Queue, envelope};
-use super::{Lease, LeaseGrant, OnExpiry, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, receipt};
+use super::{Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter};
 use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
 /// Operation indexes of each candidate's operations in a lease's claim transaction: its lock,
@@ -219,7 +219,7 @@ impl Queue {
             self.leases.issue(&mut state, zk.session_id())
         };
         let grant = LeaseGrant {
-            receipt: receipt::format(zk.session_id(), token),
+            receipt: Receipt::new(zk.session_id(), token),
             expires_at_ms,
             delivery_count: count,
             created_at_ms,

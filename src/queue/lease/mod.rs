@@ -27,6 +27,8 @@ mod background;
 mod claim;
 mod dead_letter;
 mod receipt;
+
+pub use receipt::{MalformedReceipt, Receipt};
 mod steps;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -48,7 +50,7 @@ pub(super) use claim::LeasePrepared;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseGrant {
     /// The opaque receipt for ack, nack and extend.
-    pub receipt: String,
+    pub receipt: Receipt,
     pub expires_at_ms: i64,
     pub delivery_count: u32,
     /// When the message's node was created (ZooKeeper's `ctime`, epoch ms, by the server's clock):
@@ -168,13 +170,13 @@ enum ReceiptRefused {
 }
 
 impl ReceiptRefused {
-    fn into_error(self, receipt_text: &str) -> QueueError {
+    fn into_error(self, receipt: Receipt) -> QueueError {
         let lost = |why: &str| QueueError::LeaseLost(why.to_owned());
         match self {
             ReceiptRefused::BeingReleased => lost("the lease was nacked or expired and is being released"),
             ReceiptRefused::Expired => lost("the lease's visibility timeout passed"),
             ReceiptRefused::Ended => lost("the lease ended: it was acked, nacked or expired, or its session was lost"),
-            ReceiptRefused::NotFound => QueueError::LeaseNotFound(receipt_text.to_owned()),
+            ReceiptRefused::NotFound => QueueError::LeaseNotFound(receipt.to_string()),
         }
     }
 }
@@ -341,16 +343,14 @@ impl Queue {
     }
 
     /// Looks up a receipt: the lease if it can take a step, else 409 (ended, or from an older
-    /// session of this process) or 404 (malformed, or never issued by this process).
-    fn open_lease(&self, receipt_text: &str) -> Result<u128, QueueError> {
-        let Some((session_id, token)) = receipt::parse(receipt_text) else {
-            return Err(QueueError::LeaseNotFound(receipt_text.to_owned()));
-        };
+    /// session of this process) or 404 (never issued by this process).
+    fn open_lease(&self, receipt: Receipt) -> Result<u128, QueueError> {
+        let Receipt { session_id, token } = receipt;
         let state = self.leases.lock();
         let lease = state.live.get(&token).filter(|lease| lease.zk.session_id() == session_id).map(Lease::view);
         receipt_check(lease, self.leases.key.issued(session_id, token), Instant::now())
             .map(|()| token)
-            .map_err(|check| check.into_error(receipt_text))
+            .map_err(|check| check.into_error(receipt))
     }
 
     /// Ends a lease in the table (its lock is gone or about to be).

@@ -29,20 +29,44 @@ impl ReceiptKey {
     }
 }
 
-/// The text of a receipt.
-pub(super) fn format(session_id: i64, token: u128) -> String {
-    format!("{:016x}{token:032x}", u64::from_ne_bytes(session_id.to_ne_bytes()))
+/// A lease receipt as a client sends it back, parsed once where it enters (an HTTP path, a batch
+/// ack's entry, a push delivery's own grant): a ZooKeeper session id and a token. Any receipt of
+/// the right shape parses; whether this process issued it is for the lease table to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    pub(super) session_id: i64,
+    pub(super) token: u128,
 }
 
-/// Parses a receipt; `None` unless it is exactly 48 lower-case hex digits.
-pub(super) fn parse(text: &str) -> Option<(i64, u128)> {
-    if text.len() != 48 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return None;
+impl Receipt {
+    pub(super) fn new(session_id: i64, token: u128) -> Receipt {
+        Receipt { session_id, token }
     }
-    let (session, token) = (text.get(..16)?, text.get(16..)?);
-    let session = u64::from_str_radix(session, 16).ok()?;
-    let token = u128::from_str_radix(token, 16).ok()?;
-    Some((i64::from_ne_bytes(session.to_ne_bytes()), token))
+}
+
+/// Why a text is not a receipt: anything but exactly 48 lower-case hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a lease receipt is the 48 lower-case hex digits of a zkq-lease header")]
+pub struct MalformedReceipt;
+
+impl std::str::FromStr for Receipt {
+    type Err = MalformedReceipt;
+
+    fn from_str(text: &str) -> Result<Receipt, MalformedReceipt> {
+        if text.len() != 48 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(MalformedReceipt);
+        }
+        let (session, token) = (text.get(..16).ok_or(MalformedReceipt)?, text.get(16..).ok_or(MalformedReceipt)?);
+        let session = u64::from_str_radix(session, 16).map_err(|_| MalformedReceipt)?;
+        let token = u128::from_str_radix(token, 16).map_err(|_| MalformedReceipt)?;
+        Ok(Receipt { session_id: i64::from_ne_bytes(session.to_ne_bytes()), token })
+    }
+}
+
+impl std::fmt::Display for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}{:032x}", u64::from_ne_bytes(self.session_id.to_ne_bytes()), self.token)
+    }
 }
 
 #[cfg(test)]
@@ -51,13 +75,13 @@ mod tests {
 
     #[test]
     fn receipts_round_trip_and_refuse_garbage() {
-        let text = format(0x1000_0123_4567_89ab, 42);
+        let text = Receipt::new(0x1000_0123_4567_89ab, 42).to_string();
         assert_eq!(text.len(), 48);
-        assert_eq!(parse(&text), Some((0x1000_0123_4567_89ab, 42)));
-        let negative = format(-5, u128::MAX);
-        assert_eq!(parse(&negative), Some((-5, u128::MAX)));
+        assert_eq!(text.parse(), Ok(Receipt::new(0x1000_0123_4567_89ab, 42)));
+        let negative = Receipt::new(-5, u128::MAX).to_string();
+        assert_eq!(negative.parse(), Ok(Receipt::new(-5, u128::MAX)));
         for bad in ["", "xyz", &"g".repeat(48), &text[..47], &text.to_uppercase(), &"é".repeat(24)] {
-            assert_eq!(parse(bad), None, "{bad:?}");
+            assert_eq!(bad.parse::<Receipt>(), Err(MalformedReceipt), "{bad:?}");
         }
     }
 

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
-use super::{Lease, NackMode, OnExpiry, Step, counter_bytes, epoch_ms_after, lock_is_ours};
+use super::{Lease, NackMode, Receipt, OnExpiry, Step, counter_bytes, epoch_ms_after, lock_is_ours};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
 
@@ -60,23 +60,20 @@ impl Queue {
     /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
     /// can be retried with the same receipt. Runs to its end whether or not the caller still
     /// waits (see [`Queue::detached`]).
-    pub async fn ack(self: &Arc<Self>, receipt_text: &str) -> Result<(), QueueError> {
-        let receipt_text = receipt_text.to_owned();
-        self.detached(move |queue| async move { queue.ack_now(&receipt_text).await }).await
+    pub async fn ack(self: &Arc<Self>, receipt: Receipt) -> Result<(), QueueError> {
+        self.detached(move |queue| async move { queue.ack_now(receipt).await }).await
     }
 
     /// Nack: the consumer failed. `delay` postpones the next delivery. Runs to its end whether or
     /// not the caller still waits.
-    pub async fn nack(self: &Arc<Self>, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
-        let receipt_text = receipt_text.to_owned();
-        self.detached(move |queue| async move { queue.nack_now(&receipt_text, mode, delay).await }).await
+    pub async fn nack(self: &Arc<Self>, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+        self.detached(move |queue| async move { queue.nack_now(receipt, mode, delay).await }).await
     }
 
     /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms). Runs to its
     /// end whether or not the caller still waits.
-    pub async fn extend(self: &Arc<Self>, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
-        let receipt_text = receipt_text.to_owned();
-        self.detached(move |queue| async move { queue.extend_now(&receipt_text, visibility).await }).await
+    pub async fn extend(self: &Arc<Self>, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
+        self.detached(move |queue| async move { queue.extend_now(receipt, visibility).await }).await
     }
 
     /// Runs a lease step on the queue's background tracker and hands its answer to the caller.
@@ -105,24 +102,24 @@ impl Queue {
         answered.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
-    async fn ack_now(&self, receipt_text: &str) -> Result<(), QueueError> {
-        let result = match self.open_lease(receipt_text) {
+    async fn ack_now(&self, receipt: Receipt) -> Result<(), QueueError> {
+        let result = match self.open_lease(receipt) {
             Ok(token) => self.run_step(token, Step::Ack).await,
             Err(err) => Err(err),
         };
-        self.as_retry_of(receipt_text, Step::Ack, result)
+        self.as_retry_of(receipt, Step::Ack, result)
     }
 
-    async fn nack_now(&self, receipt_text: &str, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+    async fn nack_now(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
         let step = Step::Nack { mode, delay };
-        let token = match self.open_lease(receipt_text) {
+        let token = match self.open_lease(receipt) {
             Ok(token) => token,
-            Err(err) => return self.as_retry_of(receipt_text, step, Err(err)),
+            Err(err) => return self.as_retry_of(receipt, step, Err(err)),
         };
         let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay);
         if delay.is_zero() || !held {
             let result = self.run_step(token, step).await;
-            return self.as_retry_of(receipt_text, step, result);
+            return self.as_retry_of(receipt, step, result);
         }
         // Keep the lock for `delay`, then release (keep) or requeue: the message stays invisible
         // meanwhile. The client's receipt is spent.
@@ -142,8 +139,8 @@ impl Queue {
         Ok(())
     }
 
-    async fn extend_now(&self, receipt_text: &str, visibility: Duration) -> Result<i64, QueueError> {
-        let token = self.open_lease(receipt_text)?;
+    async fn extend_now(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
+        let token = self.open_lease(receipt)?;
         let turn = self.lease_snapshot(token)?.turn;
         let _turn = turn.lock().await;
         self.resolve_previous(token, None).await?;
@@ -169,23 +166,23 @@ impl Queue {
     /// A client's step that finds its lease ended answers as that step did when the lease ended
     /// by this very step (a retry after a lost answer, resolved meanwhile by the reaper or by an
     /// earlier retry); any other answer stands.
-    fn as_retry_of(&self, receipt_text: &str, step: Step, result: Result<(), QueueError>) -> Result<(), QueueError> {
+    fn as_retry_of(&self, receipt: Receipt, step: Step, result: Result<(), QueueError>) -> Result<(), QueueError> {
         match result {
-            Err(QueueError::LeaseLost(_)) if self.completed_by(receipt_text, step) => Ok(()),
+            Err(QueueError::LeaseLost(_)) if self.completed_by(receipt, step) => Ok(()),
             other => other,
         }
     }
 
-    /// Whether `receipt_text` names a lease this process issued and that `step` completed
+    /// Whether `receipt` names a lease this process issued and that `step` completed
     /// (remembered for the last [`super::REMEMBERED_COMPLETIONS`] completions of the queue).
-    fn completed_by(&self, receipt_text: &str, step: Step) -> bool {
-        let Some((session_id, token)) = super::receipt::parse(receipt_text) else { return false };
-        self.leases.key.issued(session_id, token) && self.leases.lock().completed.get(&token) == Some(&step)
+    fn completed_by(&self, receipt: Receipt, step: Step) -> bool {
+        self.leases.key.issued(receipt.session_id, receipt.token)
+            && self.leases.lock().completed.get(&receipt.token) == Some(&step)
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
-    pub(in crate::queue) async fn abandon_lease(&self, receipt_text: &str) {
-        let Some((_, token)) = super::receipt::parse(receipt_text) else { return };
+    pub(in crate::queue) async fn abandon_lease(&self, receipt: Receipt) {
+        let token = receipt.token;
         if self.run_step(token, Step::Abandon).await.is_err() {
             // No ZooKeeper now: let the reaper release it as soon as it can.
             self.update_lease(token, |lease| {
