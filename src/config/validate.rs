@@ -142,7 +142,7 @@ impl Config {
                 return Err(invalid(key, name, why));
             }
             // zkq keeps idempotency records there and its sweepers delete what they find.
-            let records = format!("{}/idempotency", self.zookeeper.root);
+            let records = crate::types::Layout::new(&self.zookeeper.root).idempotency();
             let among_records = |path: &str| path == records || path.starts_with(&format!("{records}/"));
             if let Some(path) = &queue.path {
                 check_zk_path(&format!("{key}.path"), path)?;

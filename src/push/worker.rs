@@ -19,7 +19,9 @@ use crate::http::wire::{
     HEADER_QUEUE,
 };
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms};
+use crate::queue::{
+    ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms,
+};
 use crate::types::AppUrl;
 
 /// How long one lease call waits for a message; the worker simply asks again.

@@ -15,6 +15,7 @@
 //! - A marker left behind by a process that died is removed by any zkq once it is older than
 //!   [`STALE_AFTER`]; resolutions never look at a marker that old.
 
+use crate::types::Layout;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -55,9 +56,9 @@ pub struct ClaimMarkers {
 }
 
 impl ClaimMarkers {
-    pub fn new(root: &str, session: ZkSession) -> ClaimMarkers {
+    pub fn new(layout: &Layout, session: ZkSession) -> ClaimMarkers {
         ClaimMarkers {
-            dir: format!("{root}/claims"),
+            dir: layout.claims(),
             session,
             sequence: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),

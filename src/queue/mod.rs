@@ -36,6 +36,7 @@ pub use ops::{HeadAge, Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
+use crate::types::Layout;
 use crate::zk::{GroupCommit, WatchEvent, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
@@ -176,24 +177,20 @@ pub(crate) struct QueueLayout {
 /// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
 /// a fifo queue at `{root}/queues/{name}` locked at `{root}/locks/{name}`.
 pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
-    let root = &config.zookeeper.root;
+    let layout = Layout::new(&config.zookeeper.root);
     match config.queues.get(name) {
         Some(declared) => QueueLayout {
             kind: declared.kind,
-            path: declared.path.clone().unwrap_or_else(|| format!("{root}/queues/{name}")),
+            path: declared.path.clone().unwrap_or_else(|| layout.queue(name)),
             lock_path: match (&declared.lock_path, declared.kind) {
                 (Some(lock_path), _) => Some(lock_path.clone()),
                 (None, QueueKind::Simple) => None,
-                (None, _) if declared.path.is_none() => Some(format!("{root}/locks/{name}")),
+                (None, _) if declared.path.is_none() => Some(layout.locks(name)),
                 // An attached Curator queue without a lock path: its consumers use none.
                 (None, _) => None,
             },
         },
-        None => QueueLayout {
-            kind: QueueKind::Fifo,
-            path: format!("{root}/queues/{name}"),
-            lock_path: Some(format!("{root}/locks/{name}")),
-        },
+        None => QueueLayout { kind: QueueKind::Fifo, path: layout.queue(name), lock_path: Some(layout.locks(name)) },
     }
 }
 
@@ -219,7 +216,7 @@ impl QueueService {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Arc<QueueService> {
-        let markers = Arc::new(ClaimMarkers::new(&config.zookeeper.root, session.clone()));
+        let markers = Arc::new(ClaimMarkers::new(&Layout::new(&config.zookeeper.root), session.clone()));
         tasks.spawn({
             let markers = markers.clone();
             async move { markers.run_flusher().await }
@@ -438,7 +435,7 @@ impl QueueService {
             max_items,
             declared,
             dead_letter,
-            deliveries_path: format!("{}/deliveries/{name}", self.config.zookeeper.root),
+            deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
             max_message_bytes: self.config.api.max_message_bytes,
             max_peek_bytes: self.config.api.max_peek_bytes,
             max_leases: self.config.lease.max_per_queue,

@@ -10,6 +10,7 @@
 //! missing. Everything read is untrusted: names and data that do not parse are reported, never
 //! trusted.
 
+use crate::types::Layout;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::StreamExt;
@@ -93,7 +94,7 @@ pub fn location(config: &Config, name: &str) -> QueueLocation {
         kind: declared.then_some(layout.kind),
         path: layout.path,
         lock_path: layout.lock_path,
-        deliveries_path: format!("{}/deliveries/{name}", config.zookeeper.root),
+        deliveries_path: Layout::new(&config.zookeeper.root).deliveries(name),
     }
 }
 
@@ -102,7 +103,7 @@ pub fn location(config: &Config, name: &str) -> QueueLocation {
 pub async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<Located, ZkError> {
     let mut names: Vec<String> = config.queues.keys().cloned().collect();
     let mut declared_paths: HashSet<String> = names.iter().map(|n| location(config, n).path).collect();
-    let directory = format!("{}/queues", config.zookeeper.root);
+    let directory = Layout::new(&config.zookeeper.root).queues();
     let mut found = Vec::new();
     let mut omitted = 0;
     let mut note = None;

@@ -5,6 +5,7 @@
 
 pub mod acl;
 mod app_url;
+mod layout;
 mod name;
 mod queue_kind;
 mod secret;
@@ -12,6 +13,7 @@ mod task;
 mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
+pub use layout::Layout;
 pub use name::{MAX_NAME_LEN, check_name};
 pub use queue_kind::QueueKind;
 pub use secret::Secret;

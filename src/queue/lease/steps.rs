@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
-use super::{Lease, NackMode, Receipt, OnExpiry, Step, counter_bytes, epoch_ms_after, lock_is_ours};
+use super::{Lease, NackMode, OnExpiry, Receipt, Step, counter_bytes, epoch_ms_after, lock_is_ours};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
 
