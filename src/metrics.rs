@@ -6,6 +6,7 @@
 
 #![allow(clippy::disallowed_types, reason = "src/metrics.rs owns the metrics registry")]
 
+use crate::types::NackMode;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
@@ -14,11 +15,33 @@ use prometheus::{
 /// The labels of `zkq_zookeeper_connection_state`, one series each.
 pub const CONNECTION_STATES: [&str; 5] = ["connected", "suspended", "reconnected", "lost", "read_only"];
 
-/// The `mode` labels of `zkq_messages_nacked_total`.
-pub const NACK_MODES: [&str; 3] = ["requeue", "delete", "keep"];
+/// The `outcome` label of `zkq_claim_attempts_total`: how one attempt to claim a candidate ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Claimed: handed out (taken or leased).
+    Won,
+    /// Someone else changed or consumed it between the read and the claim.
+    Lost,
+    /// It was already gone when read.
+    Gone,
+    /// A consumer held its lock.
+    Locked,
+}
 
-/// The `outcome` labels of `zkq_claim_attempts_total`.
-pub const CLAIM_OUTCOMES: [&str; 4] = ["won", "lost", "gone", "locked"];
+impl ClaimOutcome {
+    /// Every outcome, in the order of the label's series.
+    pub const ALL: [ClaimOutcome; 4] =
+        [ClaimOutcome::Won, ClaimOutcome::Lost, ClaimOutcome::Gone, ClaimOutcome::Locked];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimOutcome::Won => "won",
+            ClaimOutcome::Lost => "lost",
+            ClaimOutcome::Gone => "gone",
+            ClaimOutcome::Locked => "locked",
+        }
+    }
+}
 
 /// Buckets for ZooKeeper round trips and HTTP handling, in seconds.
 const LATENCY_BUCKETS: &[f64] =
@@ -105,16 +128,14 @@ pub struct QueueMetrics {
 }
 
 impl QueueMetrics {
-    /// `zkq_messages_nacked_total` of a mode in [`NACK_MODES`].
-    pub fn nacked(&self, mode: &str) -> &IntCounter {
-        let index = NACK_MODES.iter().position(|m| *m == mode).unwrap_or(0);
-        &self.nacked[index]
+    /// `zkq_messages_nacked_total` of `mode`.
+    pub fn nacked(&self, mode: NackMode) -> &IntCounter {
+        &self.nacked[mode as usize]
     }
 
-    /// `zkq_claim_attempts_total` of an outcome in [`CLAIM_OUTCOMES`].
-    pub fn claim(&self, outcome: &str) -> &IntCounter {
-        let index = CLAIM_OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0);
-        &self.claims[index]
+    /// `zkq_claim_attempts_total` of `outcome`.
+    pub fn claim(&self, outcome: ClaimOutcome) -> &IntCounter {
+        &self.claims[outcome as usize]
     }
 }
 
@@ -393,8 +414,8 @@ impl Metrics {
             idempotent_conflicts: self.idempotent_conflicts.with_label_values(q),
             idempotency_records: self.idempotency_records.with_label_values(q),
             idempotency_records_swept: self.idempotency_records_swept.with_label_values(q),
-            nacked: NACK_MODES.map(|mode| self.messages_nacked.with_label_values(&[queue, mode])),
-            claims: CLAIM_OUTCOMES.map(|outcome| self.claim_attempts.with_label_values(&[queue, outcome])),
+            nacked: NackMode::ALL.map(|mode| self.messages_nacked.with_label_values(&[queue, mode.as_str()])),
+            claims: ClaimOutcome::ALL.map(|outcome| self.claim_attempts.with_label_values(&[queue, outcome.as_str()])),
         }
     }
 
@@ -416,11 +437,11 @@ impl Metrics {
             let _ = counter.remove_label_values(&[queue]);
         }
         let _ = self.candidates_pruned.remove_label_values(&[queue]);
-        for mode in NACK_MODES {
-            let _ = self.messages_nacked.remove_label_values(&[queue, mode]);
+        for mode in NackMode::ALL {
+            let _ = self.messages_nacked.remove_label_values(&[queue, mode.as_str()]);
         }
-        for outcome in CLAIM_OUTCOMES {
-            let _ = self.claim_attempts.remove_label_values(&[queue, outcome]);
+        for outcome in ClaimOutcome::ALL {
+            let _ = self.claim_attempts.remove_label_values(&[queue, outcome.as_str()]);
         }
     }
 

@@ -1,5 +1,6 @@
 //! What a claim makes of a candidate: the reads it is judged by, and why one was not claimed.
 
+use crate::metrics::ClaimOutcome;
 use crate::zk::{NodeStat, ZkError};
 
 /// A candidate's read from a multi-read: its node, or its delivery count (`None` when the
@@ -22,12 +23,12 @@ pub(super) enum Declined {
 }
 
 impl Declined {
-    /// The `outcome` label of `zkq_claims_total`; none for a node that was skipped.
-    pub(super) fn label(self) -> Option<&'static str> {
+    /// How `zkq_claim_attempts_total` counts it; not at all for a node that was skipped.
+    pub(super) fn outcome(self) -> Option<ClaimOutcome> {
         match self {
-            Declined::Lost => Some("lost"),
-            Declined::Gone => Some("gone"),
-            Declined::Locked => Some("locked"),
+            Declined::Lost => Some(ClaimOutcome::Lost),
+            Declined::Gone => Some(ClaimOutcome::Gone),
+            Declined::Locked => Some(ClaimOutcome::Locked),
             Declined::Undecodable => None,
         }
     }

@@ -6,6 +6,7 @@
 pub mod acl;
 mod app_url;
 mod layout;
+mod nack_mode;
 mod name;
 mod queue_kind;
 mod secret;
@@ -14,6 +15,7 @@ mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
 pub use layout::Layout;
+pub use nack_mode::NackMode;
 pub use name::{MAX_NAME_LEN, check_name};
 pub use queue_kind::QueueKind;
 pub use secret::Secret;

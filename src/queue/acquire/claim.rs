@@ -26,6 +26,7 @@ use super::super::names::ItemName;
 use super::super::split::Fit;
 use super::super::{Queue, take};
 use super::{Acquire, Caller, Delivery};
+use crate::metrics::ClaimOutcome;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
 
 /// A candidate read and ready to claim: the operations it adds to the transaction and what its
@@ -242,7 +243,7 @@ impl Queue {
             }
             for ready in chosen.drain(..) {
                 self.cache.claim_ended(&ready.candidate().name);
-                self.qm.claim("won").inc();
+                self.qm.claim(ClaimOutcome::Won).inc();
                 delivered.push(self.book(zk, ready, how));
             }
         }
@@ -314,8 +315,8 @@ impl Queue {
     /// Books a candidate that was not claimed.
     pub(super) fn declined(self: &Arc<Self>, zk: &Zk, candidate: ItemName, declined: Declined) {
         self.cache.claim_ended(&candidate.name);
-        let Some(label) = declined.label() else { return };
-        self.qm.claim(label).inc();
+        let Some(outcome) = declined.outcome() else { return };
+        self.qm.claim(outcome).inc();
         self.cache.contended();
         if declined == Declined::Locked {
             // Held by a consumer: offer it again when that lock goes away.
@@ -355,7 +356,7 @@ impl Queue {
         let mut leased = Vec::new();
         for ready in chosen {
             self.cache.claim_ended(&ready.candidate().name);
-            self.qm.claim("lost").inc();
+            self.qm.claim(ClaimOutcome::Lost).inc();
             match ready {
                 Ready::Take { candidate, items, .. } => {
                     let message = take::first_message(&candidate, items);

@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use super::names::ItemName;
 use super::{Queue, QueueError, now_epoch_ms};
 use crate::config::QueueKind;
+pub use crate::types::NackMode;
 use crate::zk::{Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
@@ -57,27 +58,6 @@ pub struct LeaseGrant {
     /// its put, or for an item split from a Curator `putMulti` node, the split. The same on every
     /// delivery of the node.
     pub created_at_ms: i64,
-}
-
-/// What a nack does with the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NackMode {
-    /// Delete it and put it back at the tail (Curator's ErrorMode.REQUEUE), keeping its kind fields.
-    Requeue,
-    /// Delete it (Curator's ErrorMode.DELETE).
-    Delete,
-    /// Release the lock; the message keeps its place.
-    Keep,
-}
-
-impl NackMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NackMode::Requeue => "requeue",
-            NackMode::Delete => "delete",
-            NackMode::Keep => "keep",
-        }
-    }
 }
 
 /// Where dead letters of a queue go.

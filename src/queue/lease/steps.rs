@@ -135,7 +135,7 @@ impl Queue {
         if !updated {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
-        self.qm.nacked(mode.as_str()).inc();
+        self.qm.nacked(mode).inc();
         Ok(())
     }
 
@@ -363,7 +363,7 @@ impl Queue {
         }
         match step {
             Step::Ack => self.qm.messages_acked.inc(),
-            Step::Nack { mode, .. } => self.qm.nacked(mode.as_str()).inc(),
+            Step::Nack { mode, .. } => self.qm.nacked(mode).inc(),
             Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => self.qm.messages_expired.inc(),
             Step::Expire | Step::Abandon | Step::Shutdown => {},
         }
