@@ -224,7 +224,8 @@ impl Metrics {
             )?)?,
             http_requests: reg.add(IntCounterVec::new(
                 Opts::new("zkq_http_requests_total", "HTTP requests by route template (unmatched for any unknown path), method (the nine standard \
-                     ones; other for any other token) and status."),
+                     ones; other for any other token) and status; status 499 counts requests whose client left \
+                     before the answer (what zkq had started still finishes)."),
                 &["route", "method", "status"],
             )?)?,
             http_request_duration: reg.add(HistogramVec::new(
