@@ -4,7 +4,9 @@
 //! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
 //! `push` is a client of `queue`'s leases that calls the app instead of waiting for it.
 //! `config` is read once and validated before anything starts; `metrics` owns every metric.
-//! `inspect` is the read-only `zkq inspect` command. `types` is the ground floor they all share.
+//! `inspect` is the read-only `zkq inspect` command; `reference` prints the reference pages
+//! (`zkq reference`) from the code that defines what they list. `types` is the ground floor they
+//! all share.
 
 pub mod app;
 pub mod config;
@@ -14,6 +16,7 @@ pub mod inspect;
 pub(crate) mod metrics;
 pub mod push;
 pub mod queue;
+pub mod reference;
 pub mod shutdown;
 pub(crate) mod supervise;
 pub mod types;

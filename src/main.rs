@@ -8,7 +8,7 @@ use zkq::config::{Config, EXIT_CONFIG, LogFormat, Overrides};
 /// jemalloc rather than glibc's malloc: it returns freed memory to the system after a few seconds
 /// (glibc keeps it in per-thread arenas, so a burst of connections left the process at its peak),
 /// and it does not touch the pages of a block it hands out (hyper's 8 KiB connection buffers cost
-/// only what is written to them). See the memory benchmark in the README.
+/// only what is written to them). See the memory benchmark in docs/benchmarks.md.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -39,6 +39,11 @@ enum Command {
     },
     /// Print the OpenAPI document the API serves.
     Openapi,
+    /// Print a reference page as Markdown (docs/reference/ holds each as committed).
+    Reference {
+        /// Which page.
+        page: zkq::reference::Page,
+    },
     /// Exit 0 if this configuration's zkq answers /readyz with 200 (for container health checks).
     Healthcheck,
     /// Show every queue in ZooKeeper (declared, and under {root}/queues): kind, depth, oldest message,
@@ -50,9 +55,25 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let overrides = cli.overrides.clone();
-    if matches!(cli.command, Some(Command::Openapi)) {
-        print!("{}", zkq::http::openapi_json());
-        return ExitCode::SUCCESS;
+    // The documents the code prints need no configuration.
+    match cli.command {
+        Some(Command::Openapi) => {
+            print!("{}", zkq::http::openapi_json());
+            return ExitCode::SUCCESS;
+        },
+        Some(Command::Reference { page }) => {
+            return match page.render() {
+                Ok(markdown) => {
+                    print!("{markdown}");
+                    ExitCode::SUCCESS
+                },
+                Err(err) => {
+                    eprintln!("zkq: cannot print the {} reference: {err}", page.name());
+                    ExitCode::FAILURE
+                },
+            };
+        },
+        _ => {},
     }
     let config = match Config::load(&overrides) {
         Ok(config) => config,
@@ -74,7 +95,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         },
-        Command::Openapi => ExitCode::SUCCESS,
+        Command::Openapi | Command::Reference { .. } => ExitCode::SUCCESS,
         Command::Healthcheck => healthcheck(&config),
         Command::Inspect(args) => ExitCode::from(zkq::inspect::run(&config, &args)),
         Command::Run => run(config),

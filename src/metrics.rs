@@ -49,6 +49,8 @@ const LATENCY_BUCKETS: &[f64] =
 
 pub struct Metrics {
     registry: Registry,
+    /// Every metric registered below, in registration order (the process collector aside).
+    catalogue: Vec<MetricDoc>,
 
     pub build_info: IntGaugeVec,
     pub ready: IntGauge,
@@ -139,14 +141,39 @@ impl QueueMetrics {
     }
 }
 
-/// Registers each metric the moment it is made, so no second list has to agree with the first.
-struct Registrar<'a>(&'a Registry);
+/// Registers each metric the moment it is made, so no second list has to agree with the first,
+/// and notes it in the catalogue the metrics reference is printed from.
+struct Registrar<'a> {
+    registry: &'a Registry,
+    catalogue: std::cell::RefCell<Vec<MetricDoc>>,
+}
 
 impl Registrar<'_> {
     fn add<M: prometheus::core::Collector + Clone + 'static>(&self, metric: M) -> Result<M, prometheus::Error> {
-        self.0.register(Box::new(metric.clone()))?;
+        self.registry.register(Box::new(metric.clone()))?;
+        let labels: Vec<String> = metric.desc().iter().flat_map(|desc| desc.variable_labels.clone()).collect();
+        for family in metric.collect() {
+            let kind = match family.get_field_type() {
+                prometheus::proto::MetricType::COUNTER => "counter",
+                prometheus::proto::MetricType::GAUGE => "gauge",
+                prometheus::proto::MetricType::HISTOGRAM => "histogram",
+                prometheus::proto::MetricType::SUMMARY => "summary",
+                prometheus::proto::MetricType::UNTYPED => "untyped",
+            };
+            let (name, help) = (family.name().to_owned(), family.help().to_owned());
+            self.catalogue.borrow_mut().push(MetricDoc { name, kind, labels: labels.clone(), help });
+        }
         Ok(metric)
     }
+}
+
+/// One metric as the reference lists it: name, type, label names and help text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricDoc {
+    pub name: String,
+    pub kind: &'static str,
+    pub labels: Vec<String>,
+    pub help: String,
 }
 
 impl Metrics {
@@ -155,7 +182,7 @@ impl Metrics {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
-        let reg = Registrar(&registry);
+        let reg = Registrar { registry: &registry, catalogue: Default::default() };
 
         let build_info = reg.add(IntGaugeVec::new(
             Opts::new("zkq_build_info", "Always 1; the version label says which zkq is running."),
@@ -166,7 +193,8 @@ impl Metrics {
         let zk_connection_state = reg.add(IntGaugeVec::new(
             Opts::new(
                 "zkq_zookeeper_connection_state",
-                "1 for the current ZooKeeper connection state (Curator's model), 0 for the others.",
+                "1 for the current ZooKeeper connection state (Curator's model: connected, suspended, reconnected, \
+                 lost, read_only), 0 for the others; all 0 before the first session.",
             ),
             &["state"],
         )?)?;
@@ -177,7 +205,11 @@ impl Metrics {
         let background_task_restarts = reg.add(IntCounterVec::new(
             Opts::new(
                 "zkq_background_task_restarts_total",
-                "Background tasks restarted after a panic or an unexpected end (each one is a bug).",
+                format!(
+                    "Background tasks restarted after a panic or an unexpected end, or (lock_watcher) after a panic \
+                     before their work was done; anything above 0 is a bug worth reporting. Tasks: {}.",
+                    crate::supervise::Task::ALL.map(|task| task.as_str()).join(", ")
+                ),
             ),
             &["task"],
         )?)?;
@@ -212,7 +244,9 @@ impl Metrics {
                 &["operation"],
             )?)?,
             http_requests: reg.add(IntCounterVec::new(
-                Opts::new("zkq_http_requests_total", "HTTP requests by route template, method and status."),
+                Opts::new("zkq_http_requests_total", "HTTP requests by route template (unmatched for any unknown path), method (the nine standard \
+                     ones; other for any other token) and status; status 499 counts requests whose client left \
+                     before the answer (what zkq had started still finishes)."),
                 &["route", "method", "status"],
             )?)?,
             http_request_duration: reg.add(HistogramVec::new(
@@ -230,15 +264,18 @@ impl Metrics {
             queue_children: reg.add(IntGaugeVec::new(
                 Opts::new(
                     "zkq_queue_children",
-                    "Children of the queue node (its depth): read at every scrape, else the last value seen.",
+                    "Children of the queue node (its depth, foreign nodes included): read at every scrape (one exists per \
+                     open queue, all at once, within 1 s; a queue whose read fails keeps its last value) and kept \
+                     current from events in between.",
                 ),
                 &["queue"],
             )?)?,
             oldest_message_age: reg.add(GaugeVec::new(
                 Opts::new(
                     "zkq_queue_oldest_message_age_seconds",
-                    "How long the next message to deliver has waited (since its creation, or since it became due \
-                     in a delay queue); 0 when none is waiting. Read at every scrape.",
+                    "How long the next message to deliver (due, not locked) has waited (since its creation, or since it \
+                     became due in a delay queue); 0 when none is waiting. Read at every scrape, with one exists of \
+                     the head when it changed since the last scrape.",
                 ),
                 &["queue"],
             )?)?,
@@ -251,7 +288,7 @@ impl Metrics {
                 &["queue"],
             )?)?,
             waiting_takers: reg.add(IntGaugeVec::new(
-                Opts::new("zkq_waiting_takers", "Long-polling takes currently waiting for a message."),
+                Opts::new("zkq_waiting_takers", "Long-polls (takes, leases, push workers) currently waiting for a message."),
                 &["queue"],
             )?)?,
             undecodable_messages: reg.add(IntCounterVec::new(
@@ -298,7 +335,8 @@ impl Metrics {
             children_reads: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_children_reads_total",
-                    "Full getChildren reads of a queue (cache refreshes); compare with messages taken.",
+                    "Full getChildren reads of a queue (cache refreshes): one per (re)connection and one a minute as a \
+                     backstop; events keep the cache current in between. Compare with messages taken.",
                 ),
                 &["queue"],
             )?)?,
@@ -329,7 +367,8 @@ impl Metrics {
             put_outcome_unknown: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_put_outcome_unknown_total",
-                    "Puts whose connection dropped mid-request and whose outcome could not be determined.",
+                    "Puts answered 504 outcome_unknown: the connection dropped mid-request and the outcome could not be \
+                     determined.",
                 ),
                 &["queue"],
             )?)?,
@@ -359,7 +398,8 @@ impl Metrics {
             idempotency_records_swept: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_idempotency_records_swept_total",
-                    "Expired idempotency-key records deleted by this zkq's sweeper.",
+                    "Expired idempotency-key records deleted by this zkq's sweeper of the queue (records of queues it does \
+                     not have open are swept too, and logged, not counted).",
                 ),
                 &["queue"],
             )?)?,
@@ -378,11 +418,13 @@ impl Metrics {
             group_commit_units: reg.add(Histogram::with_opts(
                 HistogramOpts::new(
                     "zkq_group_commit_units",
-                    "Writes (a put, a batch put) sent to ZooKeeper together in one transaction.",
+                    "Writes (a put, a batch put, an ack or nack) sent to ZooKeeper together in one transaction: _count is \
+                     transactions, _sum writes.",
                 )
                 .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1000.0]),
             )?)?,
             push: PushVecs::new(&reg)?,
+            catalogue: reg.catalogue.take(),
             registry,
         };
         Ok(metrics)
@@ -470,12 +512,41 @@ impl Metrics {
         }
     }
 
+    /// Every metric zkq registers (the standard `process_*` metrics aside), in registration order.
+    pub fn catalogue(&self) -> &[MetricDoc] {
+        &self.catalogue
+    }
+
     /// Renders the Prometheus text exposition format.
     pub fn render(&self) -> Result<String, prometheus::Error> {
         let mut buf = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
         String::from_utf8(buf).map_err(|e| prometheus::Error::Msg(e.to_string()))
     }
+}
+
+/// The metrics reference page (`docs/reference/metrics.md`), as `zkq reference metrics` prints it.
+pub fn metrics_markdown() -> Result<String, prometheus::Error> {
+    let metrics = Metrics::new()?;
+    let mut catalogue = metrics.catalogue().to_vec();
+    catalogue.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut page = String::from(
+        "# Metrics\n\n\
+         <!-- Generated by `zkq reference metrics` from src/metrics.rs; do not edit. -->\n\n\
+         The admin listener serves these on `GET /metrics` (Prometheus text format), beside the standard \
+         `process_*` metrics. Label values are bounded: `queue` takes declared names and at most \
+         `max_dynamic_queues` dynamic ones, every other label a fixed set. Every per-queue series (counters, \
+         gauges, each nack `mode`, each claim `outcome`) exists at 0 from the moment the queue opens (declared \
+         queues: at start), so `rate()` and absent-series alerts work before the first event; a dynamic queue \
+         that closes drops its series. The [runbook](../operations.md) says which alert watches what.\n\n\
+         | metric | type | labels | meaning |\n| --- | --- | --- | --- |\n",
+    );
+    for metric in catalogue {
+        let labels = metric.labels.iter().map(|label| format!("`{label}`")).collect::<Vec<_>>().join(", ");
+        let help = metric.help.replace('|', "\\|");
+        page.push_str(&format!("| `{}` | {} | {labels} | {help} |\n", metric.name, metric.kind));
+    }
+    Ok(page)
 }
 
 /// A gauge held up while a value lives: `inc` now, `dec` on drop (also when a handler is dropped).
@@ -530,8 +601,10 @@ impl PushVecs {
             deliveries: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_push_deliveries_total",
-                    "Deliveries pushed to the app, by how they ended: success, drop, retry, retry_after, rejected \
-                     (4xx), server_error (5xx), timeout, unreachable, lease_lost, released (at shutdown).",
+                    "Deliveries pushed to the app, by how they ended: success, drop, retry (Dapr's RETRY or an unknown \
+                     status), retry_after (429 or 503 with Retry-After), rejected (another status below 500), \
+                     server_error (5xx), timeout, unreachable (a refused or broken connection), lease_lost (the \
+                     lease ended first, e.g. the session was lost), released (at shutdown).",
                 ),
                 &["queue", "outcome"],
             )?)?,
@@ -544,7 +617,11 @@ impl PushVecs {
                 &["queue"],
             )?)?,
             in_flight: reg.add(IntGaugeVec::new(
-                Opts::new("zkq_push_in_flight", "Deliveries leased and not yet settled (at most the concurrency)."),
+                Opts::new(
+                    "zkq_push_in_flight",
+                    "Deliveries leased and not yet settled (at most the concurrency; a message waiting out its \
+                     backoff counts).",
+                ),
                 &["queue"],
             )?)?,
             app_available: reg.add(IntGaugeVec::new(

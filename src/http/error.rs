@@ -14,7 +14,7 @@ use crate::zk::ZkError;
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
 pub struct ErrorBody {
-    /// Stable, machine-readable error code (see the README's error table).
+    /// Stable, machine-readable error code (see docs/reference/errors.md).
     #[schema(example = "invalid_queue_name")]
     pub code: String,
     /// What went wrong and what to do about it.
@@ -38,80 +38,152 @@ pub enum ZookeeperErrors {
     OutcomeUnknown(ErrorBody),
 }
 
-/// Every kind of error the HTTP API reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    BadRequest,
-    InvalidQueueName,
-    InvalidParameter,
-    ParameterNotForKind,
-    NotFound,
-    QueueNotFound,
-    MessageNotFound,
-    LeaseNotFound,
-    LeaseLost,
-    InvalidName,
-    CounterNotFound,
-    CounterNotAnInt,
-    VersionMismatch,
-    VersionOverflow,
-    Contention,
-    CounterOverflow,
-    IdempotencyKeyReused,
-    UnsupportedMediaType,
-    MethodNotAllowed,
-    PayloadTooLarge,
-    QueueFull,
-    TooManyLeases,
-    Overloaded,
-    ZookeeperUnavailable,
-    ZookeeperRefused,
-    OutcomeUnknown,
-    ShuttingDown,
-    NotReady,
-    Unauthorized,
-    CrossOriginRefused,
-    Internal,
+/// Declares [`ErrorCode`] from one table: each code's doc comment says when it is answered (the
+/// error reference, `zkq reference errors`, prints it), then its variant, HTTP status and code.
+macro_rules! error_codes {
+    ($($(#[doc = $when:literal])+ $variant:ident => $status:ident, $code:literal;)+) => {
+        /// Every kind of error the HTTP API reports.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $($(#[doc = $when])+ $variant,)+
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order of the table.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant),+];
+
+            /// The table: error kind → HTTP status and stable code string.
+            pub fn status_and_code(self) -> (StatusCode, &'static str) {
+                match self {
+                    $(ErrorCode::$variant => (StatusCode::$status, $code),)+
+                }
+            }
+
+            /// When the code is answered: its doc comment, one line.
+            pub fn when(self) -> String {
+                let lines: &[&str] = match self {
+                    $(ErrorCode::$variant => &[$($when),+],)+
+                };
+                lines.iter().map(|line| line.trim()).collect::<Vec<_>>().join(" ")
+            }
+        }
+    };
 }
 
-impl ErrorCode {
-    /// The table: error kind → HTTP status and stable code string.
-    pub fn status_and_code(self) -> (StatusCode, &'static str) {
-        use ErrorCode::*;
-        match self {
-            BadRequest => (StatusCode::BAD_REQUEST, "bad_request"),
-            InvalidQueueName => (StatusCode::BAD_REQUEST, "invalid_queue_name"),
-            InvalidParameter => (StatusCode::BAD_REQUEST, "invalid_parameter"),
-            ParameterNotForKind => (StatusCode::CONFLICT, "parameter_not_for_kind"),
-            NotFound => (StatusCode::NOT_FOUND, "not_found"),
-            QueueNotFound => (StatusCode::NOT_FOUND, "queue_not_found"),
-            MessageNotFound => (StatusCode::NOT_FOUND, "message_not_found"),
-            LeaseNotFound => (StatusCode::NOT_FOUND, "lease_not_found"),
-            LeaseLost => (StatusCode::CONFLICT, "lease_lost"),
-            InvalidName => (StatusCode::BAD_REQUEST, "invalid_name"),
-            CounterNotFound => (StatusCode::NOT_FOUND, "counter_not_found"),
-            CounterNotAnInt => (StatusCode::CONFLICT, "counter_not_an_int"),
-            VersionMismatch => (StatusCode::PRECONDITION_FAILED, "version_mismatch"),
-            VersionOverflow => (StatusCode::CONFLICT, "version_overflow"),
-            Contention => (StatusCode::CONFLICT, "contention"),
-            CounterOverflow => (StatusCode::CONFLICT, "counter_overflow"),
-            IdempotencyKeyReused => (StatusCode::CONFLICT, "idempotency_key_reused"),
-            UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
-            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
-            TooManyLeases => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
-            Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-            ZookeeperUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "zookeeper_unavailable"),
-            ZookeeperRefused => (StatusCode::BAD_GATEWAY, "zookeeper_refused"),
-            OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
-            ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
-            NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
-            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            CrossOriginRefused => (StatusCode::FORBIDDEN, "cross_origin_refused"),
-            Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        }
+error_codes! {
+    /// A malformed request the other 400 codes do not name: a bad path segment, a body that
+    /// cannot be read, a body that is not the JSON the endpoint takes.
+    BadRequest => BAD_REQUEST, "bad_request";
+    /// A queue name that is not 1–200 characters of `A-Z a-z 0-9 . _ -`, or is `.` or `..`.
+    InvalidQueueName => BAD_REQUEST, "invalid_queue_name";
+    /// A counter name that breaks the same rules as a queue name.
+    InvalidName => BAD_REQUEST, "invalid_name";
+    /// A malformed parameter: a bad duration or number, a delay beyond `api.max_delay`, an id or
+    /// message id with a character ZooKeeper refuses in node names (U+0000–U+001F, U+007F–U+009F,
+    /// U+D800–U+F8FF, U+FFF0 and above), an `Idempotency-Key` that is not 1–200 bytes of visible
+    /// ASCII or is sent twice, a `format=curator-multi` batch whose messages differ in priority or
+    /// delivery time or carry an `idempotency_key`.
+    InvalidParameter => BAD_REQUEST, "invalid_parameter";
+    /// zkq has an API token (`api.token_file`) and the request's `zkq-api-token` header is missing
+    /// or wrong (every API-listener path but `/openapi.json` and `/docs`).
+    Unauthorized => UNAUTHORIZED, "unauthorized";
+    /// A web browser sent the request for a page of another origin (`Origin`, `Sec-Fetch-Site`),
+    /// or to a host name that is not an address or `localhost` (DNS rebinding); see
+    /// `api.refuse_cross_origin`.
+    CrossOriginRefused => FORBIDDEN, "cross_origin_refused";
+    /// An unknown route.
+    NotFound => NOT_FOUND, "not_found";
+    /// An undeclared queue with `queues_dynamic = false`, or a new dynamic queue beyond
+    /// `max_dynamic_queues`; a read (info, peek, remove) of a dynamic queue whose node does not
+    /// exist; a lease step on a queue this zkq does not have open.
+    QueueNotFound => NOT_FOUND, "queue_not_found";
+    /// No such message (remove by message id).
+    MessageNotFound => NOT_FOUND, "message_not_found";
+    /// A lease receipt that is malformed or that this zkq process never issued (forged, from
+    /// another zkq, or from before a restart).
+    LeaseNotFound => NOT_FOUND, "lease_not_found";
+    /// An undeclared counter with `counters_dynamic = false`; a read of a dynamic counter whose
+    /// node does not exist.
+    CounterNotFound => NOT_FOUND, "counter_not_found";
+    /// The wrong method for the route.
+    MethodNotAllowed => METHOD_NOT_ALLOWED, "method_not_allowed";
+    /// A parameter that does not fit the queue's kind: `priority` on a fifo queue, an id queue
+    /// without `id`, a lease on a queue without a lock path, `format=curator-multi` on an id or
+    /// simple queue.
+    ParameterNotForKind => CONFLICT, "parameter_not_for_kind";
+    /// A put's `Idempotency-Key` (or a batch message's `idempotency_key`) was used within the
+    /// queue's idempotency window for a different body, `priority` or `id`; nothing was stored
+    /// (for a batch: none of its messages; the message names which).
+    IdempotencyKeyReused => CONFLICT, "idempotency_key_reused";
+    /// The lease is no longer held: it expired or its session was lost (nothing changed; the
+    /// message is, or will be, delivered again), or another step already ended it (an ack or a
+    /// nack; retrying the step that ended it answers as that step did).
+    LeaseLost => CONFLICT, "lease_lost";
+    /// The counter node is not a 4-byte int; it is left untouched.
+    CounterNotAnInt => CONFLICT, "counter_not_an_int";
+    /// A compare-and-set against version -1, which ZooKeeper reads as "any version"; refused, as
+    /// Curator does.
+    VersionOverflow => CONFLICT, "version_overflow";
+    /// An add or unconditional set that lost every retry to concurrent writers.
+    Contention => CONFLICT, "contention";
+    /// An add whose sum does not fit a 32-bit int; nothing written.
+    CounterOverflow => CONFLICT, "counter_overflow";
+    /// `If-Match` names a stale version; the body carries the current `value` and `version`.
+    VersionMismatch => PRECONDITION_FAILED, "version_mismatch";
+    /// A body over `api.max_message_bytes` (answered before the upload when `Content-Length` says
+    /// so, also to `Expect: 100-continue`); a batch put whose bodies pass `api.max_batch_bytes`
+    /// together, or whose JSON passes that limit in base64 plus 1 KiB per message; a batch, or a
+    /// put with an `Idempotency-Key`, whose messages with their idempotency records would make a
+    /// transaction over 960 KiB (for one put, a body above about 980,000 bytes: only when
+    /// `api.max_message_bytes` is raised that far).
+    PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large";
+    /// A counter body that is not `application/json`.
+    UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type";
+    /// The queue stayed at `max_items` for longer than the put's `?wait=`; with `Retry-After`.
+    QueueFull => TOO_MANY_REQUESTS, "queue_full";
+    /// A lease on a queue that has `lease.max_per_queue` leases out; with `Retry-After`.
+    TooManyLeases => TOO_MANY_REQUESTS, "too_many_leases";
+    /// A bug: please report it.
+    Internal => INTERNAL_SERVER_ERROR, "internal";
+    /// ZooKeeper refused the request: the node's ACL does not allow zkq's session (configure the
+    /// credentials it allows: `zookeeper.auth_digest` or `zookeeper.sasl`), or a quota. A take or
+    /// lease on a queue zkq may not read answers it at once, not after its wait.
+    ZookeeperRefused => BAD_GATEWAY, "zookeeper_refused";
+    /// No connected ZooKeeper session before the request's deadline; with `Retry-After`. A take
+    /// or lease answers this, never 204, when zkq cannot know the queue is empty.
+    ZookeeperUnavailable => SERVICE_UNAVAILABLE, "zookeeper_unavailable";
+    /// zkq is draining after SIGTERM or SIGINT; with `Retry-After`.
+    ShuttingDown => SERVICE_UNAVAILABLE, "shutting_down";
+    /// `/readyz` while not ready; its message ends with why the last attempt to open a session
+    /// failed (a TLS handshake, refused credentials, no answer).
+    NotReady => SERVICE_UNAVAILABLE, "not_ready";
+    /// More than `api.max_concurrent_requests` requests at once; with `Retry-After`.
+    Overloaded => SERVICE_UNAVAILABLE, "overloaded";
+    /// The connection dropped after a write was sent and ZooKeeper could not be asked in time
+    /// whether it applied; for a put with an `Idempotency-Key`, also when its message was stored
+    /// but its name could not be written into the key's record in time. Never for a read that
+    /// was lost: that is 503. See the guarantees before retrying a put.
+    OutcomeUnknown => GATEWAY_TIMEOUT, "outcome_unknown";
+}
+
+/// The error reference page (`docs/reference/errors.md`), as `zkq reference errors` prints it.
+pub fn errors_markdown() -> String {
+    let mut page = String::from(
+        "# Error codes\n\n\
+         <!-- Generated by `zkq reference errors` from src/http/error.rs; do not edit. -->\n\n\
+         Every error zkq answers is JSON `{\"code\": \"...\", \"message\": \"...\"}`; the `code` is stable, the \
+         `message` says what went wrong and what to do. 429 and 503 carry `Retry-After`. The exceptions are \
+         answered by the HTTP/1 parser before zkq sees a request, with an empty body: a malformed request line \
+         or header (400), headers too large (431), and connections closed without an answer (a request head \
+         not complete `header_read_timeout` after its first byte, or nothing sent for `idle_timeout`).\n\n\
+         | status | code | when |\n| --- | --- | --- |\n",
+    );
+    for code in ErrorCode::ALL {
+        let (status, name) = code.status_and_code();
+        let when = code.when().replace('|', "\\|");
+        page.push_str(&format!("| {} | `{name}` | {when} |\n", status.as_u16()));
     }
+    page
 }
 
 /// An error on its way to becoming a response.

@@ -1,4 +1,4 @@
-//! The binary: flags, check-config, exit status 64 on a bad configuration.
+//! The binary: flags, check-config, reference pages, exit status 64 on a bad configuration.
 
 use std::process::Command;
 
@@ -63,6 +63,21 @@ fn invalid_configuration_exits_64_naming_key_value_and_allowed() {
     let output = zkq().args(["run", "--log-format", "yaml"]).output().expect("runs");
     assert_eq!(output.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&output.stderr).contains("yaml"));
+}
+
+/// `zkq reference PAGE` prints the committed reference page, and needs no usable configuration.
+#[test]
+fn reference_prints_the_committed_pages_without_a_configuration() {
+    for (page, path) in [
+        ("config", "docs/reference/configuration.md"),
+        ("metrics", "docs/reference/metrics.md"),
+        ("errors", "docs/reference/errors.md"),
+    ] {
+        let output = zkq().args(["reference", page]).env("ZKQ__ZOOKEEPER__TYPO", "x").output().expect("runs");
+        assert!(output.status.success(), "{page}: {}", String::from_utf8_lossy(&output.stderr));
+        let committed = std::fs::read_to_string(crate::harness::repo_file(path)).expect("committed page");
+        assert!(String::from_utf8_lossy(&output.stdout) == committed, "zkq reference {page} differs from {path}");
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod cli;
 mod contract;
 mod counters;
 mod curator;
+mod docs;
 mod dynamic;
 mod ensemble;
 mod exactly_once;
