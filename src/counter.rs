@@ -58,6 +58,9 @@ pub enum CounterError {
     /// The sum does not fit a 32-bit int (SharedCount's type); nothing was written.
     #[error("{value} + {delta} does not fit the counter's 32-bit int; nothing was written")]
     Overflow { value: i32, delta: i32 },
+    /// zkq is draining: a long-poll answers at once instead of holding the shutdown.
+    #[error("zkq is shutting down; retry on another instance")]
+    ShuttingDown,
     #[error(transparent)]
     Zk(ZkError),
 }
@@ -135,6 +138,7 @@ impl Counter {
             Err(CounterError::Contention) => "contention",
             Err(CounterError::Overflow { .. }) => "overflow",
             Err(CounterError::Zk(_)) => "zookeeper_error",
+            Err(CounterError::ShuttingDown) => "shutting_down",
             Err(_) => "refused",
         };
         self.metrics.counter_operations.with_label_values(&[operation, outcome]).inc();
@@ -185,9 +189,12 @@ impl Counter {
         self.read(&zk).await
     }
 
-    /// Waits until the version differs from `after_version` (or `wait` passes), then answers
-    /// the value. All waiters of a counter share one data watch.
+    /// Waits until the version differs from `after_version` (or `wait` passes, or zkq drains),
+    /// then answers the value. All waiters of a counter share one data watch.
     async fn wait_for_change(self: &Arc<Self>, after_version: i32, wait: Duration) -> Result<Versioned, CounterError> {
+        if self.shutdown.is_cancelled() {
+            return Err(CounterError::ShuttingDown);
+        }
         self.start_watching();
         let deadline = Instant::now() + wait;
         let mut rx = self.latest.subscribe();
@@ -203,8 +210,13 @@ impl Counter {
             if Instant::now() >= deadline {
                 return self.get().await;
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
-                return self.get().await;
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Err(CounterError::ShuttingDown),
+                changed = tokio::time::timeout_at(deadline, rx.changed()) => {
+                    if changed.is_err() {
+                        return self.get().await;
+                    }
+                },
             }
         }
     }

@@ -154,3 +154,33 @@ async fn data_that_is_not_four_bytes_is_reported_never_overwritten() {
     assert_eq!(direct.get_data(&format!("{root}/counters/text")).await.expect("data").0, b"hello");
     assert!(zkq.metrics().await.contains("zkq_counter_operations_total{operation=\"set\",outcome=\"refused\"} 1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_shutting_down_at_once_when_shutdown_starts() {
+    let zk = ZkServer::shared();
+    let mut config = with_counters(test_config(zk, &unique_root("counter-drain")), &["c"]);
+    config.shutdown.grace = Duration::from_secs(10);
+    let mut zkq = TestZkq::start_ready(config).await;
+    let version = counter(&zkq, "c").await.1["version"].as_i64().expect("version");
+    let (http, url) = (zkq.http.clone(), zkq.url(&format!("/v1/counters/c?wait=20s&after_version={version}")));
+    let poll = tokio::spawn(async move {
+        let response = http.get(url).send().await.expect("an answer, not a dropped connection");
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        (status, body["code"].as_str().unwrap_or("").to_owned())
+    });
+    eventually(Duration::from_secs(10), "the long-poll waiting", || async {
+        zkq.metrics().await.contains("zkq_shared_count_polls_waiting 1")
+    })
+    .await;
+
+    let running = zkq.running.take().expect("running");
+    let signalled = Instant::now();
+    let stopped = tokio::spawn(running.stop());
+    let answer = tokio::time::timeout(Duration::from_secs(3), poll).await;
+    let (status, code) = answer.expect("the long-poll answered within 3 s of shutdown, not at its wait").expect("poll");
+    assert_eq!((status, code.as_str()), (503, "shutting_down"));
+    let in_time = stopped.await.expect("shutdown");
+    assert!(in_time, "shutdown finished within its grace");
+    assert!(signalled.elapsed() < Duration::from_secs(5), "shutdown took {:?} of a 10 s grace", signalled.elapsed());
+}
