@@ -98,7 +98,8 @@ pub struct Counter {
 
 impl Counter {
     /// Reads the counter: at once, or (with `after_version` and a non-zero `wait`) once its
-    /// version differs. Counted in `zkq_counter_operations_total{operation="get"}`.
+    /// version is newer than `after_version`. Never answers a version older than `after_version`
+    /// that a `sync` did not confirm. Counted in `zkq_counter_operations_total{operation="get"}`.
     pub async fn fetch(
         self: &Arc<Self>,
         after_version: Option<i32>,
@@ -106,7 +107,8 @@ impl Counter {
     ) -> Result<Versioned, CounterError> {
         let result = match after_version {
             Some(after) if !wait.is_zero() => self.wait_for_change(after, wait).await,
-            _ => self.get().await,
+            Some(after) => self.get_at_least(after).await,
+            None => self.get().await,
         };
         self.record("get", &result);
         result
@@ -189,8 +191,31 @@ impl Counter {
         self.read(&zk).await
     }
 
-    /// Waits until the version differs from `after_version` (or `wait` passes, or zkq drains),
+    /// The current value, but never one older than `floor` unless ZooKeeper confirms it.
+    ///
+    /// The client saw version `floor` somewhere (another zkq, a Curator client), perhaps through a
+    /// server ahead of ours: our server may lag behind the leader. A version below `floor` is
+    /// trusted only after a `sync` (our server has then applied everything the leader committed
+    /// before it): below it still, the node really went back (deleted and created again).
+    async fn get_at_least(&self, floor: i32) -> Result<Versioned, CounterError> {
+        let zk = self.zk().await?;
+        let current = self.read(&zk).await?;
+        if current.version >= floor {
+            return Ok(current);
+        }
+        // A read has no outcome to be unsure of: a `sync` without an answer means "cannot vouch now".
+        zk.sync(&self.path).await.map_err(|err| match err {
+            ZkError::OutcomeUnknown => ZkError::Unavailable,
+            other => other,
+        })?;
+        self.read(&zk).await
+    }
+
+    /// Waits until the version is newer than `after_version` (or `wait` passes, or zkq drains),
     /// then answers the value. All waiters of a counter share one data watch.
+    ///
+    /// A watched copy at or below `after_version` is not a change: a lagging server shows an
+    /// older version, and the wait goes on until the server catches up.
     async fn wait_for_change(self: &Arc<Self>, after_version: i32, wait: Duration) -> Result<Versioned, CounterError> {
         if self.shutdown.is_cancelled() {
             return Err(CounterError::ShuttingDown);
@@ -201,20 +226,21 @@ impl Counter {
         let _waiting = crate::metrics::GaugeGuard::new(self.metrics.counter_waiting_polls.clone());
         loop {
             let seen = *rx.borrow_and_update();
-            if let Some(current) = seen
-                && current.version != after_version
-            {
+            if seen.is_some_and(|current| current.version > after_version) {
                 // Confirm with a fresh read: never answer from a stale copy.
-                return self.get().await;
+                let current = self.get_at_least(after_version).await?;
+                if current.version != after_version {
+                    return Ok(current);
+                }
             }
             if Instant::now() >= deadline {
-                return self.get().await;
+                return self.get_at_least(after_version).await;
             }
             tokio::select! {
                 _ = self.shutdown.cancelled() => return Err(CounterError::ShuttingDown),
                 changed = tokio::time::timeout_at(deadline, rx.changed()) => {
                     if changed.is_err() {
-                        return self.get().await;
+                        return self.get_at_least(after_version).await;
                     }
                 },
             }
