@@ -58,6 +58,9 @@ pub enum CounterError {
     /// The sum does not fit a 32-bit int (SharedCount's type); nothing was written.
     #[error("{value} + {delta} does not fit the counter's 32-bit int; nothing was written")]
     Overflow { value: i32, delta: i32 },
+    /// zkq is draining: a long-poll answers at once instead of holding the shutdown.
+    #[error("zkq is shutting down; retry on another instance")]
+    ShuttingDown,
     #[error(transparent)]
     Zk(ZkError),
 }
@@ -95,7 +98,8 @@ pub struct Counter {
 
 impl Counter {
     /// Reads the counter: at once, or (with `after_version` and a non-zero `wait`) once its
-    /// version differs. Counted in `zkq_counter_operations_total{operation="get"}`.
+    /// version is newer than `after_version`. Never answers a version older than `after_version`
+    /// that a `sync` did not confirm. Counted in `zkq_counter_operations_total{operation="get"}`.
     pub async fn fetch(
         self: &Arc<Self>,
         after_version: Option<i32>,
@@ -103,7 +107,8 @@ impl Counter {
     ) -> Result<Versioned, CounterError> {
         let result = match after_version {
             Some(after) if !wait.is_zero() => self.wait_for_change(after, wait).await,
-            _ => self.get().await,
+            Some(after) => self.get_at_least(after).await,
+            None => self.get().await,
         };
         self.record("get", &result);
         result
@@ -135,6 +140,7 @@ impl Counter {
             Err(CounterError::Contention) => "contention",
             Err(CounterError::Overflow { .. }) => "overflow",
             Err(CounterError::Zk(_)) => "zookeeper_error",
+            Err(CounterError::ShuttingDown) => "shutting_down",
             Err(_) => "refused",
         };
         self.metrics.counter_operations.with_label_values(&[operation, outcome]).inc();
@@ -185,26 +191,58 @@ impl Counter {
         self.read(&zk).await
     }
 
-    /// Waits until the version differs from `after_version` (or `wait` passes), then answers
-    /// the value. All waiters of a counter share one data watch.
+    /// The current value, but never one older than `floor` unless ZooKeeper confirms it.
+    ///
+    /// The client saw version `floor` somewhere (another zkq, a Curator client), perhaps through a
+    /// server ahead of ours: our server may lag behind the leader. A version below `floor` is
+    /// trusted only after a `sync` (our server has then applied everything the leader committed
+    /// before it): below it still, the node really went back (deleted and created again).
+    async fn get_at_least(&self, floor: i32) -> Result<Versioned, CounterError> {
+        let zk = self.zk().await?;
+        let current = self.read(&zk).await?;
+        if current.version >= floor {
+            return Ok(current);
+        }
+        // A read has no outcome to be unsure of: a `sync` without an answer means "cannot vouch now".
+        zk.sync(&self.path).await.map_err(|err| match err {
+            ZkError::OutcomeUnknown => ZkError::Unavailable,
+            other => other,
+        })?;
+        self.read(&zk).await
+    }
+
+    /// Waits until the version is newer than `after_version` (or `wait` passes, or zkq drains),
+    /// then answers the value. All waiters of a counter share one data watch.
+    ///
+    /// A watched copy at or below `after_version` is not a change: a lagging server shows an
+    /// older version, and the wait goes on until the server catches up.
     async fn wait_for_change(self: &Arc<Self>, after_version: i32, wait: Duration) -> Result<Versioned, CounterError> {
+        if self.shutdown.is_cancelled() {
+            return Err(CounterError::ShuttingDown);
+        }
         self.start_watching();
         let deadline = Instant::now() + wait;
         let mut rx = self.latest.subscribe();
         let _waiting = crate::metrics::GaugeGuard::new(self.metrics.counter_waiting_polls.clone());
         loop {
             let seen = *rx.borrow_and_update();
-            if let Some(current) = seen
-                && current.version != after_version
-            {
+            if seen.is_some_and(|current| current.version > after_version) {
                 // Confirm with a fresh read: never answer from a stale copy.
-                return self.get().await;
+                let current = self.get_at_least(after_version).await?;
+                if current.version != after_version {
+                    return Ok(current);
+                }
             }
             if Instant::now() >= deadline {
-                return self.get().await;
+                return self.get_at_least(after_version).await;
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
-                return self.get().await;
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Err(CounterError::ShuttingDown),
+                changed = tokio::time::timeout_at(deadline, rx.changed()) => {
+                    if changed.is_err() {
+                        return self.get_at_least(after_version).await;
+                    }
+                },
             }
         }
     }

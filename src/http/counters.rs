@@ -25,11 +25,12 @@ pub struct CounterPath {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ReadQuery {
-    /// Long-poll: wait up to this long (cut to `take.max_wait`) for the version to differ from
-    /// `after_version`.
+    /// Long-poll: wait up to this long (cut to `take.max_wait`) for a version newer than
+    /// `after_version`. A waiting long-poll answers 503 `shutting_down` when zkq starts to drain.
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
-    /// The version the client already has (its ETag); used with `wait`.
+    /// The version the client already has (its ETag). An older version (from a ZooKeeper server
+    /// that lags) is answered only once a `sync` confirms it; otherwise 503.
     pub after_version: Option<i32>,
 }
 
@@ -119,6 +120,7 @@ impl From<CounterError> for ApiError {
             CounterError::VersionOverflow => ErrorCode::VersionOverflow,
             CounterError::Contention => ErrorCode::Contention,
             CounterError::Overflow { .. } => ErrorCode::CounterOverflow,
+            CounterError::ShuttingDown => ErrorCode::ShuttingDown,
             CounterError::Zk(zk) => return zk.clone().into(),
         };
         ApiError::new(code, err.to_string())

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::ensemble::ZkEnsemble;
 use crate::harness::*;
 
 /// Declares counters: a read of a declared counter creates its seed (as Curator's `start()`),
@@ -153,4 +154,88 @@ async fn data_that_is_not_four_bytes_is_reported_never_overwritten() {
     assert_eq!(add.expect("add").status(), 409);
     assert_eq!(direct.get_data(&format!("{root}/counters/text")).await.expect("data").0, b"hello");
     assert!(zkq.metrics().await.contains("zkq_counter_operations_total{operation=\"set\",outcome=\"refused\"} 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_shutting_down_at_once_when_shutdown_starts() {
+    let zk = ZkServer::shared();
+    let mut config = with_counters(test_config(zk, &unique_root("counter-drain")), &["c"]);
+    config.shutdown.grace = Duration::from_secs(10);
+    let mut zkq = TestZkq::start_ready(config).await;
+    let version = counter(&zkq, "c").await.1["version"].as_i64().expect("version");
+    let (http, url) = (zkq.http.clone(), zkq.url(&format!("/v1/counters/c?wait=20s&after_version={version}")));
+    let poll = tokio::spawn(async move {
+        let response = http.get(url).send().await.expect("an answer, not a dropped connection");
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        (status, body["code"].as_str().unwrap_or("").to_owned())
+    });
+    eventually(Duration::from_secs(10), "the long-poll waiting", || async {
+        zkq.metrics().await.contains("zkq_shared_count_polls_waiting 1")
+    })
+    .await;
+
+    let running = zkq.running.take().expect("running");
+    let signalled = Instant::now();
+    let stopped = tokio::spawn(running.stop());
+    let answer = tokio::time::timeout(Duration::from_secs(3), poll).await;
+    let (status, code) = answer.expect("the long-poll answered within 3 s of shutdown, not at its wait").expect("poll");
+    assert_eq!((status, code.as_str()), (503, "shutting_down"));
+    let in_time = stopped.await.expect("shutdown");
+    assert!(in_time, "shutdown finished within its grace");
+    assert!(signalled.elapsed() < Duration::from_secs(5), "shutdown took {:?} of a 10 s grace", signalled.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_a_version_never_answer_an_older_one_from_a_lagging_follower() {
+    let ensemble = tokio::task::block_in_place(ZkEnsemble::start_with_quorum_links);
+    let leader = ensemble.leader().expect("a leader");
+    let follower = (0..ZkEnsemble::SIZE).find(|i| *i != leader).expect("a follower");
+    let root = unique_root("counter-lag");
+    let path = format!("{root}/counters/c");
+    // zkq talks to the follower only; the test writes through the leader.
+    let mut config = with_counters(test_config(&ensemble.address(follower), &root), &["c"]);
+    // The held link also holds the follower's session reports to the leader.
+    config.zookeeper.session_timeout = Duration::from_secs(30);
+    let zkq = TestZkq::start_ready(config).await;
+    let (status, body) = set(&zkq, "c", 1, None).await;
+    assert_eq!((status, body["version"].as_i64()), (200, Some(1)));
+    let direct = zk_client(&ensemble.address(leader)).await;
+
+    // Version 2 is committed by the leader and the other follower; zkq's follower lags at 1.
+    tokio::task::block_in_place(|| ensemble.hold_commits_to(follower));
+    let stat = direct.set_data(&path, &2i32.to_be_bytes(), None).await.expect("set through the leader");
+    assert_eq!(stat.version, 2);
+    assert_eq!(counter(&zkq, "c").await.1["version"], 1, "the follower lags (the test's premise)");
+    // A read by a client that saw version 2 cannot be answered from the lagging follower: its
+    // `sync` waits for the leader, which the held link keeps from answering.
+    let response = zkq.http.get(zkq.url("/v1/counters/c?after_version=2")).send().await.expect("read");
+    let status = response.status().as_u16();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    assert_eq!((status, body["code"].as_str()), (503, Some("zookeeper_unavailable")), "not version 1: {body}");
+
+    // A client that saw version 2 elsewhere long-polls for what comes after it.
+    let (http, url) = (zkq.http.clone(), zkq.url("/v1/counters/c?wait=20s&after_version=2"));
+    let poll = tokio::spawn(async move {
+        let response = http.get(url).send().await.expect("poll");
+        (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap_or_default())
+    });
+    eventually(Duration::from_secs(10), "the long-poll waiting (or answered)", || async {
+        poll.is_finished() || zkq.metrics().await.contains("zkq_shared_count_polls_waiting 1")
+    })
+    .await;
+    if !poll.is_finished() {
+        let stat = direct.set_data(&path, &3i32.to_be_bytes(), None).await.expect("set through the leader");
+        assert_eq!(stat.version, 3);
+    }
+    tokio::task::block_in_place(|| ensemble.release_commits_to(follower));
+    let (status, body) = poll.await.expect("poll");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["value"].as_i64(), body["version"].as_i64()),
+        (Some(3), Some(3)),
+        "a long-poll after version 2 answered an older version from the lagging follower"
+    );
+    // Once caught up, a plain read sees the latest version.
+    assert_eq!(counter(&zkq, "c").await.1["version"], 3);
 }

@@ -4,8 +4,9 @@
 
 #![allow(dead_code)] // not every test uses every control
 
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::harness::{ConnectTarget, ensemble_classpath, four_letter, spawn_supervised, stable_port};
@@ -20,6 +21,9 @@ struct Server {
 pub struct ZkEnsemble {
     dir: tempfile::TempDir,
     servers: Vec<Server>,
+    /// With [`ZkEnsemble::start_with_quorum_links`]: `links[i][j]` carries server `i`'s quorum
+    /// connection to server `j` (none for `i == j`).
+    links: Vec<Vec<Option<QuorumLink>>>,
 }
 
 impl ZkEnsemble {
@@ -27,22 +31,42 @@ impl ZkEnsemble {
 
     /// Starts three servers and waits until each answers `srvr` with a mode (leader/follower).
     pub fn start() -> ZkEnsemble {
+        ZkEnsemble::start_inner(false)
+    }
+
+    /// Like [`ZkEnsemble::start`], but every server reaches the others' quorum ports through a
+    /// relay in this process, so [`ZkEnsemble::hold_commits_to`] can make a follower lag behind
+    /// the leader while it still serves its clients. `syncLimit` is 10 ticks (10 s): a link may be
+    /// held for a few seconds before the leader drops that follower.
+    pub fn start_with_quorum_links() -> ZkEnsemble {
+        ZkEnsemble::start_inner(true)
+    }
+
+    fn start_inner(relayed: bool) -> ZkEnsemble {
         let dir = tempfile::Builder::new().prefix("zkq-ensemble-").tempdir().expect("temp dir");
         let ports: Vec<(u16, u16, u16)> =
             (0..Self::SIZE).map(|_| (stable_port(), stable_port(), stable_port())).collect();
-        let peers: String = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, quorum, election))| format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1))
+        let links: Vec<Vec<Option<QuorumLink>>> = (0..Self::SIZE)
+            .map(|i| (0..Self::SIZE).map(|j| (relayed && i != j).then(|| QuorumLink::start(ports[j].1))).collect())
             .collect();
+        let sync_limit = if relayed { 10 } else { 2 };
         let mut servers = Vec::new();
         for (i, (client, _, _)) in ports.iter().enumerate() {
+            // Server `i` sees the others' quorum ports through its own links (when relayed).
+            let peers: String = ports
+                .iter()
+                .enumerate()
+                .map(|(j, (_, quorum, election))| {
+                    let quorum = links[i][j].as_ref().map_or(*quorum, |link| link.port);
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
+                })
+                .collect();
             let home = dir.path().join(format!("s{}", i + 1));
             let data = home.join("data");
             std::fs::create_dir_all(&data).expect("data dir");
             std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
             let config = format!(
-                "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\n\
+                "tickTime=1000\ninitLimit=5\nsyncLimit={sync_limit}\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\n\
                  admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
                  maxClientCnxns=0\n{peers}",
                 data.display()
@@ -50,7 +74,7 @@ impl ZkEnsemble {
             std::fs::write(home.join("zoo.cfg"), config).expect("zoo.cfg");
             servers.push(Server { id: i + 1, client_port: *client, child: Mutex::new(None) });
         }
-        let ensemble = ZkEnsemble { dir, servers };
+        let ensemble = ZkEnsemble { dir, servers, links };
         for i in 0..Self::SIZE {
             ensemble.launch(i);
         }
@@ -129,6 +153,18 @@ impl ZkEnsemble {
     /// SIGCONT server `i`.
     pub fn resume(&self, i: usize) {
         self.signal(i, "-CONT");
+    }
+
+    /// Holds every byte the other servers send server `i` on its quorum connections (proposals,
+    /// commits, pings) until [`ZkEnsemble::release_commits_to`]: a follower `i` keeps serving
+    /// reads, from a tree that no longer changes. Only with [`ZkEnsemble::start_with_quorum_links`].
+    pub fn hold_commits_to(&self, i: usize) {
+        self.links[i].iter().flatten().for_each(|link| link.hold(true));
+    }
+
+    /// Lets server `i` receive from the others again: it applies what it missed, in order.
+    pub fn release_commits_to(&self, i: usize) {
+        self.links[i].iter().flatten().for_each(|link| link.hold(false));
     }
 
     /// The mode server `i` reports (`leader`, `follower`, `standalone`), if it serves.
@@ -260,6 +296,64 @@ impl ZkEnsemble {
             (0..Self::SIZE).find(|i| peer == self.address(*i))
         })
     }
+}
+
+/// A TCP relay on a loopback port in front of one server's quorum port. Bytes towards the
+/// connecting server can be held: read from the upstream socket, then kept until released.
+struct QuorumLink {
+    port: u16,
+    held: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl QuorumLink {
+    fn start(upstream_port: u16) -> QuorumLink {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("relay binds");
+        let port = listener.local_addr().expect("relay address").port();
+        let held = Arc::new((Mutex::new(false), Condvar::new()));
+        let relay_held = held.clone();
+        std::thread::spawn(move || {
+            for accepted in listener.incoming() {
+                let Ok(downstream) = accepted else { continue };
+                let Ok(upstream) = TcpStream::connect(("127.0.0.1", upstream_port)) else { continue };
+                let _ = (downstream.set_nodelay(true), upstream.set_nodelay(true));
+                let (Ok(down_reader), Ok(up_reader)) = (downstream.try_clone(), upstream.try_clone()) else { continue };
+                std::thread::spawn(move || copy(down_reader, upstream, None));
+                let held = relay_held.clone();
+                std::thread::spawn(move || copy(up_reader, downstream, Some(held)));
+            }
+        });
+        QuorumLink { port, held }
+    }
+
+    fn hold(&self, on: bool) {
+        let (held, changed) = &*self.held;
+        *held.lock().expect("link lock") = on;
+        changed.notify_all();
+    }
+}
+
+/// Copies `from` to `to` until either side closes; while `held` is set, what was read waits.
+fn copy(mut from: TcpStream, mut to: TcpStream, held: Option<Arc<(Mutex<bool>, Condvar)>>) {
+    use std::io::{Read, Write};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(held) = &held {
+            let (flag, changed) = &**held;
+            let mut guard = flag.lock().expect("link lock");
+            while *guard {
+                guard = changed.wait(guard).expect("link lock");
+            }
+        }
+        if to.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }
 
 impl ConnectTarget for ZkEnsemble {
