@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, check_name};
 use crate::metrics::Metrics;
 use crate::supervise::{self, Task};
+use crate::types::Backoff;
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
@@ -364,10 +365,11 @@ impl Counter {
     }
 }
 
-/// Backs off a little after a lost compare-and-set, more each time, so contenders spread out.
+/// Backs off a little after a lost compare-and-set (`attempt` from 0), more each time and fully
+/// jittered, so contenders spread out: up to 1 ms, 2 ms, … 64 ms.
 async fn backoff(attempt: u32) {
-    let jitter = rand::random_range(0..=(1u64 << attempt.min(6)));
-    tokio::time::sleep(Duration::from_millis(jitter)).await;
+    const CONTENTION: Backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(64), 1.0);
+    tokio::time::sleep(CONTENTION.delay(attempt.saturating_add(1))).await;
 }
 
 /// All counters of this process; dynamic ones are created on first use.

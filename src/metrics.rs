@@ -208,7 +208,7 @@ impl Metrics {
                 format!(
                     "Background tasks restarted after a panic or an unexpected end, or (lock_watcher) after a panic \
                      before their work was done; anything above 0 is a bug worth reporting. Tasks: {}.",
-                    crate::supervise::Task::ALL.map(|task| task.as_str()).join(", ")
+                    crate::types::Task::ALL.map(|task| task.as_str()).join(", ")
                 ),
             ),
             &["task"],

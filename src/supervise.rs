@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::types::Backoff;
 
 /// First pause before a restart.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -65,7 +66,7 @@ async fn supervise<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
-    let mut backoff = FIRST_BACKOFF;
+    let mut restarts = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, 0.0).retries();
     loop {
         let started = Instant::now();
         let outcome = AssertUnwindSafe(make()).catch_unwind().await;
@@ -77,8 +78,9 @@ async fn supervise<F, Fut>(
             Err(panic) => format!("panicked: {}", panic_message(panic.as_ref())),
         };
         if started.elapsed() > MAX_BACKOFF {
-            backoff = FIRST_BACKOFF;
+            restarts.reset();
         }
+        let backoff = restarts.next_delay();
         metrics.background_task_restarts.with_label_values(&[task.as_str()]).inc();
         tracing::error!(task = task.as_str(), owner = %owner, why = %why,
             restart_in_ms = backoff.as_millis() as u64, "background task stopped; restarting it (this is a bug)");
@@ -86,7 +88,6 @@ async fn supervise<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {},
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
+use crate::types::Backoff;
 
 #[derive(Debug, Clone, Copy)]
 struct GateState {
@@ -177,7 +177,7 @@ mod tests {
             backoff_jitter: 0.0,
             ..PushConfig::default()
         };
-        AppGate::new(readiness, Backoff::new(&config), IntGauge::new("g", "g").expect("gauge"))
+        AppGate::new(readiness, super::super::backoff::policy(&config), IntGauge::new("g", "g").expect("gauge"))
     }
 
     async fn opens_within(gate: &AppGate, limit: Duration) -> bool {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::answer::{self, Outcome, Verdict};
-use super::backoff::Backoff;
+use super::backoff;
 use super::client::{AppClient, AppConnection, CallError, content_type, header_text};
 use super::gate::AppGate;
 use crate::config::PushConfig;
@@ -23,6 +23,7 @@ use crate::queue::{
     ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms,
 };
 use crate::types::AppUrl;
+use crate::types::Backoff;
 
 /// How long one lease call waits for a message; the worker simply asks again.
 const LEASE_WAIT: Duration = Duration::from_secs(30);
@@ -69,7 +70,7 @@ impl Subscription {
         let queue = queues.open(name).map_err(|err| err.to_string())?;
         let connect_timeout = config.request_timeout;
         let metrics = metrics.push(name);
-        let backoff = Backoff::new(config);
+        let backoff = backoff::policy(config);
         let fixed_headers = vec![
             content_type(&config.content_type),
             (HeaderName::from_static(HEADER_QUEUE), header_text(name)),
@@ -210,7 +211,7 @@ impl Subscription {
             Verdict::Retry(asked) => {
                 let pause = match asked {
                     Some(asked) => {
-                        let pause = self.backoff.bounded(asked);
+                        let pause = backoff::retry_after(&self.backoff, asked);
                         self.gate.pause(pause);
                         pause
                     },

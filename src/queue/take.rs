@@ -19,21 +19,12 @@ use super::Queue;
 use super::claims::{ClaimMarkers, Outcome};
 use super::names::{self, ItemName};
 use super::ops::Message;
+use crate::types::Backoff;
 use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
-/// Capped exponential pause for background retries.
-pub(super) struct Pause(Duration);
-
-impl Pause {
-    pub(super) fn new() -> Pause {
-        Pause(Duration::from_millis(100))
-    }
-
-    pub(super) async fn sleep(&mut self) {
-        tokio::time::sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
-    }
-}
+/// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
+/// doubling, to 5 s.
+pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 0.0);
 
 impl Queue {
     /// The operations that take node `name` at `version` whose items after the first are `rest`:
@@ -97,7 +88,7 @@ impl Queue {
     pub(super) fn settle_claims_later(self: &Arc<Self>, claimed: Vec<(ItemName, Message)>, marker: String) {
         let queue = self.clone();
         self.background.spawn(async move {
-            let mut pause = Pause::new();
+            let mut pause = SETTLE_RETRIES.retries();
             loop {
                 if queue.session.status().state == ConnectionState::Closed {
                     for (_, message) in &claimed {
@@ -134,7 +125,7 @@ impl Queue {
             "taker disconnected after the message was removed; putting it back");
         let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &message.meta));
         let data = self.encode(&message.body);
-        let mut pause = Pause::new();
+        let mut pause = SETTLE_RETRIES.retries();
         let mut unresolved: Option<String> = None;
         loop {
             if self.session.status().state == ConnectionState::Closed {

@@ -5,6 +5,7 @@
 
 pub mod acl;
 mod app_url;
+mod backoff;
 mod layout;
 mod nack_mode;
 mod name;
@@ -14,6 +15,7 @@ mod task;
 mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
+pub use backoff::{Backoff, Retries};
 pub use layout::Layout;
 pub use nack_mode::NackMode;
 pub use name::{MAX_NAME_LEN, check_name};

@@ -21,6 +21,7 @@ use super::tls::{TlsMaterial, TlsSettings, diagnose};
 use super::{Zk, ZkError};
 use crate::config::{NodeAcl, Secret, acl_perms};
 use crate::metrics::Metrics;
+use crate::types::Backoff;
 
 /// Curator's connection states, plus the time before the first session exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,7 +467,10 @@ impl ZkSession {
     }
 
     async fn supervise(self, shutdown: CancellationToken) {
-        let mut backoff = Backoff::new(self.inner.settings.reconnect_backoff_max);
+        // From 100 ms to the cap, jittered so that many sidecars restarting together do not
+        // reconnect in lockstep.
+        let mut backoff =
+            Backoff::new(Duration::from_millis(100), self.inner.settings.reconnect_backoff_max, 0.5).retries();
         let mut logged: Option<String> = None;
         loop {
             let client = tokio::select! {
@@ -586,46 +590,9 @@ enum SessionEnd {
     Shutdown(zkc::StateWatcher),
 }
 
-/// Exponential backoff from 100 ms to a cap, with jitter so that many sidecars restarting
-/// together do not reconnect in lockstep.
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const START: Duration = Duration::from_millis(100);
-
-    fn new(max: Duration) -> Backoff {
-        Backoff { next: Self::START, max }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let base = self.next;
-        self.next = (self.next * 2).min(self.max);
-        let jitter = rand::random_range(0.5..1.0);
-        base.mul_f64(jitter)
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::START;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_to_its_cap_and_resets() {
-        let mut backoff = Backoff::new(Duration::from_secs(2));
-        let delays: Vec<Duration> = (0..10).map(|_| backoff.next_delay()).collect();
-        assert!(delays[0] <= Duration::from_millis(100));
-        assert!(delays.iter().all(|d| *d <= Duration::from_secs(2)));
-        assert!(delays[9] >= Duration::from_secs(1), "capped delay keeps at least half the cap: {delays:?}");
-        backoff.reset();
-        assert!(backoff.next_delay() <= Duration::from_millis(100));
-    }
 
     #[test]
     fn only_curator_states_have_metric_labels() {

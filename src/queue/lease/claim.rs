@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::super::candidate::{Declined, Read};
 use super::super::names::ItemName;
-use super::super::take::Pause;
+use super::super::take::SETTLE_RETRIES;
 use super::super::{Message, Queue, envelope};
 use super::{Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter};
 use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnOp, Zk, ZkError};
@@ -252,7 +252,7 @@ impl Queue {
     pub(in crate::queue) fn release_unknown_claims_later(self: &Arc<Self>, zk: Zk, claims: Vec<LeasePrepared>) {
         let queue = self.clone();
         self.background.spawn(async move {
-            let mut pause = Pause::new();
+            let mut pause = SETTLE_RETRIES.retries();
             for LeasePrepared { lock, claim_id, candidate: item, .. } in claims {
                 loop {
                     if queue.session.status().state == ConnectionState::Closed {
