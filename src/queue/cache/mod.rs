@@ -1,0 +1,309 @@
+//! The children cache of one queue and its waiting takers.
+//!
+//! One task per queue holds a sorted snapshot of the deliverable items and keeps it current from
+//! ZooKeeper events: a persistent recursive watch on the queue node reports every created and
+//! deleted child (and one on the lock directory every lock taken or released), so the child list
+//! is read once per connection, not once per change. Takers pop candidates from the snapshot; each
+//! pop is then confirmed in ZooKeeper (versioned delete or lock), so a stale snapshot costs a
+//! failed claim, never a wrong delivery. Candidates another consumer removed or locked are pruned
+//! by those events before anyone tries them, so many sidecars on one queue do not all try every
+//! item. The client crate does not re-register persistent watches after a reconnect: the
+//! refresher adds them again on every (re)connection and re-reads once.
+//!
+//! Ordering: a single consumer gets the head, in Curator's order. Once this process has seen
+//! another consumer take or lock one of its candidates (within the last few seconds), takers pick
+//! at random among the first [`SPREAD_WINDOW`](state::SPREAD_WINDOW) candidates instead, so that
+//! several sidecars do not all propose the same head; with several consumers Curator promises no
+//! global order either.
+//!
+//! Waiters are served first come, first served, and a new item wakes one waiter.
+//!
+//! Files: `state/` holds the candidates and waiters as plain data (no I/O, testable without
+//! ZooKeeper); `waiters.rs` the waiting (takers, puts waiting for room, barriers); `refresher.rs`
+//! the task that reads and watches ZooKeeper, and the lock watches. This file is the face the
+//! rest of `queue/` uses; every change of the state goes through its one lock.
+
+mod refresher;
+mod state;
+mod waiters;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::names::ItemName;
+use crate::config::QueueKind;
+use crate::metrics::{Metrics, QueueMetrics};
+use state::{Effects, JUTE_MAXBUFFER, State};
+use waiters::Barriers;
+
+/// Milliseconds since the Unix epoch, the unit of delay-queue names.
+pub fn now_epoch_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+}
+
+/// Shared between the refresher task and the takers.
+pub struct ChildrenCache {
+    path: String,
+    label: String,
+    metrics: Arc<Metrics>,
+    /// This queue's series, resolved once.
+    qm: QueueMetrics,
+    state: Mutex<State>,
+    /// Asks the refresher for a new snapshot.
+    refresh: Notify,
+    /// Counts snapshots; takers wait on it after asking for a refresh.
+    snapshots: watch::Sender<u64>,
+    /// Counts refused refresh attempts (see [`ChildrenCache::refreshed`]).
+    refusals: watch::Sender<u64>,
+    /// Signalled when the child count may have dropped (for puts waiting on `max_items`).
+    room: Notify,
+    /// Ends the lock watches (they hold the session open) when zkq shuts down.
+    shutdown: CancellationToken,
+    /// Owns the lock watches.
+    tasks: TaskTracker,
+    /// Full reads of the child list made for peeks while not live: one at a time.
+    full_reads: tokio::sync::Semaphore,
+    /// Barriers ([`ChildrenCache::barrier`]), run by the refresher.
+    barriers: Barriers,
+}
+
+impl ChildrenCache {
+    /// `eager`: re-read on every change and remember new names (queues with a dead-letter
+    /// queue, so an undecodable node is moved there promptly).
+    pub fn new(
+        kind: QueueKind,
+        path: String,
+        label: String,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+        eager: bool,
+    ) -> Arc<ChildrenCache> {
+        let qm = metrics.queue(&label);
+        Arc::new(ChildrenCache {
+            qm,
+            path,
+            label,
+            metrics,
+            state: Mutex::new(State::new(kind, eager)),
+            refresh: Notify::new(),
+            snapshots: watch::channel(0).0,
+            refusals: watch::channel(0).0,
+            room: Notify::new(),
+            shutdown,
+            tasks,
+            full_reads: tokio::sync::Semaphore::new(1),
+            barriers: Barriers::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the state half-updated in a way that
+        // matters (every candidate is re-confirmed in ZooKeeper), so recover from poisoning.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Does what a change of the state asks, still under its lock (room is signalled by the
+    /// caller once the lock is released).
+    fn apply(&self, state: &mut State, effects: Effects) {
+        if effects.size_changed {
+            self.publish_size(state);
+        }
+        if effects.refresh {
+            self.refresh.notify_one(); // the refresher re-arms its timer
+        }
+        if effects.pruned {
+            self.qm.candidates_pruned.inc();
+        }
+        if effects.unchecked {
+            self.snapshots.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Exports the child count and the child list's size; warns once when the list outgrows
+    /// what a Curator consumer can read.
+    fn publish_size(&self, state: &mut State) {
+        let (children, bytes) = (state.child_count(), state.children_bytes());
+        self.qm.queue_children.set(children);
+        self.qm.children_bytes.set(bytes);
+        if state.outgrew_jute_maxbuffer() {
+            tracing::warn!(queue = %self.label, children, bytes, limit = JUTE_MAXBUFFER,
+                "the queue's child list is larger than Java's default jute.maxbuffer: Curator consumers of this \
+                 queue now fail to read it (\"Packet len ... is out of range\"); set queues.NAME.max_items");
+        }
+    }
+
+    /// The next candidate to claim, if the snapshot has one.
+    pub fn pop(&self) -> Option<ItemName> {
+        let mut state = self.lock();
+        let (item, reread) = state.pop();
+        if reread {
+            self.refresh.notify_one();
+        }
+        item
+    }
+
+    /// Records that the claim of a popped candidate ended (whatever its outcome).
+    pub fn claim_ended(&self, name: &str) {
+        self.lock().claim_ended(name);
+    }
+
+    /// Records that another consumer took or locked a candidate before this process could.
+    pub fn contended(&self) {
+        self.lock().mark_contended();
+    }
+
+    /// Whether the snapshot may be missing items (a watch fired or nothing was read yet).
+    pub fn is_dirty(&self) -> bool {
+        self.lock().is_dirty()
+    }
+
+    /// Puts a candidate back at the head (its claim failed for a transient reason).
+    pub fn push_front(&self, item: ItemName) {
+        self.lock().push_front(item);
+    }
+
+    /// Adds an item this process just created, so local takers see it without a re-read.
+    pub fn insert_local(&self, item: ItemName) {
+        let mut state = self.lock();
+        let effects = state.insert_local(item);
+        self.apply(&mut state, effects);
+    }
+
+    /// Offers an existing item again (its lock was released), in its place in the order.
+    pub fn reoffer(&self, item: ItemName) {
+        self.lock().reoffer(item);
+    }
+
+    /// Offers again an item whose lock this process has just deleted itself (a lease released):
+    /// it is unlocked now, though the lock directory's event saying so may still be on its way.
+    /// Without this, a consumer leasing right after a release would skip the released item and
+    /// take the next one, out of order.
+    pub fn released_local(&self, item: ItemName) {
+        self.lock().unlocked_local(&item.name);
+        self.reoffer(item);
+    }
+
+    /// The snapshot may be missing a node this process created without learning its name:
+    /// re-read it when it is needed (now, if someone waits).
+    pub fn mark_stale(&self) {
+        if self.lock().is_live() {
+            return; // its creation event adds it
+        }
+        if self.mark_dirty() {
+            self.refresh.notify_one();
+        }
+    }
+
+    fn mark_dirty(&self) -> bool {
+        self.lock().mark_dirty()
+    }
+
+    /// Records that this process removed a child.
+    pub fn removed_local(&self) {
+        self.lock().removed_local();
+        self.room.notify_waiters();
+    }
+
+    /// Records an undecodable node; true the first time (log it then).
+    pub fn mark_undecodable(&self, name: &str) -> bool {
+        let first = self.lock().mark_undecodable(name);
+        if first {
+            self.qm.undecodable_messages.inc();
+        }
+        first
+    }
+
+    pub fn child_count(&self) -> i64 {
+        self.lock().child_count()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting()
+    }
+
+    /// The first candidates without removing them (for introspection).
+    pub fn head_candidate(&self) -> Option<ItemName> {
+        self.lock().head().cloned()
+    }
+
+    /// Whether a snapshot has been read since the cache was made.
+    pub fn has_snapshot(&self) -> bool {
+        self.lock().has_snapshot()
+    }
+
+    /// The first `n` children of the queue in delivery order (locked and not-yet-due ones
+    /// included, as a peek shows them), from the live cache; `None` when the cache is not live
+    /// (no session yet, or reconnecting): then only a full read knows them.
+    pub fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
+        self.lock().peek_order(n)
+    }
+
+    /// One full read of the child list at a time per queue (peeks while the cache is not live):
+    /// the others wait for the permit instead of all reading a deep queue at once.
+    pub async fn full_read_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.full_reads.acquire().await.ok()
+    }
+
+    /// Names read for the first time since the last call (eager caches only).
+    pub fn take_unchecked(&self) -> Vec<String> {
+        self.lock().take_unchecked()
+    }
+
+    /// Changes with every snapshot read.
+    pub fn subscribe_snapshots(&self) -> watch::Receiver<u64> {
+        self.snapshots.subscribe()
+    }
+}
+
+#[cfg(test)]
+fn test_cache(kind: QueueKind) -> Arc<ChildrenCache> {
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new(), false)
+}
+
+#[cfg(test)]
+fn fifo_names(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("queue-{i:010}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {
+        // Without live tree watches (fallback), a dirty snapshot is re-read when needed.
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..8), 8, None);
+        assert!(cache.refresh.notified().now_or_never().is_none(), "fresh: nothing asked");
+        assert!(!cache.mark_dirty(), "nobody waits, so no re-read right now");
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(0));
+        assert!(cache.refresh.notified().now_or_never().is_none(), "1 of 8 taken: not yet");
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
+        assert!(cache.refresh.notified().now_or_never().is_some(), "2 of 8 taken: re-read asked");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_items_are_candidates_only_once_due() {
+        let cache = test_cache(QueueKind::Delay);
+        let now = now_epoch_ms();
+        let due = format!("queue-|{:08X}|0000000001", now - 1000);
+        let later = format!("queue-|{:08X}|0000000000", now + 3_600_000);
+        cache.apply_snapshot(vec![later.clone(), due.clone()], 2, Some(Vec::new()));
+        assert_eq!(cache.pop().map(|i| i.name), Some(due));
+        assert_eq!(cache.pop(), None, "the other is not due for an hour");
+        let next = cache.next_due().expect("a delayed item");
+        let wait = next - Instant::now();
+        assert!(wait > Duration::from_secs(3500) && wait <= Duration::from_secs(3600), "{wait:?}");
+    }
+}

@@ -1,0 +1,417 @@
+//! The refresher: the one task per queue that talks to ZooKeeper for the cache, and the lock
+//! watches.
+//!
+//! It owns every read and watch so that takers never read the child list themselves: the list is
+//! read once per (re)connection and once a minute, and between reads the persistent recursive
+//! watches on the queue node and its lock directory keep the state current. The client crate
+//! does not re-register persistent watches after a reconnect, so they are added again on every
+//! connection, before the read.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::state::Snapshot;
+use super::{ChildrenCache, now_epoch_ms};
+use crate::queue::names::ItemName;
+use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
+
+/// How often a live cache re-reads its child list anyway, in case an event was ever missed.
+const RESYNC_EVERY: Duration = Duration::from_secs(60);
+
+/// The name of a direct child of `dir` from a full path below it.
+fn child_of<'a>(dir: &str, path: &'a str) -> Option<&'a str> {
+    let name = path.strip_prefix(dir)?.strip_prefix('/')?;
+    (!name.is_empty() && !name.contains('/')).then_some(name)
+}
+
+impl ChildrenCache {
+    /// Watches the lock a consumer holds on `item` and offers the item again once the lock is
+    /// gone (released, or its session ended). One watch per locked item, however many takers.
+    pub fn watch_lock(self: &Arc<Self>, zk: &Zk, item: ItemName, lock_dir: Option<&str>) {
+        let Some(lock_dir) = lock_dir else { return };
+        if !self.lock().watch_lock(&item.name) {
+            return;
+        }
+        let lock = format!("{lock_dir}/{}", item.name);
+        let owner = format!("queue {}", self.label);
+        let (cache, zk) = (self.clone(), zk.clone());
+        self.tasks.spawn(crate::supervise::until_done(
+            crate::supervise::Task::LockWatcher,
+            owner,
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            move || cache.clone().await_lock_release(zk.clone(), lock.clone(), item.clone()),
+        ));
+    }
+
+    /// One run of a lock watch: waits until `lock` is gone, then offers `item` again. A restart
+    /// after a panic starts over with a fresh read, so no release is missed.
+    async fn await_lock_release(self: Arc<Self>, zk: Zk, lock: String, item: ItemName) {
+        let released = async {
+            loop {
+                let zk = zk.with_deadline(Instant::now() + Duration::from_secs(10));
+                match zk.watch_exists(&lock).await {
+                    Ok((Some(_), watch)) => {
+                        if watch.changed().await == WatchEvent::SessionEnded {
+                            return;
+                        }
+                    },
+                    Ok((None, _)) | Err(_) => return,
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            _ = released => {},
+        }
+        self.lock().lock_watch_ended(&item.name);
+        self.reoffer(item);
+    }
+
+    /// Notes a refresh attempt that ZooKeeper refused for good (not a connection problem).
+    fn refused(&self, err: &ZkError) {
+        if err.is_transient() || *err == ZkError::NoNode {
+            return;
+        }
+        self.lock().refused(err.clone());
+        self.refusals.send_modify(|n| *n += 1);
+    }
+
+    /// Runs the barriers asked for so far as one: `sync`, then the events queued before its
+    /// answer. A failed `sync` finishes nothing; its callers answer 503 at their deadline.
+    async fn run_barrier(&self, zk: &Zk, queue_watch: &mut ZkTreeWatch, locks: Option<(&str, &mut ZkTreeWatch)>) {
+        let Some(want) = self.barriers.start() else { return };
+        if let Err(err) = zk.sync(&self.path).await {
+            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed");
+            return;
+        }
+        while let Some(event) = queue_watch.ready() {
+            if event == TreeEvent::ConnectionLost {
+                self.invalidate();
+                return;
+            }
+            self.on_queue_event(&event);
+        }
+        if let Some((dir, watch)) = locks {
+            while let Some(event) = watch.ready() {
+                if event == TreeEvent::ConnectionLost {
+                    self.invalidate();
+                    return;
+                }
+                self.on_lock_event(dir, &event);
+            }
+        }
+        self.barriers.finish(want);
+    }
+
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.lock().next_due()
+    }
+
+    /// Replaces the snapshot with a full read. `locks` (the lock directory's children) is given
+    /// when the tree watches are live: from then on events keep the snapshot current.
+    pub(super) fn apply_snapshot(&self, children: Vec<String>, num_children: i32, locks: Option<Vec<String>>) {
+        let now = now_epoch_ms();
+        let live = locks.is_some();
+        let locked: HashSet<String> = locks.unwrap_or_default().into_iter().collect();
+        // Parsed under the lock, sorted outside it.
+        let (kind, items) = {
+            let state = self.lock();
+            (state.kind(), state.offerable(&children, &locked))
+        };
+        let snapshot = Snapshot::new(kind, items, children, num_children, locked, live, now);
+        let mut state = self.lock();
+        state.install(snapshot);
+        self.publish_size(&mut state);
+        drop(state);
+        self.qm.children_reads.inc();
+        self.room.notify_waiters();
+        self.snapshots.send_modify(|n| *n += 1);
+    }
+
+    /// Applies one event of the queue node's tree watch.
+    fn on_queue_event(&self, event: &TreeEvent) {
+        let mut state = self.lock();
+        let effects = match event {
+            TreeEvent::Created(path) => {
+                let Some(name) = child_of(&self.path, path) else { return };
+                state.child_created(name)
+            },
+            TreeEvent::Deleted(path) => {
+                let Some(name) = child_of(&self.path, path) else { return };
+                state.child_deleted(name)
+            },
+            TreeEvent::ConnectionLost | TreeEvent::Other => return,
+        };
+        self.apply(&mut state, effects);
+        drop(state);
+        if effects.room {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Applies one event of the lock directory's tree watch.
+    fn on_lock_event(&self, lock_dir: &str, event: &TreeEvent) {
+        let mut state = self.lock();
+        let effects = match event {
+            TreeEvent::Created(path) => {
+                let Some(name) = child_of(lock_dir, path) else { return };
+                state.lock_created(name)
+            },
+            TreeEvent::Deleted(path) => {
+                let Some(name) = child_of(lock_dir, path) else { return };
+                state.lock_deleted(name)
+            },
+            TreeEvent::ConnectionLost | TreeEvent::Other => return,
+        };
+        self.apply(&mut state, effects);
+    }
+
+    fn invalidate(&self) {
+        self.lock().invalidate();
+    }
+
+    /// The refresher: keeps the snapshot and the watch alive across reconnects and new sessions.
+    ///
+    /// On every new session it first ensures the queue node and `dirs` (the lock directory, the
+    /// claim-marker directory), so the first claim of a queue does not pay a failed transaction.
+    pub async fn run(
+        self: Arc<Self>,
+        session: ZkSession,
+        dirs: Vec<String>,
+        lock_dir: Option<String>,
+        shutdown: CancellationToken,
+    ) {
+        let mut status_rx = session.subscribe();
+        let mut ensured_generation = 0;
+        // A refusal repeats at every retry: log each distinct one once.
+        let mut logged: Option<ZkError> = None;
+        loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let far = Instant::now() + Duration::from_secs(3600);
+            let zk = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                zk = session.connected(far) => zk,
+            };
+            let Ok(zk) = zk else {
+                if session.status().state == ConnectionState::Closed {
+                    return;
+                }
+                continue;
+            };
+            let epoch = session.status().epoch;
+            if ensured_generation != zk.generation() {
+                let mut ensured = zk.ensure_path(&self.path).await;
+                for dir in &dirs {
+                    if ensured.is_ok() {
+                        ensured = zk.ensure_path(dir).await;
+                    }
+                }
+                match ensured {
+                    Ok(()) => ensured_generation = zk.generation(),
+                    Err(err) => {
+                        if logged.as_ref() != Some(&err) {
+                            tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
+                            logged = Some(err.clone());
+                        }
+                        self.refused(&err);
+                        self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
+                        continue;
+                    },
+                }
+            }
+            // The watches first, then the reads: every change after a read arrives as an event,
+            // and events already queued before it are harmless (they are applied idempotently).
+            let watches = async {
+                let queue_watch = zk.watch_tree(&self.path).await?;
+                let lock_watch = match &lock_dir {
+                    Some(dir) => Some(zk.watch_tree(dir).await?),
+                    None => None,
+                };
+                let (children, stat, locks) = self.read_children(&zk, lock_dir.as_deref()).await?;
+                Ok((queue_watch, lock_watch, children, stat, locks))
+            };
+            let (mut queue_watch, mut lock_watch) = match watches.await {
+                Ok((queue_watch, lock_watch, children, stat, locks)) => {
+                    self.apply_snapshot(children, stat.num_children, Some(locks));
+                    (queue_watch, lock_watch)
+                },
+                Err(ZkError::NoNode) => {
+                    ensured_generation = 0;
+                    continue;
+                },
+                Err(err) => {
+                    if !err.is_transient() && logged.as_ref() != Some(&err) {
+                        tracing::warn!(queue = %self.label, error = %err, "cannot read or watch the queue; will retry");
+                        logged = Some(err.clone());
+                    } else {
+                        tracing::debug!(queue = %self.label, error = %err, "children read failed");
+                    }
+                    self.refused(&err);
+                    self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
+                    continue;
+                },
+            };
+            // Keep the snapshot current from events until a reason to re-read.
+            let mut resync_at = Instant::now() + RESYNC_EVERY;
+            loop {
+                let due = self.next_due();
+                let status_changed = async {
+                    loop {
+                        if status_rx.changed().await.is_err() {
+                            return;
+                        }
+                        let status = *status_rx.borrow_and_update();
+                        if status.epoch != epoch || !status.state.is_connected() {
+                            return;
+                        }
+                    }
+                };
+                let lock_event = async {
+                    match lock_watch.as_mut() {
+                        Some(watch) => watch.next().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    event = queue_watch.next() => {
+                        if event == TreeEvent::ConnectionLost {
+                            self.invalidate();
+                            break;
+                        }
+                        self.on_queue_event(&event);
+                    },
+                    event = lock_event => {
+                        if event == TreeEvent::ConnectionLost {
+                            self.invalidate();
+                            break;
+                        }
+                        // The item's own deletion (same transaction as an ack's lock delete) was
+                        // sent first: apply it before deciding whether to offer the item again.
+                        while let Some(queued) = queue_watch.ready() {
+                            self.on_queue_event(&queued);
+                        }
+                        if let Some(dir) = &lock_dir {
+                            self.on_lock_event(dir, &event);
+                        }
+                    },
+                    _ = self.barriers.asked() => {
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
+                        self.run_barrier(&zk, &mut queue_watch, locks).await;
+                    },
+                    _ = self.refresh.notified() => {
+                        if self.is_dirty() {
+                            break;
+                        }
+                        // Not dirty: the snapshot is current; count it as one anyway so the asker goes on.
+                        self.snapshots.send_modify(|n| *n += 1);
+                    },
+                    _ = async { match due { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                        self.lock().promote_due();
+                    },
+                    // A backstop: should an event ever be missed, a message is not stranded.
+                    _ = tokio::time::sleep_until(resync_at) => {
+                        resync_at = Instant::now() + RESYNC_EVERY;
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        if let Ok((children, stat, locks)) = self.read_children(&zk, lock_dir.as_deref()).await {
+                            self.apply_snapshot(children, stat.num_children, Some(locks));
+                        }
+                    },
+                    _ = status_changed => {
+                        if !session.status().state.is_connected() {
+                            self.invalidate();
+                        }
+                        break;
+                    },
+                }
+            }
+        }
+    }
+
+    /// The queue node's children and the lock directory's (empty without one).
+    async fn read_children(
+        &self,
+        zk: &Zk,
+        lock_dir: Option<&str>,
+    ) -> Result<(Vec<String>, crate::zk::NodeStat, Vec<String>), ZkError> {
+        let (children, stat) = zk.get_children(&self.path).await?;
+        let locks = match lock_dir {
+            Some(dir) => match zk.get_children(dir).await {
+                Ok((locks, _)) => locks,
+                Err(ZkError::NoNode) => Vec::new(),
+                Err(err) => return Err(err),
+            },
+            None => Vec::new(),
+        };
+        Ok((children, stat, locks))
+    }
+
+    async fn pause_until_status_change(
+        &self,
+        status_rx: &mut watch::Receiver<crate::zk::SessionStatus>,
+        shutdown: &CancellationToken,
+        at_most: Duration,
+    ) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {},
+            _ = status_rx.changed() => {},
+            _ = tokio::time::sleep(at_most) => {},
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{fifo_names, test_cache};
+    use super::*;
+    use crate::config::QueueKind;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_item_this_process_released_is_the_head_again_before_the_lock_event_says_so() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..3), 3, Some(Vec::new()));
+        let head = cache.pop().expect("the head");
+        assert_eq!(head.sequence, 0);
+        cache.claim_ended(&head.name);
+        // The lock this process created is seen; it deletes it (a release) and offers the item at
+        // once, while the event of the lock's deletion is still on its way.
+        cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000000".into()));
+        cache.released_local(head);
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(0), "a single consumer does not overtake it");
+        // The late deletion event does not offer it twice.
+        cache.on_lock_event("/locks", &TreeEvent::Deleted("/locks/queue-0000000000".into()));
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
+        assert_eq!(cache.pop().map(|i| i.sequence), Some(2));
+        assert_eq!(cache.pop(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_prune_candidates_others_took_or_locked_and_offer_released_ones_again() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..4), 4, Some(Vec::new()));
+        let drain = |c: &ChildrenCache| {
+            let mut got: Vec<i64> = std::iter::from_fn(|| c.pop().map(|i| i.sequence)).collect();
+            got.sort_unstable();
+            got
+        };
+        // Another consumer took item 0 and locks item 1: neither is tried. (Having seen another
+        // consumer, takers now pick at random among the first candidates: compare sets.)
+        cache.on_queue_event(&TreeEvent::Deleted("/q/queue-0000000000".into()));
+        cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000001".into()));
+        assert_eq!(drain(&cache), [2, 3]);
+        // Its lock released, item 1 is offered again; a new item shows up without a re-read.
+        cache.on_lock_event("/locks", &TreeEvent::Deleted("/locks/queue-0000000001".into()));
+        cache.on_queue_event(&TreeEvent::Created("/q/queue-0000000009".into()));
+        assert_eq!(drain(&cache), [1, 9]);
+        assert_eq!(cache.child_count(), 4, "0 deleted, 9 created");
+    }
+}

@@ -1,0 +1,456 @@
+//! The candidates and waiters of one queue as plain data, changed only under the cache's lock.
+//!
+//! No I/O, no tasks, no metrics: the rules of what is offered to whom, and when, can be tested
+//! without ZooKeeper. What a change asks of the world around it (export the size, wake the
+//! refresher) comes back as [`Effects`] for the cache to act on while it still holds the lock.
+//! `reports.rs` applies what ZooKeeper reports; this file, what this process's takers and puts do.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::now_epoch_ms;
+use crate::config::QueueKind;
+use crate::queue::names::{self, ItemName};
+use crate::zk::ZkError;
+
+mod reports;
+
+pub(super) use reports::Snapshot;
+
+/// How many of the first candidates a contended queue picks from at random.
+pub(super) const SPREAD_WINDOW: usize = 64;
+
+/// How long one sign of another consumer (a candidate it took or locked first) keeps the
+/// random pick on.
+const CONTENTION_MEMORY: Duration = Duration::from_secs(5);
+
+/// Java's default `jute.maxbuffer`: a getChildren reply larger than this fails in Curator.
+pub(super) const JUTE_MAXBUFFER: i64 = crate::config::JUTE_MAXBUFFER_BYTES as i64;
+
+/// How many deleted names the cache remembers, so that a late local insert does not revive one.
+const RECENTLY_DELETED: usize = 4096;
+
+/// Bytes a child name costs in a getChildren reply.
+fn reply_bytes(name: &str) -> i64 {
+    4 + i64::try_from(name.len()).unwrap_or(i64::MAX / 2)
+}
+
+/// What a change of the state asks of the cache around it.
+#[must_use]
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Effects {
+    /// The child count or the child list's size changed: export them.
+    pub(super) size_changed: bool,
+    /// Wake the refresher (a new delayed item re-arms its timer).
+    pub(super) refresh: bool,
+    /// A candidate was pruned: another consumer took or locked it first.
+    pub(super) pruned: bool,
+    /// An eager cache met a name put by someone else: the undecodable mover reads it once.
+    pub(super) unchecked: bool,
+    /// The child count may have dropped (puts wait on `max_items`).
+    pub(super) room: bool,
+}
+
+struct Waiter {
+    id: u64,
+    wake: oneshot::Sender<()>,
+}
+
+/// The takers waiting for an item, first come, first served. Plain data in the cache's state, so
+/// a wake-up is decided under the same lock as the candidate it announces.
+#[derive(Default)]
+struct WaiterQueue {
+    waiters: VecDeque<Waiter>,
+    next_id: u64,
+}
+
+impl WaiterQueue {
+    /// Queues a taker; returns its id. A waiter that was woken but lost the race (`first`
+    /// false) keeps its place at the front.
+    fn add(&mut self, wake: oneshot::Sender<()>, first: bool) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let waiter = Waiter { id, wake };
+        if first {
+            self.waiters.push_back(waiter)
+        } else {
+            self.waiters.push_front(waiter)
+        }
+        id
+    }
+
+    /// Removes a waiter that gave up; false if it was no longer queued (it was woken).
+    fn remove(&mut self, id: u64) -> bool {
+        let before = self.waiters.len();
+        self.waiters.retain(|w| w.id != id);
+        before != self.waiters.len()
+    }
+
+    /// Wakes the `n` longest-waiting takers still there.
+    fn wake(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(waiter) = self.waiters.pop_front() else { return };
+            if waiter.wake.send(()).is_ok() {
+                n -= 1;
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+}
+
+pub(super) struct State {
+    kind: QueueKind,
+    /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
+    /// undecodable node is moved there promptly).
+    eager: bool,
+    /// Deliverable items, in delivery order.
+    candidates: VecDeque<ItemName>,
+    /// Delay-queue items not yet due, sorted by due time.
+    delayed: Vec<ItemName>,
+    snapshot_len: usize,
+    taken_since_read: usize,
+    /// A watch fired (or a snapshot was never read) since the last read.
+    dirty: bool,
+    /// Children counted at the last read, adjusted by this process's own puts and takes.
+    child_count: i64,
+    waiters: WaiterQueue,
+    /// `queue-` nodes that are not Curator envelopes: logged once, then skipped.
+    undecodable: HashSet<String>,
+    /// Items whose lock (held by a consumer) is being watched.
+    watched_locks: HashSet<String>,
+    /// Events keep the snapshot current (the tree watches are live).
+    live: bool,
+    /// Every child of the queue node, while live.
+    present: HashSet<String>,
+    /// Items whose Curator lock exists, while live: not candidates until it is released.
+    locked: HashSet<String>,
+    /// The child list's size as a getChildren reply.
+    children_bytes: i64,
+    /// Whether the `jute.maxbuffer` warning was logged (re-armed below 90% of the limit).
+    over_limit_warned: bool,
+    /// When another consumer last took or locked a candidate first.
+    contended_at: Option<Instant>,
+    /// The last [`RECENTLY_DELETED`] children deleted while live (sequential names never return).
+    recently_deleted: HashSet<String>,
+    recently_deleted_order: VecDeque<String>,
+    /// Candidates popped by this process's takers whose claim has not ended: a snapshot or an
+    /// event does not offer them again meanwhile.
+    claiming: HashSet<String>,
+    /// A snapshot was read since the cache was made.
+    read_once: bool,
+    /// Eager caches only: every child name seen (read or put by this process), and those read
+    /// for the first time and not yet checked.
+    known: HashSet<String>,
+    unchecked: Vec<String>,
+    /// ZooKeeper refused the refresher's last attempt for a reason waiting will not fix (the
+    /// queue's ACL does not allow zkq's session): takers answer with it instead of waiting.
+    refused: Option<ZkError>,
+}
+
+impl State {
+    /// An empty state, dirty until the first snapshot.
+    pub(super) fn new(kind: QueueKind, eager: bool) -> State {
+        State {
+            kind,
+            eager,
+            candidates: VecDeque::new(),
+            delayed: Vec::new(),
+            snapshot_len: 0,
+            taken_since_read: 0,
+            dirty: true,
+            child_count: 0,
+            waiters: WaiterQueue::default(),
+            undecodable: HashSet::new(),
+            watched_locks: HashSet::new(),
+            live: false,
+            present: HashSet::new(),
+            locked: HashSet::new(),
+            children_bytes: 0,
+            over_limit_warned: false,
+            contended_at: None,
+            recently_deleted: HashSet::new(),
+            recently_deleted_order: VecDeque::new(),
+            claiming: HashSet::new(),
+            read_once: false,
+            known: HashSet::new(),
+            unchecked: Vec::new(),
+            refused: None,
+        }
+    }
+
+    pub(super) fn kind(&self) -> QueueKind {
+        self.kind
+    }
+
+    pub(super) fn is_live(&self) -> bool {
+        self.live
+    }
+
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    pub(super) fn has_snapshot(&self) -> bool {
+        self.read_once
+    }
+
+    pub(super) fn has_candidates(&self) -> bool {
+        !self.candidates.is_empty()
+    }
+
+    pub(super) fn head(&self) -> Option<&ItemName> {
+        self.candidates.front()
+    }
+
+    pub(super) fn child_count(&self) -> i64 {
+        self.child_count
+    }
+
+    pub(super) fn children_bytes(&self) -> i64 {
+        self.children_bytes
+    }
+
+    pub(super) fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub(super) fn refusal(&self) -> Option<ZkError> {
+        self.refused.clone()
+    }
+
+    /// The next candidate to claim, and whether to ask the refresher for a re-read now (the
+    /// snapshot is dirty and either empty or a quarter consumed).
+    pub(super) fn pop(&mut self) -> (Option<ItemName>, bool) {
+        self.promote_due();
+        let contended = self.contended_at.is_some_and(|at| at.elapsed() < CONTENTION_MEMORY);
+        let item = if contended && self.candidates.len() > 1 {
+            let window = self.candidates.len().min(SPREAD_WINDOW);
+            self.candidates.remove(rand::random_range(0..window))
+        } else {
+            self.candidates.pop_front()
+        };
+        if let Some(item) = &item {
+            self.taken_since_read += 1;
+            self.claiming.insert(item.name.clone());
+        }
+        let reread = self.dirty && (item.is_none() || self.taken_since_read * 4 >= self.snapshot_len.max(1));
+        (item, reread)
+    }
+
+    pub(super) fn claim_ended(&mut self, name: &str) {
+        self.claiming.remove(name);
+    }
+
+    pub(super) fn mark_contended(&mut self) {
+        self.contended_at = Some(Instant::now());
+    }
+
+    /// Puts a popped candidate back in its place in the order (with a random pick it need not
+    /// have been the head).
+    pub(super) fn push_front(&mut self, item: ItemName) {
+        self.claiming.remove(&item.name);
+        let kind = self.kind;
+        if let Err(pos) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            self.candidates.insert(pos, item);
+        }
+        self.waiters.wake(1);
+    }
+
+    /// Adds an item this process just created.
+    pub(super) fn insert_local(&mut self, item: ItemName) -> Effects {
+        let mut effects = Effects::default();
+        if self.live {
+            // Now, so that this process's next take sees it (its creation event may not have been
+            // handled yet; the name is counted once either way). A name already deleted by the
+            // time its creator gets here is not brought back.
+            if self.recently_deleted.contains(&item.name) {
+                return effects;
+            }
+            if self.present.insert(item.name.clone()) {
+                self.child_count += 1;
+                self.children_bytes += reply_bytes(&item.name);
+                effects.size_changed = true;
+            }
+            if self.eager {
+                self.known.insert(item.name.clone());
+            }
+            effects.refresh = self.add_candidate(&item.name);
+            return effects;
+        }
+        self.child_count += 1;
+        if self.eager {
+            self.known.insert(item.name.clone());
+        }
+        if !self.read_once {
+            // Before the first snapshot the candidates would hold only this item, and a take
+            // would hand it out ahead of older ones; the first read (or the watch it arms) has it.
+            return effects;
+        }
+        if names::due_time(&item) > now_epoch_ms() {
+            let pos = self.delayed.partition_point(|d| names::compare(self.kind, d, &item).is_lt());
+            self.delayed.insert(pos, item);
+            effects.refresh = true; // the refresher re-arms its timer
+            return effects;
+        }
+        let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
+        self.candidates.insert(pos, item);
+        self.waiters.wake(1);
+        effects
+    }
+
+    /// Offers an existing item again, in its place in the order.
+    pub(super) fn reoffer(&mut self, item: ItemName) {
+        // While live, events say whether it still exists and whether someone else locked it.
+        if self.live && (!self.present.contains(&item.name) || self.locked.contains(&item.name)) {
+            return;
+        }
+        if self.candidates.iter().any(|c| c.name == item.name) {
+            return;
+        }
+        let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
+        self.candidates.insert(pos, item);
+        self.waiters.wake(1);
+    }
+
+    /// Forgets that `name` is locked (this process has just deleted the lock itself).
+    pub(super) fn unlocked_local(&mut self, name: &str) {
+        self.locked.remove(name);
+    }
+
+    /// Records that a lock on `name` is being watched; false if one already is.
+    pub(super) fn watch_lock(&mut self, name: &str) -> bool {
+        self.watched_locks.insert(name.to_owned())
+    }
+
+    pub(super) fn lock_watch_ended(&mut self, name: &str) {
+        self.watched_locks.remove(name);
+    }
+
+    /// Records that this process removed a child.
+    pub(super) fn removed_local(&mut self) {
+        // While live, the deletion event counts it.
+        if !self.live {
+            self.child_count -= 1;
+        }
+    }
+
+    /// Records an undecodable node; true the first time.
+    pub(super) fn mark_undecodable(&mut self, name: &str) -> bool {
+        self.undecodable.insert(name.to_owned())
+    }
+
+    /// The first `n` children in delivery order (locked and not-yet-due ones included); `None`
+    /// when not live.
+    pub(super) fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
+        if !self.live {
+            return None;
+        }
+        let kind = self.kind;
+        // A bounded insertion sort: memory stays O(n) however deep the queue is.
+        let mut first: Vec<ItemName> = Vec::with_capacity(n.min(self.present.len()));
+        for name in &self.present {
+            // Kinds ordered by the name itself are filtered without parsing (no allocation).
+            let by_name = matches!(kind, QueueKind::Fifo | QueueKind::Priority | QueueKind::Simple);
+            if by_name && first.len() >= n && first.last().is_some_and(|last| name.as_str() >= last.name.as_str()) {
+                continue;
+            }
+            let Some(item) = names::parse(kind, name) else { continue };
+            let pos = first.partition_point(|c| names::compare(kind, c, &item).is_lt());
+            if pos < n {
+                first.insert(pos, item);
+                first.truncate(n);
+            }
+        }
+        Some(first)
+    }
+
+    /// Notes a refresh attempt that ZooKeeper refused for good.
+    pub(super) fn refused(&mut self, err: ZkError) {
+        self.refused = Some(err);
+    }
+
+    /// Queues a taker to be woken by a new candidate; returns its id.
+    pub(super) fn add_waiter(&mut self, wake: oneshot::Sender<()>, first: bool) -> u64 {
+        self.waiters.add(wake, first)
+    }
+
+    /// Removes a waiter that gave up without being woken.
+    pub(super) fn waiter_left(&mut self, id: u64) {
+        if !self.waiters.remove(id) && !self.candidates.is_empty() {
+            // We were woken just as we gave up: hand the wake-up to the next waiter.
+            self.waiters.wake(1);
+        }
+    }
+
+    /// Moves delay-queue items whose time has come to the candidates.
+    pub(super) fn promote_due(&mut self) {
+        if self.delayed.is_empty() {
+            return;
+        }
+        let now = now_epoch_ms();
+        let due = self.delayed.partition_point(|d| names::due_time(d) <= now);
+        if due == 0 {
+            return;
+        }
+        for item in self.delayed.drain(..due).collect::<Vec<_>>() {
+            let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
+            self.candidates.insert(pos, item);
+        }
+        let n = self.candidates.len();
+        self.waiters.wake(n);
+    }
+
+    /// When the first delayed item is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let first = self.delayed.first()?;
+        let wait_ms = (names::due_time(first) - now_epoch_ms()).max(0);
+        Some(Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
+    }
+
+    /// Removes `name` from the candidates (and delayed items); true if it was one.
+    fn remove_candidate(&mut self, name: &str) -> bool {
+        let Some(item) = names::parse(self.kind, name) else { return false };
+        let kind = self.kind;
+        if let Ok(index) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            self.candidates.remove(index);
+            return true;
+        }
+        if let Some(index) = self.delayed.iter().position(|d| d.name == name) {
+            self.delayed.remove(index);
+        }
+        false
+    }
+
+    /// Adds an existing, unlocked item to the candidates (or the delayed items) in its place;
+    /// true if the refresher must re-arm its timer for it.
+    fn add_candidate(&mut self, name: &str) -> bool {
+        if self.undecodable.contains(name) || self.locked.contains(name) || self.claiming.contains(name) {
+            return false;
+        }
+        let Some(item) = names::parse(self.kind, name) else { return false };
+        if names::due_time(&item) > now_epoch_ms() {
+            if !self.delayed.iter().any(|d| d.name == name) {
+                let pos = self.delayed.partition_point(|d| names::due_time(d) <= names::due_time(&item));
+                self.delayed.insert(pos, item);
+                return true;
+            }
+            return false;
+        }
+        let kind = self.kind;
+        if let Err(pos) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+            self.candidates.insert(pos, item);
+            self.waiters.wake(1);
+        }
+        false
+    }
+}
