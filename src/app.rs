@@ -120,6 +120,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let grace = config.shutdown.grace;
     let trigger = shutdown.clone();
     let metrics_for_shutdown = metrics.clone();
+    #[expect(clippy::disallowed_methods, reason = "the shutdown sequence's handle is `Running::done`, awaited by main")]
     let done = tokio::spawn(async move {
         trigger.cancelled().await;
         let started = tokio::time::Instant::now();

@@ -3,6 +3,7 @@
 use tokio_util::sync::CancellationToken;
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT. A second signal exits at once.
+#[expect(clippy::disallowed_methods, reason = "the signal handler lives as long as the process, which owns it")]
 pub fn on_signals(shutdown: CancellationToken) {
     tokio::spawn(async move {
         wait_for_signal().await;

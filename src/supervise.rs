@@ -112,6 +112,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[expect(clippy::disallowed_methods, reason = "the test holds the task's handle")]
     async fn a_panicking_task_is_restarted_and_counted() {
         let metrics = Arc::new(Metrics::new().expect("metrics"));
         let shutdown = CancellationToken::new();

@@ -25,6 +25,10 @@ pub struct ListenerLimits {
 /// (new, or idle after its last response) or does not finish a request head within
 /// `header_read_timeout` of its first byte (slowloris) is closed. hyper's own header-read timer
 /// is not used: it starts whenever hyper waits for a head, so it would also be the idle timeout.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the accept loop's handle is returned to its owner; each connection's task is held by the loop's graceful shutdown and its connection permit"
+)]
 pub fn serve(
     listener: TcpListener,
     router: axum::Router,

@@ -167,6 +167,7 @@ mod tests {
     use crate::queue::names;
 
     #[tokio::test(start_paused = true)]
+    #[expect(clippy::disallowed_methods, reason = "the test holds the waiters' handles")]
     async fn a_new_item_wakes_the_longest_waiting_taker_and_only_one() {
         let cache = test_cache(QueueKind::Fifo);
         cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
