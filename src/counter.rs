@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, check_name};
 use crate::metrics::Metrics;
 use crate::supervise::{self, Task};
-use crate::types::Backoff;
+use crate::types::{Backoff, Layout};
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
@@ -402,7 +402,7 @@ impl CounterService {
         if known || !self.config.counters_dynamic {
             return self.open(name);
         }
-        let path = format!("{}/counters/{name}", self.config.zookeeper.root);
+        let path = Layout::new(&self.config.zookeeper.root).counter(name);
         let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
         match zk.exists(&path).await? {
             Some(_) => self.open(name),
@@ -418,11 +418,9 @@ impl CounterService {
         if let Some(counter) = counters.get(name) {
             return Ok(counter.clone());
         }
-        let root = &self.config.zookeeper.root;
+        let layout = Layout::new(&self.config.zookeeper.root);
         let (path, seed) = match self.config.counters.get(name) {
-            Some(declared) => {
-                (declared.path.clone().unwrap_or_else(|| format!("{root}/counters/{name}")), declared.seed)
-            },
+            Some(declared) => (declared.path.clone().unwrap_or_else(|| layout.counter(name)), declared.seed),
             None => {
                 if !self.config.counters_dynamic {
                     return Err(CounterError::UnknownCounter(name.to_owned()));
@@ -431,7 +429,7 @@ impl CounterService {
                 if dynamic >= self.config.max_dynamic_queues {
                     return Err(CounterError::TooManyCounters(self.config.max_dynamic_queues));
                 }
-                (format!("{root}/counters/{name}"), 0)
+                (layout.counter(name), 0)
             },
         };
         let counter = Arc::new(Counter {
