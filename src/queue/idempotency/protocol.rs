@@ -16,17 +16,11 @@ use super::record::{Copy, MAX_KEY_LEN, Record, bucket_end, content_of, fingerpri
 use super::recovery::Written;
 use crate::queue::ops::{PutOptions, PutReceipt};
 use crate::queue::{Queue, QueueError, now_epoch_ms};
-use crate::zk::{NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
 
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one
 /// retry after a lost answer that did not apply).
 const MAX_ATTEMPTS: usize = 4;
-/// The largest unit a keyed put sends, estimated as its paths and data plus [`OP_OVERHEAD`] per
-/// operation: ZooKeeper answers a request over `jute.maxbuffer` (1 MiB by default) by dropping the
-/// connection, which every request in flight on it would pay for.
-const MAX_UNIT_BYTES: usize = 960 * 1024;
-/// Headers and ACLs of one operation of a transaction, at most (an estimate with room to spare).
-const OP_OVERHEAD: usize = 64;
 
 /// A put with a valid idempotency key, fingerprinted.
 pub(in crate::queue) struct KeyedPut {
@@ -126,20 +120,6 @@ impl Unit {
         self.members.iter().find(|m| m.write.is_some() && (m.first_op..m.create_op).contains(&index))
     }
 
-    /// What the unit adds to a request, estimated: paths, data and [`OP_OVERHEAD`] per operation.
-    fn size(&self) -> usize {
-        self.ops
-            .iter()
-            .map(|op| {
-                OP_OVERHEAD
-                    + match op {
-                        TxnOp::Create { path, data, .. } | TxnOp::SetData { path, data, .. } => path.len() + data.len(),
-                        TxnOp::Delete { path, .. } | TxnOp::Check { path, .. } => path.len(),
-                    }
-            })
-            .sum()
-    }
-
     /// A record whose token tells whether the unit applied (they all share its fate).
     pub(super) fn evidence(&self) -> Option<&RecordWrite> {
         self.members.iter().find_map(|m| m.write.as_ref())
@@ -235,9 +215,12 @@ impl Queue {
             }
             let zk = self.session.connected(deadline).await?;
             let unit = self.unit(&creates, &contents, &slots);
-            let size = unit.size();
-            if size > MAX_UNIT_BYTES {
-                return Err(QueueError::TransactionTooLarge { size, max: MAX_UNIT_BYTES });
+            // The unit's own request, encoded as this session sends it (ACLs, chroot): group commit
+            // joins it to other units only within its batch limit, and ZooKeeper answers a request
+            // over its limit by dropping the connection, which every request in flight would pay for.
+            let size = zk.request_bytes(&unit.ops);
+            if size > MAX_REQUEST_BYTES {
+                return Err(QueueError::TransactionTooLarge { size, max: MAX_REQUEST_BYTES });
             }
             let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
