@@ -134,8 +134,8 @@ error_codes! {
     /// so, also to `Expect: 100-continue`); a batch put whose bodies pass `api.max_batch_bytes`
     /// together, or whose JSON passes that limit in base64 plus 1 KiB per message; a batch, or a
     /// put with an `Idempotency-Key`, whose messages with their idempotency records would make a
-    /// transaction over 960 KiB (for one put, a body above about 980,000 bytes: only when
-    /// `api.max_message_bytes` is raised that far).
+    /// transaction over ZooKeeper's request limit, 1 MiB less 4 KiB encoded (for one put, with
+    /// `api.max_message_bytes` at most 1,000,000, only with a very long ACL or root).
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large";
     /// A counter body that is not `application/json`.
     UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type";

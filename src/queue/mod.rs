@@ -75,8 +75,8 @@ pub enum QueueError {
     IdempotencyKeyReused(String),
     /// A put whose messages with their idempotency records would pass ZooKeeper's request limit.
     #[error(
-        "the messages with their idempotency records would be a ZooKeeper transaction of about {size} bytes, more \
-         than {max}; send fewer messages (or shorter keys) per batch"
+        "the messages with their idempotency records would be a ZooKeeper transaction of {size} bytes, more \
+         than its request limit of {max}; send fewer messages (or shorter keys) per batch"
     )]
     TransactionTooLarge { size: usize, max: usize },
     #[error("zkq is shutting down; retry on another instance")]

@@ -22,7 +22,7 @@ pub struct PutOptions {
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
     /// Stores the message at most once per key within the queue's idempotency window
-    /// (`idempotency.rs`).
+    /// (`idempotency/`).
     pub idempotency_key: Option<String>,
 }
 
@@ -139,7 +139,7 @@ impl Queue {
     /// flight, [`GroupCommit`](crate::zk::GroupCommit)); the receipts are in the same order. With
     /// `max_items`, waits up to `wait` until there is room for all of them. A message with an
     /// idempotency key goes with its key's record, in the same transaction; one whose key was used
-    /// within the window is not stored again (`idempotency.rs`).
+    /// within the window is not stored again (`idempotency/`).
     pub async fn put_many(
         &self,
         messages: Vec<(&[u8], PutOptions)>,

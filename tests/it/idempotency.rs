@@ -906,6 +906,16 @@ async fn a_keyed_batch_too_large_for_one_transaction_is_413_and_stores_nothing()
     let keyed: Vec<(&str, Option<&str>)> = keys.iter().map(|key| (body.as_str(), Some(key.as_str()))).collect();
     let refused = batch_put(http, api, "q", &keyed).await;
     assert_eq!((refused.status, refused.code.as_str()), (413, "payload_too_large"), "{refused:?}");
+    // The answer gives the transaction's encoded size and the limit it passes.
+    let size: usize = refused
+        .message
+        .split_once("transaction of ")
+        .and_then(|(_, rest)| rest.split_once(" bytes"))
+        .and_then(|(size, _)| size.parse().ok())
+        .unwrap_or_else(|| panic!("no size in {:?}", refused.message));
+    let limit = zkq::zk::MAX_REQUEST_BYTES;
+    assert!(refused.message.contains(&format!("request limit of {limit}")), "{}", refused.message);
+    assert!(size > limit, "{}", refused.message);
     let direct = zk_client(zk).await;
     assert!(children(&direct, &format!("{root}/queues/q")).await.is_empty(), "nothing stored");
     assert!(children(&direct, &format!("{root}/idempotency/q/keys")).await.is_empty(), "no record");
