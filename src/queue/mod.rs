@@ -8,6 +8,7 @@ mod claims;
 pub mod envelope;
 mod idempotency;
 mod lease;
+mod message;
 pub(crate) mod names;
 mod ops;
 mod split;
@@ -30,8 +31,9 @@ use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
 pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
+pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
-pub use ops::{HeadAge, Message, PeekedItem, PutOptions, PutReceipt, QueueInfo};
+pub use ops::{HeadAge, QueueInfo};
 
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
@@ -274,9 +276,9 @@ impl QueueService {
                 let Some(service) = service.upgrade() else { return };
                 let is_open =
                     |queue: &str| service.queues.lock().unwrap_or_else(|p| p.into_inner()).contains_key(queue);
-                let root = &service.config.zookeeper.root;
+                let layout = Layout::new(&service.config.zookeeper.root);
                 let timeout = service.session.request_timeout();
-                match idempotency::sweep_queues_not_open(&zk, root, timeout, is_open, &service.shutdown).await {
+                match idempotency::sweep_queues_not_open(&zk, &layout, timeout, is_open, &service.shutdown).await {
                     Ok(0) => {},
                     Ok(swept) => tracing::info!(swept, "swept expired idempotency records of queues not open here"),
                     Err(err) => {
@@ -443,7 +445,11 @@ impl QueueService {
             qm: self.metrics.queue(name),
             cache: cache.clone(),
             leases: LeaseTable::default(),
-            idempotency: Idempotency::new(&self.config.zookeeper.root, name, self.config.idempotency_window(name)),
+            idempotency: Idempotency::new(
+                &Layout::new(&self.config.zookeeper.root),
+                name,
+                self.config.idempotency_window(name),
+            ),
             markers: self.markers.clone(),
             group: self.group.clone(),
             background: self.background.clone(),

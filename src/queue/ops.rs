@@ -5,54 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::idempotency::NodeCreate;
+use super::message::{NodeCreate, PeekedItem, PutOptions, PutReceipt};
 use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
 use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
-
-/// What a put asks for beyond the body.
-#[derive(Debug, Clone, Default)]
-pub struct PutOptions {
-    pub priority: Option<i32>,
-    /// Absolute delivery time, epoch ms (delay queues).
-    pub deliver_at: Option<i64>,
-    pub id: Option<String>,
-    /// How long to wait for room when the queue is at `max_items`.
-    pub wait: Duration,
-    /// Stores the message at most once per key within the queue's idempotency window
-    /// (`idempotency/`).
-    pub idempotency_key: Option<String>,
-}
-
-/// A stored message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PutReceipt {
-    /// The message's node name. `None` only when a keyed put's message was consumed before its
-    /// name could be recorded or found (it was stored; its name is gone with it).
-    pub message_id: Option<String>,
-    /// An earlier put with the same idempotency key stored the message; nothing new was stored.
-    pub replay: bool,
-}
-
-/// A message handed out by a take.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    pub message_id: String,
-    pub body: Vec<u8>,
-    pub meta: ItemMeta,
-}
-
-/// One message seen by a peek.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeekedItem {
-    pub message_id: String,
-    /// Position inside a multi-item node written by Curator's `putMulti` (0 otherwise).
-    pub item_index: usize,
-    pub body: Vec<u8>,
-    pub meta: ItemMeta,
-}
 
 /// What `GET /v1/queues/{queue}` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use super::Queue;
 use super::claims::{ClaimMarkers, Outcome};
+use super::message::Message;
 use super::names::{self, ItemName};
-use super::ops::Message;
 use crate::types::Backoff;
 use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 

@@ -59,3 +59,51 @@ impl Layout {
         format!("{}/counters/{counter}", self.root)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_sit_under_the_root() {
+        let layout = Layout::new("/app/zkq");
+        assert_eq!(layout.queue("orders"), "/app/zkq/queues/orders");
+        assert_eq!(layout.locks("orders"), "/app/zkq/locks/orders");
+        assert_eq!(layout.deliveries("orders"), "/app/zkq/deliveries/orders");
+        assert_eq!(layout.idempotency_of("orders"), "/app/zkq/idempotency/orders");
+        assert_eq!(layout.claims(), "/app/zkq/claims");
+        assert_eq!(layout.counter("hits"), "/app/zkq/counters/hits");
+    }
+
+    /// A tidy check: no other source file writes a path under the root by hand (the names of
+    /// the tree's directories appear in a `format!` only here).
+    #[test]
+    fn no_other_file_formats_a_path_under_the_root() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offenders = Vec::new();
+        let mut dirs = vec![src];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("src is readable").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") || path.ends_with("types/layout.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("a source file is text");
+                for (number, line) in text.lines().enumerate() {
+                    let by_hand = line.contains("format!(")
+                        && ["/queues/", "/locks/", "/deliveries/", "/idempotency", "/claims", "/counters/"]
+                            .iter()
+                            .any(|dir| line.contains(&format!("}}{dir}")));
+                    if by_hand {
+                        offenders.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "paths under the root belong in types::Layout:\n{}", offenders.join("\n"));
+    }
+}

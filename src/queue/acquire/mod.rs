@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::LeaseGrant;
+use super::message::Message;
 use super::names::ItemName;
-use super::ops::Message;
 use super::{Queue, QueueError};
 use crate::metrics::GaugeGuard;
 use crate::zk::ZkError;

@@ -31,13 +31,13 @@ mod record;
 mod recovery;
 mod sweep;
 
+use crate::types::Layout;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(super) use protocol::NodeCreate;
 pub use record::{MAX_KEY_LEN, is_valid_key};
 pub(super) use sweep::{IDLE_CHECK, sweep_queues_not_open};
 
@@ -60,9 +60,9 @@ pub(super) struct Idempotency {
 }
 
 impl Idempotency {
-    pub(super) fn new(root: &str, queue: &str, window: Duration) -> Idempotency {
+    pub(super) fn new(layout: &Layout, queue: &str, window: Duration) -> Idempotency {
         Idempotency {
-            dir: format!("{root}/idempotency/{queue}"),
+            dir: layout.idempotency_of(queue),
             window,
             holds_records: AtomicBool::new(false),
             listed_at: Mutex::new(None),

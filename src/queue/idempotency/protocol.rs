@@ -13,8 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::record::{Copy, MAX_KEY_LEN, Record, bucket_end, content_of, fingerprint, is_valid_key, key_hash, millis};
-use super::recovery::Written;
-use crate::queue::ops::{PutOptions, PutReceipt};
+use crate::queue::message::{NodeCreate, PutOptions, PutReceipt};
 use crate::queue::{Queue, QueueError, now_epoch_ms};
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
 
@@ -30,12 +29,12 @@ pub(in crate::queue) struct KeyedPut {
     fingerprint: String,
 }
 
-/// One message of a put as its create sends it: the server appends the sequence to `prefix`.
-#[derive(Debug, Clone)]
-pub(in crate::queue) struct NodeCreate {
-    /// The node name's prefix (`queue-`, `queue-{priority}-`, …), relative to the queue node.
-    pub(in crate::queue) prefix: String,
-    pub(in crate::queue) data: Vec<u8>,
+/// What the evidence says about a unit whose answer was lost (`recovery.rs` reads it).
+pub(super) enum Written {
+    /// Our record is there: the unit applied.
+    Applied(NodeStat),
+    NotApplied,
+    Unknown,
 }
 
 /// A keyed message whose key was free when last read.

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::protocol::{RecordWrite, Slot, Unit, receipts};
+use super::protocol::{RecordWrite, Slot, Unit, Written, receipts};
 use super::record::{Copy, Record, content_of, created_prefix, pick};
+use crate::queue::message::PutReceipt;
 use crate::queue::names::{self, ItemName};
-use crate::queue::ops::PutReceipt;
 use crate::queue::{Queue, QueueError};
 use crate::zk::{NodeStat, Twins, TxnOp, Zk, ZkError};
 
@@ -36,14 +36,6 @@ const NAME_WAIT: Duration = Duration::from_secs(1);
 /// Nodes read at most while looking for those one transaction created (a unit holds at most
 /// 1,000 ops; the rest allows for nodes consumed since).
 const MAX_BLOCK_READS: usize = 2_048;
-
-/// What the evidence says about a unit whose answer was lost.
-pub(super) enum Written {
-    /// Our record is there: the unit applied.
-    Applied(NodeStat),
-    NotApplied,
-    Unknown,
-}
 
 impl Queue {
     /// The receipts of a unit that applied, its messages named `names` (in the order of its

@@ -8,6 +8,7 @@
 //! sweeper already deleted, so it never deletes a record that was swept and created again; a
 //! renewed record has a new version, so it is never deleted either.
 
+use crate::types::Layout;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -158,12 +159,12 @@ async fn delete_groups(zk: &Zk, mut groups: Vec<(Vec<TxnOp>, bool)>) -> Result<u
 /// record's version and its index entry). Answers how many records went.
 pub(in crate::queue) async fn sweep_queues_not_open(
     zk: &Zk,
-    root: &str,
+    layout: &Layout,
     request_timeout: Duration,
     is_open: impl Fn(&str) -> bool,
     stop: &CancellationToken,
 ) -> Result<usize, ZkError> {
-    let dir = format!("{root}/idempotency");
+    let dir = layout.idempotency();
     let zk_now = zk.with_deadline(Instant::now() + request_timeout);
     match zk_now.exists(&dir).await? {
         None => return Ok(0),
@@ -191,7 +192,7 @@ pub(in crate::queue) async fn sweep_queues_not_open(
             break;
         }
         // The window only matters to puts; the sweep reads each record's own expiry.
-        let records = Idempotency::new(root, &queue, Duration::ZERO);
+        let records = Idempotency::new(layout, &queue, Duration::ZERO);
         let zk = zk.with_deadline(Instant::now() + request_timeout);
         if let Err(err) = records.sweep(&zk, &mut swept).await {
             tracing::debug!(queue = %queue, error = %err, "sweep of the idempotency records of a queue not open here failed");
