@@ -474,7 +474,7 @@ const LIST_ALL_IN_FLIGHT: usize = 8;
 /// Every declared queue and every child of `{root}/queues`: queues this zkq has open from their own
 /// state, the others from a bounded survey summary (no node is created, no queue opened).
 async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
-    use crate::queue::survey::{self, Detail, SurveyLimits};
+    use crate::inspect::survey::{self, Detail, SurveyLimits};
     use futures::StreamExt;
 
     let deadline = Instant::now() + state.session.request_timeout();

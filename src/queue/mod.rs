@@ -12,7 +12,6 @@ mod message;
 pub(crate) mod names;
 mod ops;
 mod split;
-pub mod survey;
 mod take;
 
 use std::collections::HashMap;
@@ -30,6 +29,7 @@ use claims::ClaimMarkers;
 use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 use lease::LeaseTable;
+pub(crate) use lease::read_counter;
 pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;

@@ -270,7 +270,7 @@ fn counter_bytes(count: u32) -> Vec<u8> {
     count.to_be_bytes().to_vec()
 }
 
-pub(super) fn read_counter(data: &[u8]) -> u32 {
+pub(crate) fn read_counter(data: &[u8]) -> u32 {
     data.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_be_bytes)
 }
 

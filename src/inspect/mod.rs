@@ -1,7 +1,7 @@
 //! `zkq inspect`: what is in ZooKeeper right now, read with zkq's own configuration.
 //!
 //! Connects one session (the configured ensemble, chroot, root and credentials), surveys every
-//! declared queue and every child of `{root}/queues` with [`crate::queue::survey`], prints a table
+//! declared queue and every child of `{root}/queues` with [`survey`], prints a table
 //! (or JSON with `--json`) and closes the session. It only reads. Time is bounded by `--timeout`
 //! (connecting included, at most [`CONNECT_TIMEOUT`] of it), memory by the survey's limits.
 
@@ -15,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES, check_name};
 use crate::metrics::Metrics;
-use crate::queue::survey::{self, Detail, QueueReport, SurveyLimits};
+pub mod survey;
+
 use crate::zk::ZkSession;
+use survey::{Detail, QueueReport, SurveyLimits};
 
 /// Longest wait for a first session; an unreachable ensemble is reported after this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,9 +17,9 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::names::{self, ItemName, QUEUE_PREFIX, SIMPLE_PREFIX};
-use super::{envelope, now_epoch_ms, queue_layout};
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES, QueueKind};
+use crate::queue::names::{self, ItemName, QUEUE_PREFIX, SIMPLE_PREFIX};
+use crate::queue::{envelope, now_epoch_ms, queue_layout, read_counter};
 use crate::zk::{Zk, ZkError};
 
 /// Node reads in flight at once, per queue: with nodes of at most 1 MiB, the data held at any time.
@@ -621,7 +621,7 @@ async fn delivery_counts(
     ex.read_each("delivery counts", paths, |index, data| {
         if let (Some(name), Some((data, _))) = (counted.get(index), data) {
             read += 1;
-            all.insert(name.clone(), super::lease::read_counter(&data));
+            all.insert(name.clone(), read_counter(&data));
         }
     })
     .await;
