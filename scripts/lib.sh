@@ -39,11 +39,26 @@ zookeeper_classpath() {
   echo "${cp}/etc/zookeeper/conf"
 }
 
+# The Debian archive this machine's apt is configured with (its own mirror, or a private one),
+# as apt itself reads its sources: the entry of the release the machine runs, component main.
+debian_mirror() {
+  local codename uri
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null |
+    awk -v release="$codename" '$2 == release && $3 == "main" { print $1; exit }')
+  if [ -z "$uri" ]; then
+    echo "no Debian archive for '$codename' (main) in this machine's apt sources" >&2
+    return 1
+  fi
+  echo "$uri"
+}
+
 # ZooKeeper 3.9 from Debian 13 (trixie), for the three-server ensemble of the fault tests:
 # Debian 12's 3.8.0 can lose committed transactions when its leader is killed (ZOOKEEPER-4712,
 # fixed in 3.9.3), which no client can survive. Only the package's two jars are used, unpacked
 # into target/zookeeper-3.9/ with Debian 12's netty and slf4j beside them; apt checks the
-# download against the signed index. Idempotent: does nothing once the jars are there.
+# download against the signed index. The archive is this machine's configured Debian mirror
+# (`debian_mirror`), asked for the next release's suite. Idempotent: does nothing once the jars are there.
 ensure_zookeeper_39() {
   local dir=target/zookeeper-3.9
   [ -f "$dir/zookeeper.jar" ] && [ -f "$dir/zookeeper-jute.jar" ] && return 0
@@ -52,7 +67,9 @@ ensure_zookeeper_39() {
   apt_dir="$(pwd)/target/apt-trixie"
   rm -rf "$apt_dir"
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$dir"
-  echo "deb http://deb.debian.org/debian trixie main" > "$apt_dir/sources.list"
+  local mirror
+  mirror=$(debian_mirror) || return 1
+  echo "deb $mirror trixie main" > "$apt_dir/sources.list"
   local opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
     -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=root")
   as_root apt-get "${opts[@]}" update -qq
