@@ -52,9 +52,9 @@ fn access_refusal(state: &AppState, request: &Request) -> Option<ApiError> {
     None
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was right.
+/// Compares in constant time, so the time taken does not tell how much of a guess was right.
 fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    subtle::ConstantTimeEq::ct_eq(given, expected).into()
 }
 
 /// Why a request that a web browser sent must be refused, if it must. Browsers mark their

@@ -123,7 +123,7 @@ pub(super) fn key_hash(key: &str) -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// The bucket (its end, epoch ms, as a node name) of a record expiring at `expires_at`.

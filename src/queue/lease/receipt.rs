@@ -3,29 +3,44 @@
 //! A receipt is the ZooKeeper session id (16 hex digits) and a token (32 hex digits): a sequence
 //! number and a MAC of it under a key of this process. So a receipt this process issued and that
 //! has ended is told apart from one it never issued (409 against 404) without remembering ended
-//! leases, and nobody can forge a live one.
+//! leases, and nobody can forge a live one (the MAC is HMAC-SHA256 under a random key of the process).
 
-use std::hash::BuildHasher;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
-/// The MAC key of this process's receipts.
-#[derive(Default)]
-pub(super) struct ReceiptKey(std::hash::RandomState);
+/// The MAC key of this process's receipts: 32 random bytes, made at start, never shown.
+pub(super) struct ReceiptKey([u8; 32]);
+
+impl Default for ReceiptKey {
+    fn default() -> ReceiptKey {
+        ReceiptKey(rand::random())
+    }
+}
 
 impl ReceiptKey {
-    fn mac(&self, session_id: i64, sequence: u64) -> u64 {
-        self.0.hash_one((session_id, sequence))
+    /// HMAC-SHA256 of the session id and the sequence, cut to its first 8 bytes.
+    #[expect(clippy::expect_used, reason = "HMAC accepts a key of any length: new_from_slice cannot fail")]
+    fn mac(&self, session_id: i64, sequence: u64) -> [u8; 8] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC accepts a key of any length");
+        mac.update(&session_id.to_be_bytes());
+        mac.update(&sequence.to_be_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(tag.get(..8).unwrap_or(&[0; 8]));
+        first
     }
 
     /// The token of lease number `sequence` of `session_id`.
     pub(super) fn token(&self, session_id: i64, sequence: u64) -> u128 {
-        (u128::from(sequence) << 64) | u128::from(self.mac(session_id, sequence))
+        (u128::from(sequence) << 64) | u128::from(u64::from_be_bytes(self.mac(session_id, sequence)))
     }
 
-    /// Whether this process issued `token` for `session_id`.
+    /// Whether this process issued `token` for `session_id` (compared in constant time).
     pub(super) fn issued(&self, session_id: i64, token: u128) -> bool {
         let sequence = u64::try_from(token >> 64).unwrap_or(u64::MAX);
-        let mac = u64::try_from(token & u128::from(u64::MAX)).unwrap_or(0);
-        self.mac(session_id, sequence) == mac
+        let mac = u64::try_from(token & u128::from(u64::MAX)).unwrap_or(0).to_be_bytes();
+        self.mac(session_id, sequence).ct_eq(&mac).into()
     }
 }
 
