@@ -524,3 +524,41 @@ async fn nothing_is_lost_or_doubled_across_zookeeper_restarts() {
     let confirmed = confirmed.lock().expect("lock").len();
     assert!(confirmed > 500, "most puts were confirmed: {confirmed}");
 }
+
+/// `lease.max_per_queue` is a hard bound: long-polls that all arrived while no lease was out
+/// cannot together lease more than it allows once messages come; the others answer 429
+/// `too_many_leases` (each counts against the bound while it claims, not only when it arrives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_per_queue_holds_for_long_polls_that_arrived_together() {
+    const POLLS: usize = 6;
+    let zk = ZkServer::shared();
+    let root = unique_root("lease-bound");
+    let mut config = test_config(zk, &root);
+    config.lease.max_per_queue = 2;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"warm-up").await;
+    assert_eq!(zkq.take_body("q", "5s").await.as_deref(), Some(&b"warm-up"[..]), "the queue exists, empty");
+    let polls: Vec<_> = (0..POLLS)
+        .map(|_| {
+            let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/q/leases?wait=20s&visibility=60s"));
+            tokio::spawn(async move { http.post(url).send().await.expect("lease").status().as_u16() })
+        })
+        .collect();
+    eventually(Duration::from_secs(30), "every long-poll waits", || async {
+        metric_value(&zkq.metrics().await, "zkq_waiting_takers{queue=\"q\"}") == Some(POLLS as f64)
+    })
+    .await;
+    for i in 0..POLLS {
+        zkq.put_ok("q", format!("m{i}").as_bytes()).await;
+    }
+    let mut statuses = Vec::new();
+    for poll in polls {
+        statuses.push(poll.await.expect("join"));
+    }
+    statuses.sort_unstable();
+    let leased = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(leased, 2, "at most lease.max_per_queue leases: {statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "the others answer 429: {statuses:?}");
+    assert_eq!(metric_value(&zkq.metrics().await, "zkq_leases_in_flight{queue=\"q\"}"), Some(2.0));
+    zkq.stop().await;
+}

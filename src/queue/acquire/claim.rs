@@ -21,10 +21,10 @@ use tokio::time::Instant;
 
 use super::super::candidate::{Declined, Read};
 use super::super::claims::{ClaimMarkers, Outcome};
-use super::super::lease::{Claiming, LeasePrepared, lock_is_ours};
+use super::super::lease::{Claiming, LeasePrepared, NotNow, lock_is_ours};
 use super::super::names::ItemName;
 use super::super::split::Fit;
-use super::super::{Queue, take};
+use super::super::{Queue, QueueError, take};
 use super::{Acquire, Caller, Delivery};
 use crate::metrics::ClaimOutcome;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
@@ -73,7 +73,8 @@ impl Queue {
     /// Claims `candidates` (popped from the cache, in order) within about `byte_budget` of bodies,
     /// the first always tried, in as few round trips as it can (see the module). Candidates not
     /// claimed are booked (lost, gone, locked: `zkq_claims_total`) or given back to the cache.
-    /// Empty when none could be claimed; a transient error when ZooKeeper could not be asked.
+    /// Empty when none could be claimed; a transient error when ZooKeeper could not be asked;
+    /// `TooManyLeases` when a lease would pass `lease.max_per_queue` and none was claimed.
     pub(super) async fn claim_now(
         self: &Arc<Self>,
         zk: &Zk,
@@ -81,7 +82,7 @@ impl Queue {
         byte_budget: usize,
         how: Acquire,
         caller: &Caller,
-    ) -> Result<Vec<Delivery>, ZkError> {
+    ) -> Result<Vec<Delivery>, QueueError> {
         let lock_dir = match (how, &self.lock_path) {
             (Acquire::Lease(_), None) => {
                 // Only a queue with a lock path can lease (checked before it gets here).
@@ -93,17 +94,21 @@ impl Queue {
         // A lease: each candidate marked as being leased by this process, so that two requests
         // of one process never claim the same one (the second would find our own lock).
         let mut marked = Vec::with_capacity(candidates.len());
+        let mut over_limit = Vec::new();
         for candidate in candidates {
             match how {
-                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name) {
-                    Some(claiming) => marked.push((candidate, Some(claiming))),
-                    None => self.declined(zk, candidate, Declined::Locked),
+                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name, self.max_leases) {
+                    Ok(claiming) => marked.push((candidate, Some(claiming))),
+                    Err(NotNow::BeingClaimed) => self.declined(zk, candidate, Declined::Locked),
+                    Err(NotNow::Full) => over_limit.push(candidate),
                 },
                 Acquire::Take => marked.push((candidate, None)),
             }
         }
+        let full = !over_limit.is_empty();
+        self.give_back(over_limit);
         if marked.is_empty() {
-            return Ok(Vec::new());
+            return if full { Err(QueueError::TooManyLeases(self.max_leases)) } else { Ok(Vec::new()) };
         }
         let reads_each = match how {
             Acquire::Take => 1,
@@ -123,7 +128,7 @@ impl Queue {
             Ok(reads) => reads,
             Err(err) => {
                 self.give_back(marked.into_iter().map(|(candidate, _)| candidate).collect());
-                return Err(err);
+                return Err(err.into());
             },
         };
         let mut reads = reads.into_iter();
@@ -162,7 +167,7 @@ impl Queue {
         }
         self.give_back(back);
         if let (true, Some(err)) = (chosen.is_empty(), first_error) {
-            return Err(err);
+            return Err(err.into());
         }
         let locking = self.lock_path.is_some();
         let mut delivered = Vec::with_capacity(chosen.len());
@@ -198,7 +203,7 @@ impl Queue {
                                 Ok(false) => Outcome::NotApplied,
                                 Err(ZkError::SessionLost) => {
                                     self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
-                                    return Err(ZkError::SessionLost);
+                                    return Err(ZkError::SessionLost.into());
                                 },
                                 Err(err) => Outcome::Unknown(err),
                             }
@@ -209,7 +214,7 @@ impl Queue {
                         Outcome::Applied => {},
                         Outcome::NotApplied => {
                             self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
-                            return Err(ZkError::Unavailable);
+                            return Err(ZkError::Unavailable.into());
                         },
                         Outcome::Unknown(_) => {
                             self.settle_unknown_later(zk, chosen, marker);
@@ -222,7 +227,7 @@ impl Queue {
                 {
                     let Some(at) = spans.iter().position(|span| span.contains(&index)) else {
                         self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
-                        return Err(error);
+                        return Err(error.into());
                     };
                     let offset = index - spans.get(at).map_or(0, |span| span.start);
                     let ready = chosen.remove(at);
@@ -235,7 +240,7 @@ impl Queue {
                 },
                 Err(err) => {
                     self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
-                    return Err(err.error);
+                    return Err(err.error.into());
                 },
             }
             if let Some(marker) = marker {

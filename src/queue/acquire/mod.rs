@@ -154,7 +154,7 @@ impl Queue {
         byte_budget: usize,
         how: Acquire,
         caller: &Caller,
-    ) -> Result<Vec<Delivery>, ZkError> {
+    ) -> Result<Vec<Delivery>, QueueError> {
         if self.shutdown.is_cancelled() {
             return Ok(Vec::new());
         }
@@ -261,12 +261,12 @@ impl Queue {
                     }
                     // Lost to another consumer, gone, locked or unreadable: the next candidate.
                 },
-                Err(err) if err.is_transient() => {
+                Err(QueueError::Zk(err)) if err.is_transient() => {
                     if Instant::now() >= answer_by {
                         return Err(err.into());
                     }
                 },
-                Err(err) => return Err(err.into()),
+                Err(err) => return Err(err),
             }
         }
     }

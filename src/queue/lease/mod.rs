@@ -254,9 +254,29 @@ pub(super) struct Claiming<'a> {
     item: String,
 }
 
+/// Why an item cannot be claimed for a lease now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotNow {
+    /// Another request of this process is leasing it.
+    BeingClaimed,
+    /// The queue has `lease.max_per_queue` leases out or being claimed.
+    Full,
+}
+
 impl<'a> Claiming<'a> {
-    pub(super) fn begin(table: &'a LeaseTable, item: &str) -> Option<Claiming<'a>> {
-        table.lock().claiming.insert(item.to_owned()).then(|| Claiming { table, item: item.to_owned() })
+    /// Marks `item` as being leased, unless another request is leasing it or the queue already
+    /// has `max` leases out or being claimed: checked and counted under the table's lock, so
+    /// concurrent requests can never pass `lease.max_per_queue` together.
+    pub(super) fn begin(table: &'a LeaseTable, item: &str, max: usize) -> Result<Claiming<'a>, NotNow> {
+        let mut state = table.lock();
+        if state.claiming.contains(item) {
+            return Err(NotNow::BeingClaimed);
+        }
+        if state.live.len() + state.claiming.len() >= max {
+            return Err(NotNow::Full);
+        }
+        state.claiming.insert(item.to_owned());
+        Ok(Claiming { table, item: item.to_owned() })
     }
 }
 
