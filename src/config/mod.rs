@@ -170,6 +170,9 @@ pub struct ApiConfig {
     /// A connection that sends nothing for this long (new, or after its last response) is closed.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// Time a client has to send a request's whole body once its headers arrived; then 408.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
     /// Message bytes one peek answers at most (at least one message is always shown).
     pub max_peek_bytes: usize,
     /// Messages one batch request (batch put, `?max=` take or lease, batch ack) carries at most.
@@ -397,6 +400,7 @@ impl Default for ApiConfig {
             max_concurrent_requests: 512,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(30),
             max_peek_bytes: 8 * 1024 * 1024,
             max_batch: 100,
             max_batch_bytes: 512 * 1024,

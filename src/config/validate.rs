@@ -89,6 +89,7 @@ impl Config {
             ("api.header_read_timeout", self.api.header_read_timeout),
             ("admin.header_read_timeout", self.admin.header_read_timeout),
             ("api.idle_timeout", self.api.idle_timeout),
+            ("api.body_read_timeout", self.api.body_read_timeout),
             ("admin.idle_timeout", self.admin.idle_timeout),
         ] {
             check_duration(key, value, Duration::from_millis(100), Duration::from_secs(600))?;

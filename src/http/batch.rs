@@ -118,6 +118,7 @@ pub struct BatchPutResponse {
         (status = 400, description = "Bad queue name, body or parameter (no messages, more than api.max_batch, a message with neither or both of text and body, bad base64, a bad idempotency_key or one given twice, an unknown `format`; with `format=curator-multi`, messages whose kind fields differ or an idempotency_key)", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
         (status = 409, description = "A field that does not fit the queue's kind, an id queue message without `id`, or `format=curator-multi` on an id or simple queue, where Curator has no putMulti (`parameter_not_for_kind`); an idempotency_key used within the window with another body, priority or id (`idempotency_key_reused`; nothing stored)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
         (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together, or messages with idempotency keys whose records would make the transaction larger than ZooKeeper's request limit (1 MiB less 4 KiB, encoded)", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
         (status = 429, description = "No room for every message under max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
@@ -248,6 +249,7 @@ pub struct BatchAckResponse {
         (status = 200, description = "One outcome per receipt (each with the status its single ack would have had)", body = BatchAckResponse),
         (status = 400, description = "Bad queue name or body (no receipts, more than api.max_batch)", body = ErrorBody),
         (status = 404, description = "A queue this zkq does not have open (`queue_not_found`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
     )
 )]

@@ -174,6 +174,7 @@ pub async fn get_counter(
         (status = 404, description = "Unknown counter", body = ErrorBody),
         (status = 409, description = "Version overflowed to -1, the node is not a 4-byte int, or (without If-Match) concurrent writers won every retry", body = ErrorBody),
         (status = 412, description = "Someone changed it first: the current value and version", body = CounterConflict),
+        (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         ZookeeperErrors,
     )
@@ -202,6 +203,7 @@ pub async fn set_counter(
         (status = 400, description = "Bad name or body", body = ErrorBody),
         (status = 404, description = "Unknown counter", body = ErrorBody),
         (status = 409, description = "Contention exhausted the retries, the sum does not fit a 32-bit int (`counter_overflow`), version overflow, or not a 4-byte int", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         ZookeeperErrors,
     )

@@ -137,6 +137,10 @@ error_codes! {
     /// transaction over ZooKeeper's request limit, 1 MiB less 4 KiB encoded (for one put, with
     /// `api.max_message_bytes` at most 1,000,000, only with a very long ACL or root).
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large";
+    /// The request body did not arrive within `api.body_read_timeout` of the request's headers
+    /// (a client that stalls or trickles its upload); nothing was done, and the connection is
+    /// closed.
+    RequestTimeout => REQUEST_TIMEOUT, "request_timeout";
     /// A counter body that is not `application/json`.
     UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type";
     /// The queue stayed at `max_items` for longer than the put's `?wait=`; with `Retry-After`.

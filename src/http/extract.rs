@@ -10,6 +10,7 @@ use axum::http::request::Parts;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
+use super::body;
 use super::error::{ApiError, ErrorCode};
 
 /// `Query<T>` with JSON errors.
@@ -48,7 +49,9 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         Bytes::from_request(req, state).await.map(ApiBody).map_err(|e: BytesRejection| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            if body::timed_out(&e) {
+                body_timed_out()
+            } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(ErrorCode::PayloadTooLarge, "message body is larger than api.max_message_bytes")
             } else {
                 ApiError::new(ErrorCode::BadRequest, format!("cannot read the body: {}", e.body_text()))
@@ -80,11 +83,19 @@ fn json_rejection(e: JsonRejection) -> ApiError {
         JsonRejection::MissingJsonContentType(_) => {
             ApiError::new(ErrorCode::UnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
         },
+        other if body::timed_out(&other) => body_timed_out(),
         other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::new(ErrorCode::PayloadTooLarge, "body is larger than api.max_message_bytes")
         },
         other => ApiError::new(ErrorCode::BadRequest, format!("bad JSON body: {}", other.body_text())),
     }
+}
+
+fn body_timed_out() -> ApiError {
+    ApiError::new(
+        ErrorCode::RequestTimeout,
+        "the request body did not arrive within api.body_read_timeout of its headers; nothing was done",
+    )
 }
 
 /// An optional duration parameter (absent = zero), cut to `max` (documented in the spec).

@@ -2,7 +2,7 @@
 //! load shedding, declared body sizes, and the request metrics and log line.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use super::batch;
+use super::body::DeadlineBody;
 use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
 use super::wire::API_TOKEN_HEADER;
@@ -107,7 +108,7 @@ pub(super) struct Guard {
     pub(super) access: bool,
 }
 
-/// Largest request bodies of the API, in bytes.
+/// What the API accepts of a request body: its size, and the time it may take to arrive.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BodyLimits {
     /// `api.max_message_bytes`: every route but the batch put.
@@ -115,6 +116,8 @@ pub(super) struct BodyLimits {
     /// A batch put: `api.max_batch_bytes` of bodies in base64 (4/3), and up to 1 KiB of JSON and
     /// kind fields per message.
     pub(super) batch: usize,
+    /// `api.body_read_timeout`: the whole body arrives within this of the request's headers.
+    pub(super) read_timeout: Duration,
 }
 
 impl BodyLimits {
@@ -122,7 +125,7 @@ impl BodyLimits {
         let api = &config.api;
         let batch =
             api.max_batch_bytes.div_ceil(3).saturating_mul(4).saturating_add(api.max_batch.saturating_mul(1024));
-        BodyLimits { message: api.max_message_bytes, batch }
+        BodyLimits { message: api.max_message_bytes, batch, read_timeout: api.body_read_timeout }
     }
 }
 
@@ -230,6 +233,10 @@ pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, 
     let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
     let response = match refusal(&guard, &route, &request) {
         Ok(permit) => {
+            let request = match guard.body_limits {
+                Some(limits) => request.map(|body| DeadlineBody::wrap(body, limits.read_timeout)),
+                None => request,
+            };
             let response = next.run(request).instrument(span).await;
             drop(permit);
             response

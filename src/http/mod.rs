@@ -7,6 +7,7 @@
 
 mod admin;
 pub mod batch;
+mod body;
 pub mod counters;
 pub mod error;
 mod extract;

@@ -98,6 +98,11 @@ const KEYS: &[Key] = &[
         "time a client has to finish a request's headers once it sent their first byte (slowloris); then the connection is closed",
     ),
     key(
+        "api.body_read_timeout",
+        "duration",
+        "time a client has to send a request's whole body once its headers arrived (a stalled or trickled upload); then 408 `request_timeout`, nothing done, and the connection is closed",
+    ),
+    key(
         "api.idle_timeout",
         "duration",
         "a connection that sends nothing for this long, new or after its last response, is closed (a request being handled, a long-poll included, never counts as idle)",

@@ -754,3 +754,65 @@ async fn ten_thousand_idle_connections_cost_little_memory_and_do_not_slow_livez(
     assert!(slowest < Duration::from_secs(5), "/livez took {slowest:?}");
     assert!(during < before + 256 * 1024, "RSS grew from {before} KiB to {during} KiB");
 }
+
+/// A client that sends its headers and then trickles its body is answered 408
+/// `request_timeout` after `api.body_read_timeout`: it no longer holds a connection and one of
+/// the `api.max_concurrent_requests` permits for ever, and nothing it half-sent is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_is_answered_408_and_frees_its_permit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("trickle"));
+    config.api.max_concurrent_requests = 2;
+    config.api.body_read_timeout = Duration::from_secs(2);
+    let zkq = TestZkq::start_ready(config).await;
+    let addr = zkq.api.trim_start_matches("http://").to_owned();
+    let tricklers: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+                let (mut read, mut write) = stream.into_split();
+                let head = "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+                write.write_all(head.as_bytes()).await.expect("head");
+                // One byte at a time, each well within any idle timeout: the body never ends.
+                let trickle = async move {
+                    while write.write_all(b"x").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    // Closed by zkq: the answer decides.
+                    std::future::pending::<()>().await;
+                };
+                let answer = async move {
+                    let mut answer = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !String::from_utf8_lossy(&answer).contains('}') {
+                        match read.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => answer.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    String::from_utf8_lossy(&answer).into_owned()
+                };
+                tokio::select! {
+                    answer = answer => Some(answer),
+                    () = trickle => None,
+                    () = tokio::time::sleep(Duration::from_secs(30)) => None,
+                }
+            })
+        })
+        .collect();
+    let info = zkq.url("/v1/queues/q");
+    for trickler in tricklers {
+        let answer = trickler.await.expect("join").expect("an answer to the trickled request");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+    }
+    // They held both permits; those are free again, and nothing they half-sent was stored.
+    eventually(Duration::from_secs(20), "requests to be served again", || {
+        let (http, info) = (zkq.http.clone(), info.clone());
+        async move { http.get(info).send().await.is_ok_and(|r| r.status() != 503) }
+    })
+    .await;
+    assert_eq!(zkq.take("q", "0s").await.status(), 204);
+}
