@@ -14,14 +14,9 @@
     reason = "benchmarks drive ZooKeeper and read their environment directly"
 )]
 
-#[path = "../tests/it/harness.rs"]
-mod harness;
-mod support;
-
 use std::time::{Duration, Instant};
 
-use harness::*;
-use support::metric_sum;
+use zkq_testkit::*;
 
 fn scaled(n: usize) -> usize {
     let scale: f64 = std::env::var("ZKQ_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);

@@ -19,17 +19,12 @@
     reason = "benchmarks drive ZooKeeper and read their environment directly"
 )]
 
-#[path = "../tests/it/harness.rs"]
-mod harness;
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::*;
-use support::{metric_sum, raise_open_files, rss_kib};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use zkq_testkit::*;
 
 const QUEUE: &str = "waiters";
 

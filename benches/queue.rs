@@ -23,10 +23,6 @@
     reason = "benchmarks drive ZooKeeper directly (its raw ceiling) and read their environment"
 )]
 
-#[path = "../tests/it/harness.rs"]
-mod harness;
-mod support;
-
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,8 +31,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures::StreamExt;
-use harness::*;
-use support::{body, metric};
+use zkq_testkit::*;
 use zookeeper_client::{Acls, CreateMode};
 
 fn scaled(n: usize) -> usize {

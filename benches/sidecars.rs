@@ -26,17 +26,12 @@
     reason = "benchmarks drive ZooKeeper and read their environment directly"
 )]
 
-#[path = "../tests/it/harness.rs"]
-mod harness;
-mod support;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::*;
-use support::{body, metric_sum};
+use zkq_testkit::*;
 
 const CONSUMERS: usize = 16;
 const QUEUE: &str = "bench";
@@ -237,7 +232,7 @@ fn rate_of(curator: &str) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    support::raise_open_files();
+    raise_open_files();
     let n: usize = env_or("ZKQ_BENCH_MESSAGES", "5000").parse().expect("ZKQ_BENCH_MESSAGES is a number");
     let ks: Vec<usize> = env_or("ZKQ_BENCH_SIDECARS", "1,4,8,16")
         .split(',')
