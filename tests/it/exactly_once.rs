@@ -24,47 +24,6 @@ fn config_via(proxy: &ZkProxy, root: &str) -> Config {
     config
 }
 
-struct Answer {
-    status: u16,
-    id: String,
-    code: String,
-    body: Vec<u8>,
-    receipt: String,
-    /// `zkq-lease-expires-at` (epoch ms) of a lease.
-    expiry: String,
-    retry_after: bool,
-}
-
-async fn answer(response: reqwest::Response) -> Answer {
-    let status = response.status().as_u16();
-    let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let retry_after = response.headers().contains_key("retry-after");
-    let expiry = response.headers().get("zkq-lease-expires-at").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let id = response.headers().get("zkq-message-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let body = response.bytes().await.expect("body").to_vec();
-    let code = if status >= 400 {
-        serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v["code"].as_str().map(str::to_owned))
-    } else {
-        None
-    };
-    Answer { status, id, code: code.unwrap_or_default(), body, receipt, expiry, retry_after }
-}
-
-async fn take(http: &reqwest::Client, api: &str, queue: &str, wait: &str) -> Answer {
-    let url = format!("{api}/v1/queues/{queue}/take?wait={wait}");
-    answer(http.post(url).send().await.expect("take request")).await
-}
-
-async fn lease(http: &reqwest::Client, api: &str, queue: &str, query: &str) -> Answer {
-    let url = format!("{api}/v1/queues/{queue}/leases?{query}");
-    answer(http.post(url).send().await.expect("lease request")).await
-}
-
-async fn ack(http: &reqwest::Client, api: &str, queue: &str, receipt: &str) -> Answer {
-    let url = format!("{api}/v1/queues/{queue}/leases/{receipt}");
-    answer(http.delete(url).send().await.expect("ack request")).await
-}
-
 /// Now, in milliseconds since the epoch (what lease expiries are given in).
 fn epoch_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -86,10 +45,10 @@ async fn ensure_path(client: &zookeeper_client::Client, path: &str) {
 /// creation is the write a fault is armed for, and `faulty` proposes no stale candidate.
 async fn warm_up(faulty: &TestZkq, direct: &TestZkq, queue: &str) {
     direct.put_ok(queue, b"warm-up").await;
-    let leased = lease(&direct.http, &direct.api, queue, "wait=5s").await;
+    let leased = direct.client().lease(queue, "wait=5s").await;
     assert_eq!((leased.status, text(&leased.body).as_str()), (200, "warm-up"), "warm-up lease");
-    assert_eq!(ack(&direct.http, &direct.api, queue, &leased.receipt).await.status, 204, "warm-up ack");
-    assert_eq!(take(&faulty.http, &faulty.api, queue, "0").await.status, 204, "the queue is open and empty");
+    assert_eq!(direct.client().ack(queue, &leased.receipt).await.status, 204, "warm-up ack");
+    assert_eq!(faulty.client().take(queue, "wait=0").await.status, 204, "the queue is open and empty");
 }
 
 /// The locks under `dir` with their owner sessions.
@@ -109,7 +68,7 @@ async fn drain(zkqs: &[&TestZkq], queue: &str) -> Vec<String> {
     loop {
         let mut any = false;
         for zkq in zkqs {
-            let taken = take(&zkq.http, &zkq.api, queue, "1s").await;
+            let taken = zkq.client().take(queue, "wait=1s").await;
             match taken.status {
                 200 => {
                     got.push(text(&taken.body));
@@ -125,62 +84,52 @@ async fn drain(zkqs: &[&TestZkq], queue: &str) -> Vec<String> {
     }
 }
 
-/// a. A take's claim is held at the proxy while another zkq takes the same message; the held
-/// claim then reaches ZooKeeper (and fails there) but its answer is lost. The first take must
-/// not conclude from the missing node that its claim applied: it answers 204 after its wait (or
-/// 503/504), never 200 with the message the other consumer already has.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_take_whose_lost_claim_failed_does_not_return_a_message_another_take_got() {
-    let zk = ZkServer::shared();
-    let root = unique_root("eo-take-take");
-    let proxy = ZkProxy::start(&zk.connect_string()).await;
-    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
-    warm_up(&a, &b, "q").await;
-    b.put_ok("q", b"M").await;
-
-    let held = proxy.arm(&[op::MULTI], Fault::Hold);
-    let (http, api) = (a.http.clone(), a.api.clone());
-    let take_a = tokio::spawn(async move { take(&http, &api, "q", "5s").await });
-    tokio::time::timeout(SOON, held.held()).await.expect("A's claim reached the proxy");
-    let taken_b = take(&b.http, &b.api, "q", "5s").await;
-    assert_eq!((taken_b.status, text(&taken_b.body).as_str()), (200, "M"), "B takes M while A's claim is held");
-    held.release_drop_answer();
-
-    let taken_a = take_a.await.expect("join");
-    assert!(
-        !(taken_a.status == 200 && taken_a.body == b"M"),
-        "duplicate: A's take answered 200 with M although B took M (A's claim failed in ZooKeeper; its answer was lost)"
-    );
-    assert!(matches!(taken_a.status, 204 | 503 | 504), "A's take: {} {}", taken_a.status, taken_a.code);
+/// How the other consumer gets the message while A's claim is held.
+#[derive(Debug, Clone, Copy)]
+enum Other {
+    Takes,
+    LeasesAndAcks,
 }
 
-/// b. As (a), with the other consumer leasing and acking the message instead of taking it.
+/// a, b. Consumer A's take claim is held at the proxy; meanwhile consumer B (on another zkq)
+/// gets the message, by a take or by a lease and its ack; then A's claim is applied-and-failed in
+/// ZooKeeper with its answer lost. A must not conclude from the missing node that its claim
+/// applied: it answers 204 after its wait (or 503/504), never 200 with the message B has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_take_whose_lost_claim_failed_does_not_return_a_message_another_lease_acked() {
-    let zk = ZkServer::shared();
-    let root = unique_root("eo-take-lease");
-    let proxy = ZkProxy::start(&zk.connect_string()).await;
-    let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
-    warm_up(&a, &b, "q").await;
-    b.put_ok("q", b"M").await;
+async fn a_take_whose_lost_claim_failed_does_not_return_a_message_another_consumer_got() {
+    for other in [Other::Takes, Other::LeasesAndAcks] {
+        let zk = ZkServer::shared();
+        let root = unique_root("eo-take-other");
+        let proxy = ZkProxy::start(&zk.connect_string()).await;
+        let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
+        let b = TestZkq::start_ready(test_config(zk, &root)).await;
+        warm_up(&a, &b, "q").await;
+        b.put_ok("q", b"M").await;
 
-    let held = proxy.arm(&[op::MULTI], Fault::Hold);
-    let (http, api) = (a.http.clone(), a.api.clone());
-    let take_a = tokio::spawn(async move { take(&http, &api, "q", "5s").await });
-    tokio::time::timeout(SOON, held.held()).await.expect("A's claim reached the proxy");
-    let leased = lease(&b.http, &b.api, "q", "wait=5s&visibility=30s").await;
-    assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "B leases M while A's claim is held");
-    assert_eq!(ack(&b.http, &b.api, "q", &leased.receipt).await.status, 204, "B acks M");
-    held.release_drop_answer();
+        let held = proxy.arm(&[op::MULTI], Fault::Hold);
+        let client = a.client();
+        let take_a = tokio::spawn(async move { client.take("q", "wait=5s").await });
+        tokio::time::timeout(SOON, held.held()).await.expect("A's claim reached the proxy");
+        match other {
+            Other::Takes => {
+                let taken = b.client().take("q", "wait=5s").await;
+                assert_eq!((taken.status, taken.text().as_str()), (200, "M"), "B takes M while A's claim is held");
+            },
+            Other::LeasesAndAcks => {
+                let leased = b.client().lease("q", "wait=5s&visibility=30s").await;
+                assert_eq!((leased.status, leased.text().as_str()), (200, "M"), "B leases M while A's claim is held");
+                assert_eq!(b.client().ack("q", &leased.receipt).await.status, 204, "B acks M");
+            },
+        }
+        held.release_drop_answer();
 
-    let taken_a = take_a.await.expect("join");
-    assert!(
-        !(taken_a.status == 200 && taken_a.body == b"M"),
-        "duplicate: A's take answered 200 with M although B leased and acked M (A's claim failed; its answer was lost)"
-    );
-    assert!(matches!(taken_a.status, 204 | 503 | 504), "A's take: {} {}", taken_a.status, taken_a.code);
+        let taken_a = take_a.await.expect("join");
+        assert!(
+            !(taken_a.status == 200 && taken_a.body == b"M"),
+            "duplicate ({other:?}): A's take answered 200 with M although B got M (A's claim failed; its answer was lost)"
+        );
+        assert!(matches!(taken_a.status, 204 | 503 | 504), "A's take ({other:?}): {} {}", taken_a.status, taken_a.code);
+    }
 }
 
 /// c. With two of three servers killed there is no quorum: a take and a lease must say so
@@ -208,8 +157,8 @@ async fn without_quorum_take_and_lease_answer_503_not_an_empty_queue() {
     for what in ["take", "lease"] {
         let started = Instant::now();
         let got = match what {
-            "take" => take(&zkq.http, &zkq.api, "q", "1s").await,
-            _ => lease(&zkq.http, &zkq.api, "q", "wait=1s").await,
+            "take" => zkq.client().take("q", "wait=1s").await,
+            _ => zkq.client().lease("q", "wait=1s").await,
         };
         let took = started.elapsed();
         assert_eq!(
@@ -248,13 +197,13 @@ async fn a_lease_whose_lock_answer_is_lost_leaves_no_untracked_lock() {
     b.put_ok("q", b"M").await;
 
     let lost = proxy.arm(&[op::CREATE, op::CREATE2, op::MULTI], Fault::DropAnswer);
-    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    let leased = a.client().lease("q", "wait=5s&visibility=1s").await;
     assert!(lost.has_fired(), "the fault hit A's lock write (answered {} {})", leased.status, leased.code);
     assert!(leased.status != 200 || leased.body == b"M", "A's lease answered 200 with {:?}", text(&leased.body));
     let direct = zk_client(zk).await;
     let locks = format!("{root}/locks/q");
     await_no_locks(&direct, &locks, &a, "after A's lease (visibility 1s) ended").await;
-    let again = take(&b.http, &b.api, "q", "5s").await;
+    let again = b.client().take("q", "wait=5s").await;
     assert_eq!((again.status, text(&again.body).as_str()), (200, "M"), "M is delivered again");
     assert_eq!(drain(&[&a, &b], "q").await, Vec::<String>::new(), "M is delivered again exactly once");
 }
@@ -274,10 +223,10 @@ async fn a_lease_of_a_message_taken_meanwhile_leaves_no_lock_when_its_release_is
     b.put_ok("q", b"M").await;
 
     let held = proxy.arm(&[op::CREATE, op::CREATE2, op::MULTI], Fault::Hold);
-    let (http, api) = (a.http.clone(), a.api.clone());
-    let lease_a = tokio::spawn(async move { lease(&http, &api, "q", "wait=3s&visibility=1s").await });
+    let client = a.client();
+    let lease_a = tokio::spawn(async move { client.lease("q", "wait=3s&visibility=1s").await });
     tokio::time::timeout(SOON, held.held()).await.expect("A's lock write reached the proxy");
-    let taken = take(&b.http, &b.api, "q", "5s").await;
+    let taken = b.client().take("q", "wait=5s").await;
     assert_eq!((taken.status, text(&taken.body).as_str()), (200, "M"), "B takes M while A's lock write is held");
     // The next write A sends (today: the delete of the lock it finds useless) never arrives.
     let _lost = proxy.arm(&[op::DELETE, op::MULTI], Fault::DropBeforeSend);
@@ -328,7 +277,7 @@ async fn a_retried_release_never_deletes_another_consumers_fresh_lock() {
     b.put_ok("q", b"M").await;
     let direct = zk_client(zk).await;
 
-    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    let leased = a.client().lease("q", "wait=5s&visibility=1s").await;
     assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "A leases M");
     let lock = format!("{root}/locks/q/{}", leased.id);
     assert!(direct.check_stat(&lock).await.expect("stat").is_some(), "A's lock is {lock}");
@@ -336,7 +285,7 @@ async fn a_retried_release_never_deletes_another_consumers_fresh_lock() {
     tokio::time::timeout(SOON, lost.fired()).await.expect("A's release of the expired lease was sent");
     eventually(SOON, "A's lock is gone", || async { direct.check_stat(&lock).await.expect("stat").is_none() }).await;
 
-    let leased_b = lease(&b.http, &b.api, "q", "wait=5s&visibility=60s").await;
+    let leased_b = b.client().lease("q", "wait=5s&visibility=60s").await;
     assert_eq!((leased_b.status, text(&leased_b.body).as_str()), (200, "M"), "B leases M");
     let owner_b = direct.check_stat(&lock).await.expect("stat").expect("B's lock").ephemeral_owner;
     proxy.refuse(false);
@@ -351,7 +300,7 @@ async fn a_retried_release_never_deletes_another_consumers_fresh_lock() {
         Some(owner_b),
         "B's lock on M must still be there, owned by B's session {owner_b:#x}: A's retried release deleted it"
     );
-    let again = lease(&a.http, &a.api, "q", "wait=1s").await;
+    let again = a.client().lease("q", "wait=1s").await;
     assert_eq!(again.status, 204, "A leased M while B holds it: {:?}", text(&again.body));
 }
 
@@ -384,13 +333,13 @@ async fn a_lost_claim_on_a_put_multi_node_loses_no_item() {
     let (a, b, _) = curator_queue_pair(zk, &proxy, &root).await;
 
     let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
-    let (http, api) = (a.http.clone(), a.api.clone());
-    let take_a = tokio::spawn(async move { take(&http, &api, "q", "2s").await });
+    let client = a.client();
+    let take_a = tokio::spawn(async move { client.take("q", "wait=2s").await });
     tokio::time::timeout(SOON, lost.fired()).await.expect("A's claim was sent");
     let mut seen: HashMap<String, u32> = HashMap::new();
     // B takes the other two (in either order: with another consumer at work, takers spread).
     for _ in 0..2 {
-        let taken = take(&b.http, &b.api, "q", "5s").await;
+        let taken = b.client().take("q", "wait=5s").await;
         assert_eq!(taken.status, 200, "B takes one of b, c");
         let body = text(&taken.body);
         assert!(body == "b" || body == "c", "B took {body:?}");
@@ -407,7 +356,7 @@ async fn a_lost_claim_on_a_put_multi_node_loses_no_item() {
     let deadline = Instant::now() + SOON;
     while !seen.contains_key("a") && Instant::now() < deadline {
         for zkq in [&a, &b] {
-            let taken = take(&zkq.http, &zkq.api, "q", "1s").await;
+            let taken = zkq.client().take("q", "wait=1s").await;
             if taken.status == 200 {
                 *seen.entry(text(&taken.body)).or_default() += 1;
             }
@@ -432,17 +381,17 @@ async fn a_retried_ack_of_a_put_multi_item_that_applied_answers_204() {
     Curator::run(zk, &["putmulti", "fifo", &path, "61", "62"]).await;
     let (a, b, _) = curator_queue_pair(zk, &proxy, &root).await;
 
-    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=60s").await;
+    let leased = a.client().lease("q", "wait=5s&visibility=60s").await;
     assert_eq!((leased.status, text(&leased.body).as_str()), (200, "a"), "A leases a");
     let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
-    let first = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    let first = a.client().ack("q", &leased.receipt).await;
     assert!(lost.has_fired(), "the ack's transaction was sent (ack answered {} {})", first.status, first.code);
     proxy.refuse(false);
     if first.status != 204 {
         assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
         let deadline = Instant::now() + SOON;
         let retried = loop {
-            let retried = ack(&a.http, &a.api, "q", &leased.receipt).await;
+            let retried = a.client().ack("q", &leased.receipt).await;
             if !matches!(retried.status, 503 | 504) || Instant::now() > deadline {
                 break retried;
             }
@@ -473,10 +422,10 @@ async fn a_retried_ack_answers_204_after_the_reaper_found_that_it_applied() {
     warm_up(&a, &b, "q").await;
     b.put_ok("q", b"M").await;
 
-    let leased = lease(&a.http, &a.api, "q", "wait=5s&visibility=1s").await;
+    let leased = a.client().lease("q", "wait=5s&visibility=1s").await;
     assert_eq!((leased.status, text(&leased.body).as_str()), (200, "M"), "A leases M");
     let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
-    let first = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    let first = a.client().ack("q", &leased.receipt).await;
     assert!(lost.has_fired(), "the ack's transaction was sent (ack answered {} {})", first.status, first.code);
     assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
     // Past the lease's expiry, A comes back and its reaper settles the lease by the evidence.
@@ -488,13 +437,13 @@ async fn a_retried_ack_answers_204_after_the_reaper_found_that_it_applied() {
         a.metrics().await.contains("zkq_leases_in_flight{queue=\"q\"} 0")
     })
     .await;
-    let retried = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    let retried = a.client().ack("q", &leased.receipt).await;
     assert_eq!(
         (retried.status, retried.code.as_str()),
         (204, ""),
         "the retried ack of an ack that applied must answer 204, even after the lease left the table"
     );
-    let again = ack(&a.http, &a.api, "q", &leased.receipt).await;
+    let again = a.client().ack("q", &leased.receipt).await;
     assert_eq!(again.status, 204, "every retry answers alike");
     assert!(drain(&[&a, &b], "q").await.is_empty(), "M was acked: never delivered again");
 }
@@ -510,7 +459,7 @@ async fn killing_the_connected_server_keeps_the_session_and_its_leases() {
     config.zookeeper.session_timeout = Duration::from_secs(20);
     let zkq = TestZkq::start_ready(config).await;
     zkq.put_ok("q", b"held").await;
-    let leased = lease(&zkq.http, &zkq.api, "q", "wait=5s&visibility=60s").await;
+    let leased = zkq.client().lease("q", "wait=5s&visibility=60s").await;
     assert_eq!(leased.status, 200);
     let handle = zkq.running.as_ref().expect("running").session.clone();
     let before = handle.status();
@@ -530,9 +479,9 @@ async fn killing_the_connected_server_keeps_the_session_and_its_leases() {
     assert!(not_ready < Duration::from_secs(15), "back before the 20 s session could expire: {not_ready:?}");
     let status = zkq.running.as_ref().expect("running").session.status();
     assert_eq!(status.session_id, session, "the same session, on another server");
-    let acked = ack(&zkq.http, &zkq.api, "q", &leased.receipt).await;
+    let acked = zkq.client().ack("q", &leased.receipt).await;
     assert_eq!((acked.status, acked.code.as_str()), (204, ""), "a lease survives a server kill");
-    assert_eq!(take(&zkq.http, &zkq.api, "q", "0s").await.status, 204);
+    assert_eq!(zkq.client().take("q", "wait=0s").await.status, 204);
 }
 
 /// A take's claim applies just as its HTTP client gives up, so the message must be put back;
@@ -701,7 +650,7 @@ async fn a_lease_of_many_whose_lost_batch_failed_hands_out_no_message_another_co
     let lease_a = tokio::spawn(async move { leased_many(http.post(url).send().await.expect("lease")).await });
     tokio::time::timeout(SOON, held.held()).await.expect("A's batch transaction reached the proxy");
     // B leases the next message A has not locked yet (A holds the first).
-    let by_b = lease(&b.http, &b.api, "q", "wait=5s&visibility=60s").await;
+    let by_b = b.client().lease("q", "wait=5s&visibility=60s").await;
     assert_eq!(by_b.status, 200, "B leases a message while A's batch is held");
     held.release_drop_answer();
     let (status, leased) = lease_a.await.expect("join");
@@ -723,9 +672,9 @@ async fn a_lease_of_many_whose_lost_batch_failed_hands_out_no_message_another_co
     })
     .await;
     for (_, _, receipt) in &leased {
-        assert_eq!(ack(&a.http, &a.api, "q", receipt).await.status, 204, "A acks its leases");
+        assert_eq!(a.client().ack("q", receipt).await.status, 204, "A acks its leases");
     }
-    assert_eq!(ack(&b.http, &b.api, "q", &by_b.receipt).await.status, 204, "B acks its lease");
+    assert_eq!(b.client().ack("q", &by_b.receipt).await.status, 204, "B acks its lease");
     let mut got: Vec<String> = leased.into_iter().map(|(_, body, _)| body).collect();
     got.push(text(&by_b.body));
     got.extend(drain(&[&a, &b], "q").await);
