@@ -123,7 +123,8 @@ impl Api {
     }
 
     /// `POST /v1/queues/{queue}/acks` with `{"leases": [...]}`.
-    pub async fn batch_ack(&self, queue: &str, receipts: &[&str]) -> Answer {
+    pub async fn batch_ack(&self, queue: &str, receipts: &[impl AsRef<str>]) -> Answer {
+        let receipts: Vec<&str> = receipts.iter().map(AsRef::as_ref).collect();
         self.send_json(Method::POST, &format!("/v1/queues/{queue}/acks"), &serde_json::json!({ "leases": receipts }))
             .await
     }

@@ -24,14 +24,9 @@ fn config_via(proxy: &ZkProxy, root: &str) -> Config {
 
 /// Leases one message and answers its receipt.
 async fn lease_one(zkq: &TestZkq, queue: &str) -> String {
-    let response = zkq
-        .http
-        .post(zkq.url(&format!("/v1/queues/{queue}/leases?wait=5s&visibility=60s")))
-        .send()
-        .await
-        .expect("lease");
-    assert_eq!(response.status().as_u16(), 200, "lease");
-    response.headers()["zkq-lease"].to_str().expect("ascii").to_owned()
+    let leased = zkq.client().lease(queue, "wait=5s&visibility=60s").await;
+    assert_eq!(leased.status, 200, "lease: {}", leased.code);
+    leased.receipt
 }
 
 /// Requests abandoned by their client so far, by route (`status="499"`).

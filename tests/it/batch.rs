@@ -54,16 +54,6 @@ async fn concurrent_puts_share_transactions_and_each_gets_its_own_message() {
     zkq.stop().await;
 }
 
-async fn post_json(zkq: &TestZkq, path: &str, body: serde_json::Value) -> reqwest::Response {
-    zkq.http.post(zkq.url(path)).json(&body).send().await.expect("request")
-}
-
-async fn error_code(response: reqwest::Response) -> (u16, String) {
-    let status = response.status().as_u16();
-    let body: serde_json::Value = response.json().await.expect("json error");
-    (status, body["code"].as_str().unwrap_or_default().to_owned())
-}
-
 /// A batch put stores every message in one transaction, in order; a take with `max` answers them
 /// as JSON in the same order, text and bytes alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,31 +65,30 @@ async fn a_batch_put_and_a_take_of_many_round_trip_in_order() {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut messages: Vec<serde_json::Value> = (0..10).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
     messages.push(serde_json::json!({"body": b64.encode([0u8, 255, 10])}));
-    let response = post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
-    assert_eq!(response.status(), 201);
-    let put: serde_json::Value = response.json().await.expect("json");
+    let response = zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await;
+    assert_eq!(response.status, 201);
+    let put: serde_json::Value = response.json();
     let ids: Vec<String> =
         put["message_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()).collect();
     assert_eq!(ids.len(), 11);
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted, "sequence numbers in the order of the request");
-    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=8")).send().await.expect("take");
-    assert_eq!(response.status(), 200);
-    let taken: serde_json::Value = response.json().await.expect("json");
+    let response = zkq.client().take("q", "max=8").await;
+    assert_eq!(response.status, 200);
+    let taken: serde_json::Value = response.json();
     let first: Vec<&serde_json::Value> = taken["messages"].as_array().expect("messages").iter().collect();
     assert_eq!(first.len(), 8);
     for (i, message) in first.iter().enumerate() {
         assert_eq!(message["message_id"], ids[i].as_str());
         assert_eq!(b64.decode(message["body"].as_str().expect("body")).expect("base64"), format!("m{i}").as_bytes());
     }
-    let rest: serde_json::Value =
-        zkq.http.post(zkq.url("/v1/queues/q/take?max=8")).send().await.expect("take").json().await.expect("json");
+    let rest: serde_json::Value = zkq.client().take("q", "max=8").await.json();
     let rest = rest["messages"].as_array().expect("messages");
     assert_eq!(rest.len(), 3);
     assert_eq!(b64.decode(rest[2]["body"].as_str().expect("body")).expect("base64"), vec![0u8, 255, 10]);
-    let empty = zkq.http.post(zkq.url("/v1/queues/q/take?max=8")).send().await.expect("take");
-    assert_eq!(empty.status(), 204);
+    let empty = zkq.client().take("q", "max=8").await;
+    assert_eq!(empty.status, 204);
     zkq.stop().await;
 }
 
@@ -128,7 +117,10 @@ async fn bad_batches_get_documented_errors_and_store_nothing() {
         (serde_json::json!({"messages": [{"text": "x", "colour": "red"}]}), 400, "bad_request"),
     ];
     for (body, status, code) in cases {
-        let got = error_code(post_json(&zkq, "/v1/queues/q/batch", body.clone()).await).await;
+        let got = {
+            let a = zkq.client().batch_put("q", "", &body).await;
+            (a.status, a.code)
+        };
         assert_eq!(got, (status, code.to_owned()), "{body}");
     }
     for query in ["max=0", "max=6", "max=x"] {
@@ -148,10 +140,10 @@ async fn a_lease_of_many_and_a_batch_ack_answer_per_receipt() {
     let root = unique_root("batch-ack");
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let messages: Vec<serde_json::Value> = (0..6).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-    assert_eq!(post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await.status(), 201);
-    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=5&visibility=60s")).send().await.expect("lease");
-    assert_eq!(response.status(), 200);
-    let leased: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await.status, 201);
+    let response = zkq.client().lease("q", "max=5&visibility=60s").await;
+    assert_eq!(response.status, 200);
+    let leased: serde_json::Value = response.json();
     let leased = leased["messages"].as_array().expect("messages").clone();
     assert_eq!(leased.len(), 5);
     let mut receipts: Vec<String> = leased
@@ -163,9 +155,9 @@ async fn a_lease_of_many_and_a_batch_ack_answer_per_receipt() {
         })
         .collect();
     receipts.push("not-a-receipt".to_owned());
-    let response = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts })).await;
-    assert_eq!(response.status(), 200);
-    let acked: serde_json::Value = response.json().await.expect("json");
+    let response = zkq.client().batch_ack("q", &receipts).await;
+    assert_eq!(response.status, 200);
+    let acked: serde_json::Value = response.json();
     let statuses: Vec<u64> =
         acked["results"].as_array().expect("results").iter().map(|r| r["status"].as_u64().expect("status")).collect();
     assert_eq!(statuses, vec![204, 204, 204, 204, 204, 404], "{acked}");
@@ -174,14 +166,17 @@ async fn a_lease_of_many_and_a_batch_ack_answer_per_receipt() {
     assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 1);
     // Acking the same receipts again (a client retrying a lost answer): each answers as the ack
     // that applied did, and nothing changes.
-    let again = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": &receipts[..5] })).await;
-    assert_eq!(again.status(), 200);
-    let again: serde_json::Value = again.json().await.expect("json");
+    let again = zkq
+        .client()
+        .send_json(reqwest::Method::POST, "/v1/queues/q/acks", &serde_json::json!({ "leases": &receipts[..5] }))
+        .await;
+    assert_eq!(again.status, 200);
+    let again: serde_json::Value = again.json();
     assert!(again["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{again}");
     assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 1);
     // Another step on an acked lease is refused: the lease is over.
-    let nack = zkq.http.post(zkq.url(&format!("/v1/queues/q/leases/{}/nack", receipts[0]))).send().await.expect("nack");
-    assert_eq!(nack.status(), 409, "a nack after the ack");
+    let nack = zkq.client().nack("q", &receipts[0], "").await;
+    assert_eq!(nack.status, 409, "a nack after the ack");
     zkq.stop().await;
 }
 
@@ -194,15 +189,15 @@ async fn a_take_of_many_claims_them_in_one_transaction() {
     let root = unique_root("take-many-txn");
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let messages: Vec<serde_json::Value> = (0..60).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-    assert_eq!(post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await.status(), 201);
+    assert_eq!(zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await.status, 201);
     let calls = |text: &str, op: &str| {
         metric_value(text, &format!("zkq_zookeeper_requests_total{{operation=\"{op}\",outcome=\"ok\"}}")).unwrap_or(0.0)
     };
     let before = zkq.metrics().await;
-    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=50")).send().await.expect("take");
-    assert_eq!(response.status(), 200);
+    let response = zkq.client().take("q", "max=50").await;
+    assert_eq!(response.status, 200);
     let after = zkq.metrics().await;
-    let taken: serde_json::Value = response.json().await.expect("json");
+    let taken: serde_json::Value = response.json();
     let bodies: Vec<Vec<u8>> = taken["messages"]
         .as_array()
         .expect("messages")
@@ -233,8 +228,8 @@ async fn a_take_of_many_leaves_a_locked_message_and_takes_the_others() {
     let root = unique_root("take-many-locked");
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let messages: Vec<serde_json::Value> = (0..6).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-    let put = post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
-    let put: serde_json::Value = put.json().await.expect("json");
+    let put = zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await;
+    let put: serde_json::Value = put.json();
     let ids: Vec<String> =
         put["message_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()).collect();
     // Another consumer holds the lock of the fourth message.
@@ -250,8 +245,7 @@ async fn a_take_of_many_leaves_a_locked_message_and_takes_the_others() {
     let body_of = |m: &serde_json::Value| {
         base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body")).expect("base64")
     };
-    let taken: serde_json::Value =
-        zkq.http.post(zkq.url("/v1/queues/q/take?max=10")).send().await.expect("take").json().await.expect("json");
+    let taken: serde_json::Value = zkq.client().take("q", "max=10").await.json();
     let mut bodies: Vec<Vec<u8>> = taken["messages"].as_array().expect("messages").iter().map(body_of).collect();
     bodies.sort();
     let expected: Vec<Vec<u8>> = [0, 1, 2, 4, 5].iter().map(|i| format!("m{i}").into_bytes()).collect();
@@ -275,8 +269,8 @@ async fn two_zkqs_taking_many_at_once_take_every_message_exactly_once() {
     for chunk in (0..total).collect::<Vec<_>>().chunks(100) {
         let messages: Vec<serde_json::Value> =
             chunk.iter().map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-        let response = post_json(&zkqs[0], "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
-        assert_eq!(response.status(), 201);
+        let response = zkqs[0].client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await;
+        assert_eq!(response.status, 201);
     }
     // Both have the queue open and its candidates cached before the drain starts.
     for zkq in &zkqs {
@@ -290,13 +284,13 @@ async fn two_zkqs_taking_many_at_once_take_every_message_exactly_once() {
     let takers = zkqs.iter().flat_map(|zkq| (0..6).map(move |_| zkq)).map(|zkq| async move {
         let mut got = Vec::new();
         loop {
-            let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=20&wait=0s")).send().await.expect("take");
-            match response.status().as_u16() {
+            let response = zkq.client().take("q", "max=20&wait=0s").await;
+            match response.status {
                 204 => return got,
                 200 => {},
                 other => panic!("take: {other}"),
             }
-            let answer: serde_json::Value = response.json().await.expect("json");
+            let answer: serde_json::Value = response.json();
             for m in answer["messages"].as_array().expect("messages") {
                 let body = base64::engine::general_purpose::STANDARD.decode(m["body"].as_str().expect("body"));
                 got.push(String::from_utf8(body.expect("base64")).expect("utf-8"));
@@ -361,14 +355,15 @@ async fn a_lease_of_many_claims_them_in_one_transaction() {
     let root = unique_root("lease-many-txn");
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let messages: Vec<serde_json::Value> = (0..60).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-    assert_eq!(post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await.status(), 201);
+    assert_eq!(zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await.status, 201);
     // Every message was leased once before (and released), so each claim updates a count.
-    let first = zkq.http.post(zkq.url("/v1/queues/q/leases?max=60&visibility=60s")).send().await.expect("lease");
-    let first: serde_json::Value = first.json().await.expect("json");
+    let first = zkq.client().lease("q", "max=60&visibility=60s").await;
+    let first: serde_json::Value = first.json();
     let receipts: Vec<String> = leased_of(&first).into_iter().map(|(_, _, receipt, _)| receipt).collect();
     assert_eq!(receipts.len(), 60);
     let nack = serde_json::json!({ "leases": receipts, "nack": {"mode": "keep"} });
-    let released: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", nack).await.json().await.expect("json");
+    let released: serde_json::Value =
+        zkq.client().send_json(reqwest::Method::POST, "/v1/queues/q/acks", &nack).await.json();
     assert!(released["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{released}");
     let calls = |text: &str, op: &str| {
         metric_value(text, &format!("zkq_zookeeper_requests_total{{operation=\"{op}\",outcome=\"ok\"}}")).unwrap_or(0.0)
@@ -379,10 +374,10 @@ async fn a_lease_of_many_claims_them_in_one_transaction() {
     })
     .await;
     let before = zkq.metrics().await;
-    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=50&visibility=60s")).send().await.expect("lease");
-    assert_eq!(response.status(), 200);
+    let response = zkq.client().lease("q", "max=50&visibility=60s").await;
+    assert_eq!(response.status, 200);
     let after = zkq.metrics().await;
-    let leased = leased_of(&response.json().await.expect("json"));
+    let leased = leased_of(&response.json());
     let bodies: Vec<&str> = leased.iter().map(|(_, body, _, _)| body.as_str()).collect();
     let expected: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies, expected, "the first 50, in order");
@@ -398,11 +393,7 @@ async fn a_lease_of_many_claims_them_in_one_transaction() {
     }
     assert_eq!(children(&client, &format!("{root}/locks/q")).await.len(), 50, "one lock per lease, no more");
     let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
-    let acked: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts }))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let acked = zkq.client().batch_ack("q", &receipts).await.json();
     assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
     assert_eq!(children(&client, &format!("{root}/queues/q")).await.len(), 10);
     zkq.stop().await;
@@ -416,8 +407,8 @@ async fn a_lease_of_many_skips_a_message_locked_by_another_consumer() {
     let root = unique_root("lease-many-locked");
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     let messages: Vec<serde_json::Value> = (0..6).map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-    let put = post_json(&zkq, "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
-    let put: serde_json::Value = put.json().await.expect("json");
+    let put = zkq.client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await;
+    let put: serde_json::Value = put.json();
     let ids: Vec<String> =
         put["message_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()).collect();
     // Another consumer holds the lock of the fourth message.
@@ -430,9 +421,9 @@ async fn a_lease_of_many_skips_a_message_locked_by_another_consumer() {
     let ephemeral = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
     client.create(&lock, b"curator", &ephemeral).await.expect("lock held by another consumer");
 
-    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&visibility=60s")).send().await.expect("lease");
-    assert_eq!(response.status(), 200);
-    let leased = leased_of(&response.json().await.expect("json"));
+    let response = zkq.client().lease("q", "max=10&visibility=60s").await;
+    assert_eq!(response.status, 200);
+    let leased = leased_of(&response.json());
     let mut bodies: Vec<&str> = leased.iter().map(|(_, body, _, _)| body.as_str()).collect();
     bodies.sort_unstable();
     assert_eq!(bodies, vec!["m0", "m1", "m2", "m4", "m5"], "every message but the locked one");
@@ -466,8 +457,8 @@ async fn two_zkqs_leasing_many_at_once_lease_every_message_exactly_once() {
     for chunk in (0..total).collect::<Vec<_>>().chunks(100) {
         let messages: Vec<serde_json::Value> =
             chunk.iter().map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
-        let response = post_json(&zkqs[0], "/v1/queues/q/batch", serde_json::json!({ "messages": messages })).await;
-        assert_eq!(response.status(), 201);
+        let response = zkqs[0].client().batch_put("q", "", &serde_json::json!({ "messages": messages })).await;
+        assert_eq!(response.status, 201);
     }
     for zkq in &zkqs {
         eventually(std::time::Duration::from_secs(10), "queue open", || async {
@@ -489,8 +480,8 @@ async fn two_zkqs_leasing_many_at_once_lease_every_message_exactly_once() {
             }
             let leased = leased_of(&response.json().await.expect("json"));
             let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
-            let acked = post_json(zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts })).await;
-            let acked: serde_json::Value = acked.json().await.expect("json");
+            let acked = zkq.client().batch_ack("q", &receipts).await;
+            let acked: serde_json::Value = acked.json();
             assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
             got.extend(leased.into_iter().map(|(_, body, _, count)| (body, count)));
         }
@@ -530,13 +521,13 @@ async fn a_lease_of_many_splits_put_multi_nodes_and_leases_each_item() {
     for range in [0..5, 5..7] {
         let messages: Vec<serde_json::Value> = range.map(|i| serde_json::json!({"text": format!("m{i}")})).collect();
         let put =
-            post_json(&zkq, "/v1/queues/q/batch?format=curator-multi", serde_json::json!({ "messages": messages }));
-        let put: serde_json::Value = put.await.json().await.expect("json");
+            zkq.client().batch_put("q", "format=curator-multi", &serde_json::json!({ "messages": messages })).await;
+        let put = put.json();
         nodes.push(put["message_ids"][0].as_str().expect("id").to_owned());
     }
-    let response = zkq.http.post(zkq.url("/v1/queues/q/leases?max=10&visibility=60s")).send().await.expect("lease");
-    assert_eq!(response.status(), 200);
-    let leased = leased_of(&response.json().await.expect("json"));
+    let response = zkq.client().lease("q", "max=10&visibility=60s").await;
+    assert_eq!(response.status, 200);
+    let leased = leased_of(&response.json());
     let got: Vec<(String, String)> = leased.iter().map(|(id, body, ..)| (id.clone(), body.clone())).collect();
     let expected: Vec<(String, String)> = (0..7)
         .map(|i| {
@@ -555,11 +546,7 @@ async fn a_lease_of_many_splits_put_multi_nodes_and_leases_each_item() {
         assert_leased(&client, &root, id, 1).await;
     }
     let receipts: Vec<&str> = leased.iter().map(|(_, _, receipt, _)| receipt.as_str()).collect();
-    let acked: serde_json::Value = post_json(&zkq, "/v1/queues/q/acks", serde_json::json!({ "leases": receipts }))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let acked = zkq.client().batch_ack("q", &receipts).await.json();
     assert!(acked["results"].as_array().expect("results").iter().all(|r| r["status"] == 204), "{acked}");
     assert!(children(&client, &format!("{root}/queues/q")).await.is_empty(), "every item acked");
     zkq.stop().await;

@@ -34,13 +34,6 @@ async fn committed_openapi_is_what_the_server_serves() {
     assert!(!html.contains("https://"), "the docs page loads nothing from the internet");
 }
 
-fn metric_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_happened_and_pass_promtool() {
     let zk = ZkServer::shared();
