@@ -31,7 +31,10 @@ pub(super) fn invalid(key: impl Into<String>, value: impl fmt::Debug, allowed: i
 /// What a key accepts, for error messages about values the types refused.
 fn allowed_for(key: &str) -> &'static str {
     let last = key.rsplit('.').next().unwrap_or(key);
+    // A list's entry (`zookeeper.acl[1]`) accepts what its list's entries accept.
+    let last = last.split('[').next().unwrap_or(last);
     match last {
+        "acl" => "entries scheme:id:perms, like world:anyone:r, auth::cdrwa or digest:app:<hash>:cdrwa",
         "format" => "one of: text, json",
         "kind" => "one of: fifo, priority, delay, id, simple",
         "listen" => "a socket address like 127.0.0.1:8080 or 0.0.0.0:9090",
@@ -51,7 +54,7 @@ fn allowed_for(key: &str) -> &'static str {
         {
             "a duration written like \"20s\", \"500ms\" or \"2m\""
         },
-        _ => "see the configuration table in the README",
+        _ => "see docs/reference/configuration.md (or `zkq reference config`)",
     }
 }
 
@@ -80,6 +83,10 @@ pub(super) fn from_config_error(err: config::ConfigError, merged: Option<&config
                     "unknown key; unknown keys are errors, check the spelling against the README ({text})"
                 ),
             };
+        },
+        // A required key left out.
+        E::NotFound(missing) => {
+            return ConfigError { key: missing.clone(), value: "(not set)".to_owned(), allowed: "required".to_owned() };
         },
         E::FileParse { uri, .. } => {
             let file = uri.clone().unwrap_or_default();

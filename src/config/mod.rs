@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 // The vocabulary lives on the ground floor; these paths keep working for the modules that name it here.
+pub use crate::types::AppUrl;
 pub use crate::types::acl::{AclEntry, NodeAcl, acl_perms};
 pub use crate::types::{JUTE_MAXBUFFER_BYTES, MAX_NAME_LEN, MAX_PUSH_URL_LEN, QueueKind, Secret, check_name};
 pub use error::ConfigError;
@@ -89,7 +90,7 @@ pub struct ZookeeperConfig {
     pub reconnect_backoff_max: Duration,
     /// ACL of every node zkq creates, as `scheme:id:perms` entries. None: `auth::cdrwa` (only
     /// sessions with zkq's credentials) when credentials are configured, else `world:anyone:cdrwa`.
-    pub acl: Option<Vec<String>>,
+    pub acl: Option<Vec<AclEntry>>,
     /// TLS on the connection to ZooKeeper.
     pub tls: ZkTlsConfig,
     /// SASL authentication of the session.
@@ -297,57 +298,92 @@ fn default_kind() -> QueueKind {
 }
 
 /// Push delivery of a declared queue: zkq leases each message and POSTs it to the app, which
-/// needs no consumer loop of its own (`[queues.NAME.push]`).
+/// needs no consumer loop of its own (`[queues.NAME.push]`). `url` is required; every other key
+/// has a default ([`PushConfig::to`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct PushConfig {
     /// The app's endpoint, `http://host:port/path`; a loopback host unless `allow_remote`.
-    pub url: String,
+    pub url: AppUrl,
     /// Allow a `url` or `readiness_url` whose host is not loopback (messages travel unencrypted).
+    #[serde(default)]
     pub allow_remote: bool,
     /// Deliveries in flight at once from this zkq; 1 keeps Curator's order for a single consumer.
+    #[serde(default = "push_defaults::concurrency")]
     pub concurrency: usize,
     /// Visibility of each delivery's lease; extended while the app's request is still open.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "humantime_serde", default = "push_defaults::thirty_seconds")]
     pub visibility: Duration,
     /// Time the app has to answer one delivery (connect, request and answer).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "humantime_serde", default = "push_defaults::thirty_seconds")]
     pub request_timeout: Duration,
     /// First pause after a failed delivery (or while the app cannot be reached); doubles each time.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "humantime_serde", default = "push_defaults::one_second")]
     pub backoff_initial: Duration,
     /// Longest pause between attempts (an app's `Retry-After` may ask for more, up to an hour).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "humantime_serde", default = "push_defaults::backoff_max")]
     pub backoff_max: Duration,
     /// Each pause is shortened by up to this fraction (0.0 to 1.0) at random.
+    #[serde(default = "push_defaults::backoff_jitter")]
     pub backoff_jitter: f64,
     /// Optional: zkq delivers only while a GET of this URL answers 2xx.
-    pub readiness_url: Option<String>,
+    #[serde(default)]
+    pub readiness_url: Option<AppUrl>,
     /// How often `readiness_url` is asked.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "humantime_serde", default = "push_defaults::one_second")]
     pub readiness_interval: Duration,
     /// `Content-Type` of each delivery (zkq stores bodies only, so the subscription says it).
+    #[serde(default = "push_defaults::content_type")]
     pub content_type: String,
     /// CloudEvents `ce-type` of each delivery.
+    #[serde(default = "push_defaults::event_type")]
     pub event_type: String,
 }
 
-impl Default for PushConfig {
-    fn default() -> Self {
+impl PushConfig {
+    /// A subscription delivering to `url`, every other key at its default.
+    pub fn to(url: AppUrl) -> PushConfig {
         PushConfig {
-            url: String::new(),
+            url,
             allow_remote: false,
-            concurrency: 1,
-            visibility: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(30),
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(60),
-            backoff_jitter: 0.2,
+            concurrency: push_defaults::concurrency(),
+            visibility: push_defaults::thirty_seconds(),
+            request_timeout: push_defaults::thirty_seconds(),
+            backoff_initial: push_defaults::one_second(),
+            backoff_max: push_defaults::backoff_max(),
+            backoff_jitter: push_defaults::backoff_jitter(),
             readiness_url: None,
-            readiness_interval: Duration::from_secs(1),
-            content_type: "application/octet-stream".to_owned(),
-            event_type: "zkq.message".to_owned(),
+            readiness_interval: push_defaults::one_second(),
+            content_type: push_defaults::content_type(),
+            event_type: push_defaults::event_type(),
         }
+    }
+}
+
+/// The defaults of a push subscription's keys (serde asks for each by a function).
+mod push_defaults {
+    use std::time::Duration;
+
+    pub(super) fn concurrency() -> usize {
+        1
+    }
+    pub(super) fn thirty_seconds() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(super) fn one_second() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(super) fn backoff_max() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub(super) fn backoff_jitter() -> f64 {
+        0.2
+    }
+    pub(super) fn content_type() -> String {
+        "application/octet-stream".to_owned()
+    }
+    pub(super) fn event_type() -> String {
+        "zkq.message".to_owned()
     }
 }
 
@@ -457,10 +493,10 @@ impl Config {
         self.zookeeper.auth_digest.is_some() || self.zookeeper.sasl.mechanism.is_some()
     }
 
-    /// The ACL of the nodes zkq creates (the configuration is validated: every entry parses).
+    /// The ACL of the nodes zkq creates.
     pub fn node_acl(&self) -> NodeAcl {
         match &self.zookeeper.acl {
-            Some(entries) => NodeAcl::List(entries.iter().filter_map(|e| AclEntry::parse(e).ok()).collect()),
+            Some(entries) => NodeAcl::List(entries.clone()),
             None if self.has_credentials() => NodeAcl::CreatorAll,
             None => NodeAcl::Open,
         }

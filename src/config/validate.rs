@@ -10,7 +10,7 @@ use super::{
     SaslMechanism,
 };
 use crate::types::acl::{AclEntry, acl_perms, digest_hash};
-use crate::types::{AppUrl, check_name};
+use crate::types::check_name;
 
 impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
@@ -245,11 +245,10 @@ impl Config {
         }
         for (name, url) in [("url", Some(&push.url)), ("readiness_url", push.readiness_url.as_ref())] {
             let Some(url) = url else { continue };
-            let parsed = AppUrl::parse(url).map_err(|why| invalid(format!("{key}.{name}"), url, why))?;
-            if !push.allow_remote && !parsed.is_loopback() {
+            if !push.allow_remote && !url.is_loopback() {
                 return Err(invalid(
                     format!("{key}.{name}"),
-                    url,
+                    url.to_string(),
                     "the host must be loopback (127.0.0.1, [::1] or localhost: the app in the same pod); set \
                      allow_remote = true to push elsewhere (over plain HTTP)",
                 ));
@@ -393,27 +392,28 @@ impl Config {
         Ok(())
     }
 
-    /// Every entry parses, `auth` has credentials to refer to, and some entry lets zkq's own
-    /// session read, write, create and delete (else zkq would lock itself out of its nodes).
-    fn validate_acl(&self, entries: &[String]) -> Result<(), ConfigError> {
+    /// `auth` has credentials to refer to, and some entry lets zkq's own session read, write,
+    /// create and delete (else zkq would lock itself out of its nodes). Each entry parsed when
+    /// the configuration was read.
+    fn validate_acl(&self, entries: &[AclEntry]) -> Result<(), ConfigError> {
         if entries.is_empty() {
             return Err(invalid(
                 "zookeeper.acl",
-                entries,
+                entries.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "at least one entry, like \"auth::cdrwa\"; leave the key out for the default",
             ));
         }
         let mut granted = 0u8;
         let mut unverifiable = false;
-        for text in entries {
-            let entry = AclEntry::parse(text).map_err(|why| invalid("zookeeper.acl", text, why))?;
+        for entry in entries {
+            let text = entry.to_string();
             let ours = match entry.scheme.as_str() {
                 "world" => true,
                 "auth" => {
                     if !self.has_credentials() {
                         return Err(invalid(
                             "zookeeper.acl",
-                            text,
+                            &text,
                             "`auth` means \"sessions with zkq's credentials\", but none are configured \
                              (zookeeper.auth_digest or zookeeper.sasl); ZooKeeper refuses such an ACL",
                         ));
@@ -427,7 +427,7 @@ impl Config {
                         if ours && hash != digest_hash(auth.expose()) {
                             return Err(invalid(
                                 "zookeeper.acl",
-                                text,
+                                &text,
                                 format!(
                                     "the hash for user {user} does not match zookeeper.auth_digest; it is \
                                      base64(sha1(\"{user}:password\")), e.g. printf '%s' '{user}:password' | \
@@ -457,7 +457,7 @@ impl Config {
         if granted & needed != needed && !unverifiable {
             return Err(invalid(
                 "zookeeper.acl",
-                entries,
+                entries.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "no entry lets zkq's own session read, write, create and delete (crwd) the nodes it \
                  creates: add \"auth::cdrwa\" (with credentials) or an entry for zkq's own user",
             ));

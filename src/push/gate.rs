@@ -175,7 +175,7 @@ mod tests {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             backoff_jitter: 0.0,
-            ..PushConfig::default()
+            ..PushConfig::to(crate::types::AppUrl::parse("http://127.0.0.1/").expect("a URL"))
         };
         AppGate::new(readiness, super::super::backoff::policy(&config), IntGauge::new("g", "g").expect("gauge"))
     }

@@ -22,7 +22,6 @@ use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
 use crate::queue::{
     ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms,
 };
-use crate::types::AppUrl;
 use crate::types::Backoff;
 
 /// How long one lease call waits for a message; the worker simply asks again.
@@ -62,11 +61,8 @@ impl Subscription {
         tasks: &TaskTracker,
         abort: &CancellationToken,
     ) -> Result<Subscription, String> {
-        let url = AppUrl::parse(&config.url).map_err(|why| format!("url: {why}"))?;
-        let readiness = match config.readiness_url.as_deref().map(AppUrl::parse).transpose() {
-            Ok(readiness) => readiness,
-            Err(why) => return Err(format!("readiness_url: {why}")),
-        };
+        let url = config.url.clone();
+        let readiness = config.readiness_url.clone();
         let queue = queues.open(name).map_err(|err| err.to_string())?;
         let connect_timeout = config.request_timeout;
         let metrics = metrics.push(name);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use clap::Args;
 use serde_json::Value;
 
-use crate::config::{Config, CounterConfig, Overrides, PushConfig, QueueConfig};
+use crate::config::{AppUrl, Config, CounterConfig, Overrides, PushConfig, QueueConfig};
 
 /// One key's row: dotted key (maps as `NAME`), type, the default to show where the types hold
 /// none (an `Option` or an empty string), and what the key does.
@@ -268,9 +268,12 @@ fn serialized_defaults() -> Result<BTreeMap<String, Value>, serde_json::Error> {
     }
     walk("", &top, &mut keys);
     let mut queue: QueueConfig = serde_json::from_value(serde_json::json!({}))?;
-    queue.push = Some(PushConfig::default());
+    // `url` has no default (key_or says so); any URL stands in for it here.
+    let url = AppUrl::parse("http://127.0.0.1/").map_err(serde::de::Error::custom)?;
+    queue.push = Some(PushConfig::to(url));
     queue.idempotency_window = Some(Config::default().idempotency_window("NAME"));
     walk("queues.NAME", &serde_json::to_value(queue)?, &mut keys);
+    keys.insert("queues.NAME.push.url".to_owned(), Value::Null);
     let counter: CounterConfig = serde_json::from_value(serde_json::json!({}))?;
     walk("counters.NAME", &serde_json::to_value(counter)?, &mut keys);
     Ok(keys)

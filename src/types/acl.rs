@@ -11,7 +11,9 @@ pub mod acl_perms {
 }
 
 /// One entry of `zookeeper.acl`: who (`scheme:id`) may do what (`perms`, ZooKeeper's bits).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Parsed once, when the configuration is read; written back as `scheme:id:perms`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct AclEntry {
     pub scheme: String,
     pub id: String,
@@ -83,6 +85,38 @@ impl AclEntry {
             },
         }
         Ok(AclEntry { scheme: scheme.to_owned(), id: id.to_owned(), perms })
+    }
+}
+
+impl TryFrom<String> for AclEntry {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<AclEntry, String> {
+        AclEntry::parse(&text)
+    }
+}
+
+impl std::fmt::Display for AclEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:", self.scheme, self.id)?;
+        for (bit, letter) in [
+            (acl_perms::CREATE, 'c'),
+            (acl_perms::DELETE, 'd'),
+            (acl_perms::READ, 'r'),
+            (acl_perms::WRITE, 'w'),
+            (acl_perms::ADMIN, 'a'),
+        ] {
+            if self.perms & bit != 0 {
+                write!(f, "{letter}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<AclEntry> for String {
+    fn from(entry: AclEntry) -> String {
+        entry.to_string()
     }
 }
 

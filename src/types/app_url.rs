@@ -5,9 +5,13 @@ use std::net::IpAddr;
 /// Longest push `url` or `readiness_url` accepted, in bytes.
 pub const MAX_PUSH_URL_LEN: usize = 2048;
 
-/// A checked `http://` URL of the app: where to connect and what to ask for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A checked `http://` URL of the app: where to connect and what to ask for. Parsed once, when
+/// the configuration is read; written back as it was written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct AppUrl {
+    /// The URL as written.
+    text: String,
     /// The host as written, without IPv6 brackets (`127.0.0.1`, `::1`, `localhost`).
     pub host: String,
     pub port: u16,
@@ -55,6 +59,7 @@ impl AppUrl {
         let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
         let path_and_query = if path_and_query.is_empty() { "/" } else { path_and_query };
         Ok(AppUrl {
+            text: text.to_owned(),
             host: host.to_owned(),
             port,
             authority: authority.as_str().to_owned(),
@@ -65,6 +70,26 @@ impl AppUrl {
     /// Whether the host is this machine's loopback (so the request never leaves the pod).
     pub fn is_loopback(&self) -> bool {
         self.host.eq_ignore_ascii_case("localhost") || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+impl TryFrom<String> for AppUrl {
+    type Error = &'static str;
+
+    fn try_from(text: String) -> Result<AppUrl, &'static str> {
+        AppUrl::parse(&text)
+    }
+}
+
+impl From<AppUrl> for String {
+    fn from(url: AppUrl) -> String {
+        url.text
+    }
+}
+
+impl std::fmt::Display for AppUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 
@@ -82,6 +107,7 @@ mod tests {
 
         let url = AppUrl::parse("http://[::1]:8081").expect("valid");
         assert_eq!((url.host.as_str(), url.port, url.path_and_query.as_str()), ("::1", 8081, "/"));
+        assert_eq!(url.to_string(), "http://[::1]:8081", "printed as written");
         assert!(url.is_loopback());
         let url = AppUrl::parse("http://localhost/in").expect("valid");
         assert_eq!((url.port, url.is_loopback()), (80, true));

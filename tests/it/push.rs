@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
-use zkq::config::{Config, PushConfig, QueueKind};
+use zkq::config::{AppUrl, Config, PushConfig, QueueKind};
 
 use crate::harness::*;
 
@@ -135,12 +135,11 @@ fn answer_with(status: u16, headers: &[(&'static str, &str)], body: &str) -> Box
 /// A subscription with short, unjittered pauses, for tests.
 fn push_to(url: &str) -> PushConfig {
     PushConfig {
-        url: url.to_owned(),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(500),
         backoff_jitter: 0.0,
         readiness_interval: Duration::from_millis(100),
-        ..PushConfig::default()
+        ..PushConfig::to(AppUrl::parse(url).expect("a push URL"))
     }
 }
 
@@ -427,7 +426,10 @@ async fn a_readiness_url_gates_deliveries_until_the_app_answers_it() {
         }
     })
     .await;
-    let push = PushConfig { readiness_url: Some(app.url("/ready")), ..push_to(&app.url("/work")) };
+    let push = PushConfig {
+        readiness_url: Some(AppUrl::parse(&app.url("/ready")).expect("a URL")),
+        ..push_to(&app.url("/work"))
+    };
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push)).await;
     zkq.put_ok("q", b"waits").await;
     let probes_down =

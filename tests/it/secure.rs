@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use zkq::config::{Config, QueueKind, SaslMechanism, Secret};
+use zkq::config::{AclEntry, Config, QueueKind, SaslMechanism, Secret};
 
 use crate::harness::*;
 
@@ -477,7 +477,7 @@ async fn tls_sasl_and_acl_together_and_curator_with_the_same_credentials() {
     config.zookeeper.sasl.mechanism = Some(SaslMechanism::DigestMd5);
     config.zookeeper.sasl.username = Some("app".to_owned());
     config.zookeeper.sasl.password = Some(Secret::new("app-secret"));
-    config.zookeeper.acl = Some(vec!["sasl:app:cdrwa".to_owned()]);
+    config.zookeeper.acl = Some(vec![AclEntry::parse("sasl:app:cdrwa").expect("an ACL entry")]);
     declare(&mut config, "jobs", QueueKind::Fifo, Some(&path), Some(&lock));
     let zkq = TestZkq::start_ready(config).await;
 
@@ -514,7 +514,8 @@ async fn digest_client(zk: &ZkServer, credentials: Option<&str>) -> zookeeper_cl
 async fn zkq_with_nodes(zk: &ZkServer, root: &str, acl: Option<Vec<String>>) -> (TestZkq, Vec<String>) {
     let mut config = test_config(zk, root);
     config.zookeeper.auth_digest = Some(Secret::new("app:app-secret"));
-    config.zookeeper.acl = acl;
+    config.zookeeper.acl =
+        acl.map(|entries| entries.iter().map(|e| AclEntry::parse(e).expect("an ACL entry")).collect());
     let zkq = TestZkq::start_ready(config).await;
     let kept = zkq.put_ok("q", b"kept").await;
     let leased = zkq.put_ok("q", b"leased").await;
