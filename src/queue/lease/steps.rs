@@ -135,6 +135,8 @@ impl Queue {
         if !updated {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
+        // The client's step is done: its retry (the answer lost on the way) answers as it did.
+        self.leases.lock().remember_completion(token, step);
         self.qm.nacked(mode).inc();
         Ok(())
     }

@@ -1,0 +1,118 @@
+//! What a lease step's answer rests on: evidence that outlives the session, a remembered
+//! completion that outlives its queue, and a lock that is ours by its creation, not its name.
+//!
+//! Each test places one fault deterministically (the fault proxy, a session expired while zkq
+//! cannot reach ZooKeeper, another client's hand on the lock) and checks what a client sees: a
+//! step that applied never answers 409 `lease_lost` ("delivered again"), and zkq never deletes
+//! a lock it does not hold.
+
+use std::time::Duration;
+
+use zkq::config::Config;
+
+use crate::harness::*;
+use crate::proxy::{Fault, ZkProxy, op};
+
+/// ZooKeeper's SESSIONMOVED error code.
+const SESSION_MOVED: i32 = -118;
+
+/// Config of a zkq behind the proxy: a long session, so a dropped answer keeps the session.
+fn config_via(proxy: &ZkProxy, root: &str) -> Config {
+    let mut config = test_config(proxy, root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config
+}
+
+struct Answer {
+    status: u16,
+    code: String,
+    body: Vec<u8>,
+    receipt: String,
+}
+
+async fn answer(response: reqwest::Response) -> Answer {
+    let status = response.status().as_u16();
+    let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let body = response.bytes().await.expect("body").to_vec();
+    let code = if status >= 400 {
+        serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v["code"].as_str().map(str::to_owned))
+    } else {
+        None
+    };
+    Answer { status, code: code.unwrap_or_default(), body, receipt }
+}
+
+async fn lease(zkq: &TestZkq, queue: &str, query: &str) -> Answer {
+    let url = zkq.url(&format!("/v1/queues/{queue}/leases?{query}"));
+    answer(zkq.http.post(url).send().await.expect("lease request")).await
+}
+
+async fn ack(zkq: &TestZkq, queue: &str, receipt: &str) -> Answer {
+    let url = zkq.url(&format!("/v1/queues/{queue}/leases/{receipt}"));
+    answer(zkq.http.delete(url).send().await.expect("ack request")).await
+}
+
+async fn nack(zkq: &TestZkq, queue: &str, receipt: &str, query: &str) -> Answer {
+    let url = zkq.url(&format!("/v1/queues/{queue}/leases/{receipt}/nack?{query}"));
+    answer(zkq.http.post(url).send().await.expect("nack request")).await
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Leases one message (visibility 60 s) and checks its body.
+async fn lease_expecting(zkq: &TestZkq, queue: &str, body: &str) -> String {
+    let leased = lease(zkq, queue, "wait=5s&visibility=60s").await;
+    assert_eq!((leased.status, text(&leased.body).as_str()), (200, body), "lease of {body}");
+    leased.receipt
+}
+
+/// Takes from `zkq` until it answers 204; returns the bodies.
+async fn drain(zkq: &TestZkq, queue: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        let taken = zkq.take(queue, "1s").await;
+        match taken.status().as_u16() {
+            200 => got.push(text(&taken.bytes().await.expect("body"))),
+            204 => return got,
+            other => panic!("take while draining answered {other}"),
+        }
+    }
+}
+
+/// #7a. A nack with a delay keeps the lock until the delay ends; the client's retry of that nack
+/// (its first answer lost on the way back) must answer 204 as the first did, not 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_delayed_nack_answers_as_the_first_did() {
+    let zk = ZkServer::shared();
+    let zkq = TestZkq::start_ready(test_config(zk, &unique_root("evidence-delayed-nack"))).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_expecting(&zkq, "q", "M").await;
+    let first = nack(&zkq, "q", &receipt, "mode=keep&delay=30s").await;
+    assert_eq!((first.status, first.code.as_str()), (204, ""), "the delayed nack");
+    let retried = nack(&zkq, "q", &receipt, "mode=keep&delay=30s").await;
+    assert_eq!((retried.status, retried.code.as_str()), (204, ""), "its retry answers as it did");
+    let other = ack(&zkq, "q", &receipt).await;
+    assert_eq!((other.status, other.code.as_str()), (409, "lease_lost"), "another step of the nacked lease");
+}
+
+/// #7c. ZooKeeper answers an ack's transaction with SESSIONMOVED (the session lives on; the
+/// request was not applied). zkq must resolve it by evidence, not forget the lease: the ack
+/// answers 204, the message and the lock are gone (no orphan lock held until a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moved_answer_is_resolved_by_evidence_and_leaves_no_orphan_lock() {
+    let zk = ZkServer::shared();
+    let root = unique_root("evidence-moved");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_expecting(&zkq, "q", "M").await;
+    let moved = proxy.arm(&[op::MULTI], Fault::AnswerError(SESSION_MOVED));
+    let acked = ack(&zkq, "q", &receipt).await;
+    assert!(moved.has_fired(), "the ack's transaction was answered SESSIONMOVED");
+    assert_eq!((acked.status, acked.code.as_str()), (204, ""), "resolved by evidence, then applied");
+    let direct = zk_client(zk).await;
+    assert!(children(&direct, &format!("{root}/locks/q")).await.is_empty(), "no lock left behind");
+    assert!(drain(&zkq, "q").await.is_empty(), "the message was acked");
+}
