@@ -13,6 +13,9 @@ use zkq::config::Config;
 use crate::harness::*;
 use crate::proxy::{Fault, ZkProxy, op};
 
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(30);
+
 /// ZooKeeper's SESSIONMOVED error code.
 const SESSION_MOVED: i32 = -118;
 
@@ -79,6 +82,55 @@ async fn drain(zkq: &TestZkq, queue: &str) -> Vec<String> {
             other => panic!("take while draining answered {other}"),
         }
     }
+}
+
+/// The ephemeral owner of `path`, if it exists.
+async fn owner(client: &zookeeper_client::Client, path: &str) -> Option<i64> {
+    client.check_stat(path).await.expect("stat").map(|stat| stat.ephemeral_owner)
+}
+
+/// #3. An ack applies, its answer is lost, and zkq stays cut off until its session expired
+/// (the lock that was the step's evidence died with it). The ack did remove the message: its
+/// retry must answer 204, never 409 `lease_lost` ("delivered again").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_whose_answer_was_lost_and_whose_session_expired_answers_204_on_retry() {
+    let zk = ZkServer::shared();
+    let root = unique_root("evidence-expired");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(4);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"acked").await;
+    zkq.put_ok("q", b"held").await;
+    let acked = lease_expecting(&zkq, "q", "acked").await;
+    let _held = lease_expecting(&zkq, "q", "held").await;
+    let direct = zk_client(zk).await;
+    let locks = format!("{root}/locks/q");
+    let held_lock = children(&direct, &locks).await.into_iter().max().expect("the held message's lock");
+
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let first = ack(&zkq, "q", &acked).await;
+    assert!(lost.has_fired(), "the ack's transaction reached ZooKeeper ({} {})", first.status, first.code);
+    assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
+    // The session expires while zkq cannot reach ZooKeeper: the other lease's lock goes with it.
+    let held_path = format!("{locks}/{held_lock}");
+    eventually(SOON, "zkq's session expired", || async { owner(&direct, &held_path).await.is_none() }).await;
+    let before = zkq.running.as_ref().expect("running").session.status().generation;
+    proxy.refuse(false);
+    eventually(SOON, "zkq has a new session", || async {
+        zkq.running.as_ref().expect("running").session.status().generation > before
+    })
+    .await;
+    zkq.wait_ready().await;
+
+    let retried = ack(&zkq, "q", &acked).await;
+    assert_eq!(
+        (retried.status, retried.code.as_str()),
+        (204, ""),
+        "the ack applied before the session expired: its retry must say so, not 409 lease_lost"
+    );
+    assert_eq!(ack(&zkq, "q", &acked).await.status, 204, "every retry answers alike");
+    assert_eq!(drain(&zkq, "q").await, vec!["held".to_owned()], "the acked message is gone; the held one is back");
 }
 
 /// #7a. A nack with a delay keeps the lock until the delay ends; the client's retry of that nack

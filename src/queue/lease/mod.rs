@@ -15,10 +15,11 @@
 //! - Every step of a lease runs on the session that created its lock, so it is fenced: once that
 //!   session is gone, its lock is gone and every call on it fails, and a newer session refuses
 //!   older receipts (CURATOR-605 is the bug this prevents).
-//! - Nothing but a step of the lease itself removes its lock while its session lives, and steps
-//!   of one lease never overlap; so "our lock is gone" means "our step applied", and "our lock is
-//!   there with our claim id" means "it did not". ZooKeeper cannot check a node's owner inside a
-//!   transaction; this exclusion is what makes a retried step never touch another consumer's lock.
+//! - A step that changes the message (ack, nack) creates a claim marker in its transaction: after
+//!   a lost answer the marker alone says whether it applied, also once the session (and the lock)
+//!   is gone. "Our lock is gone" is never read as "our ack applied": a Curator consumer's retried
+//!   delete can remove our lock. Only a release is judged by the lock (gone: its goal is met).
+//! - Steps of one lease never overlap, so a retried step never races another step of the lease.
 //! - zkq never deletes a lock it does not hold.
 //! - Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree
 //!   Curator readers never look at; they survive restarts and are removed with the message.
@@ -115,7 +116,15 @@ struct Lease {
     /// One step at a time per lease.
     turn: Arc<tokio::sync::Mutex<()>>,
     /// A step whose answer was lost; resolved before anything else happens to the lease.
-    unresolved: Option<Step>,
+    unresolved: Option<Unresolved>,
+}
+
+/// A step whose answer was lost, and its claim marker when its transaction created one (every
+/// step that changes the message does): the marker outlives the session, the lock does not.
+#[derive(Clone, Debug)]
+struct Unresolved {
+    step: Step,
+    marker: Option<String>,
 }
 
 impl Lease {
@@ -204,6 +213,10 @@ struct TableState {
     /// or nack ended, oldest first in `completed_order`.
     completed: HashMap<u128, Step>,
     completed_order: VecDeque<u128>,
+    /// Leases of a lost session whose last step's answer was lost: its claim marker says whether
+    /// it applied. Settled by the reaper as soon as ZooKeeper answers (or by the client's retry);
+    /// at most the leases that were out.
+    settling: HashMap<u128, Lease>,
 }
 
 impl TableState {
@@ -353,9 +366,14 @@ impl Queue {
             .map_err(|check| check.into_error(receipt))
     }
 
-    /// Ends a lease in the table (its lock is gone or about to be).
+    /// Ends a lease in the table (its lock is gone or about to be), or the settlement of a lease
+    /// of a lost session.
     fn end_lease(&self, token: u128) -> Option<Lease> {
-        let lease = self.leases.lock().live.remove(&token);
+        let lease = {
+            let mut state = self.leases.lock();
+            state.settling.remove(&token);
+            state.live.remove(&token)
+        };
         if lease.is_some() {
             self.qm.leases_in_flight.dec();
         }
