@@ -168,3 +168,75 @@ async fn a_session_moved_answer_is_resolved_by_evidence_and_leaves_no_orphan_loc
     assert!(children(&direct, &format!("{root}/locks/q")).await.is_empty(), "no lock left behind");
     assert!(drain(&zkq, "q").await.is_empty(), "the message was acked");
 }
+
+/// Replaces zkq's lock on the only leased message of `queue` the way a Curator lock-safe
+/// consumer can: its guaranteed delete, retried in the background, removes the lock (whatever
+/// its version), and when `relock`, a consumer then locks the message under the same name.
+/// Returns the lock's path and the other client (whose session holds the new lock).
+async fn replace_lock(zk: &ZkServer, root: &str, queue: &str, relock: bool) -> (String, zookeeper_client::Client) {
+    let other = zk_client(zk).await;
+    let dir = format!("{root}/locks/{queue}");
+    let name = children(&other, &dir).await.into_iter().next().expect("zkq's lock");
+    let path = format!("{dir}/{name}");
+    other.delete(&path, None).await.expect("the retried guaranteed delete");
+    if relock {
+        let mode = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+        other.create(&path, b"curator", &mode).await.expect("another consumer's lock");
+    }
+    (path, other)
+}
+
+/// #16. Another consumer holds the message under the same lock name after a retried delete
+/// removed zkq's lock. zkq's ack must not delete that lock (nor the message): it answers 409
+/// `lease_lost`, and the other consumer's lock and the message stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_never_deletes_a_lock_another_consumer_created_under_the_same_name() {
+    let zk = ZkServer::shared();
+    let root = unique_root("evidence-relocked");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_expecting(&zkq, "q", "M").await;
+    let (lock, other) = replace_lock(zk, &root, "q", true).await;
+    let acked = ack(&zkq, "q", &receipt).await;
+    assert_eq!((acked.status, acked.code.as_str()), (409, "lease_lost"), "the lease is not ours any more");
+    assert_eq!(owner(&other, &lock).await, Some(other.session_id().0), "the other consumer's lock stays");
+    let queue = children(&other, &format!("{root}/queues/q")).await;
+    assert_eq!(queue.len(), 1, "the message stays for the consumer that holds it");
+}
+
+/// #16. The same, for a release (the visibility timeout passed): the reaper must not delete the
+/// other consumer's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_never_deletes_a_lock_another_consumer_created_under_the_same_name() {
+    let zk = ZkServer::shared();
+    let root = unique_root("evidence-relocked-expiry");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let leased = lease(&zkq, "q", "wait=5s&visibility=2s").await;
+    assert_eq!(leased.status, 200);
+    let (lock, other) = replace_lock(zk, &root, "q", true).await;
+    eventually(SOON, "the lease expired", || async {
+        zkq.metrics().await.contains("zkq_leases_in_flight{queue=\"q\"} 0")
+    })
+    .await;
+    assert_eq!(owner(&other, &lock).await, Some(other.session_id().0), "the other consumer's lock stays");
+}
+
+/// #16. A retried delete removed zkq's lock; zkq's ack then fails for want of its lock and the
+/// answer is lost. "Our lock is gone" must not be read as "our ack applied": the message is
+/// still there, so the ack answers 409 `lease_lost` and the message is delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_ack_answer_is_not_judged_applied_because_someone_else_deleted_the_lock() {
+    let zk = ZkServer::shared();
+    let root = unique_root("evidence-lock-deleted");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    zkq.put_ok("q", b"M").await;
+    let receipt = lease_expecting(&zkq, "q", "M").await;
+    let _ = replace_lock(zk, &root, "q", false).await;
+    let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
+    let acked = ack(&zkq, "q", &receipt).await;
+    assert!(lost.has_fired(), "the ack's answer was lost");
+    assert_eq!((acked.status, acked.code.as_str()), (409, "lease_lost"), "the ack did not apply");
+    assert_eq!(drain(&zkq, "q").await, vec!["M".to_owned()], "the message is delivered again");
+}

@@ -20,7 +20,8 @@
 //!   is gone. "Our lock is gone" is never read as "our ack applied": a Curator consumer's retried
 //!   delete can remove our lock. Only a release is judged by the lock (gone: its goal is met).
 //! - Steps of one lease never overlap, so a retried step never races another step of the lease.
-//! - zkq never deletes a lock it does not hold.
+//! - zkq never deletes a lock it does not hold: its locks have version [`LOCK_VERSION`] (written
+//!   once in the claim's transaction) and every step deletes or checks them at that version.
 //! - Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree
 //!   Curator readers never look at; they survive restarts and are removed with the message.
 
@@ -197,6 +198,12 @@ fn due_leases<'a>(leases: impl Iterator<Item = (u128, Instant)> + 'a, now: Insta
     }
     (due, next)
 }
+
+/// The version of every lock zkq creates for a lease: created and written once in the claim's
+/// transaction. A Curator consumer never writes its lock (version 0), so a step that deletes our
+/// lock at this version never removes a lock someone else created under the same name (after a
+/// Curator consumer's retried guaranteed delete removed ours).
+pub(super) const LOCK_VERSION: i32 = 1;
 
 /// How many leases completed by a client's ack or nack a queue remembers, so that a retry of a
 /// step that applied answers as the step did even after the lease left the table (the reaper can

@@ -22,7 +22,9 @@ use tokio::time::Instant;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
-use super::{Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours};
+use super::{
+    LOCK_VERSION, Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours,
+};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
 
@@ -152,7 +154,7 @@ impl Queue {
         let lease = self.lease_snapshot(token)?;
         let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
         // One transaction on the lease's session that checks its lock still exists.
-        if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: 0 }]).await {
+        if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: LOCK_VERSION }]).await {
             return match err.error {
                 ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost => {
                     self.end_lease(token);
@@ -339,22 +341,23 @@ impl Queue {
                     self.end_lease(token);
                     return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
                 },
-                // Our lock is gone although our session lives: only a hand on ZooKeeper does
-                // that. For a release that is the goal; for anything else the message may be
-                // anywhere now.
-                Err(ZkError::NoNode) if effect == Effect::Release => {
+                // Our lock is gone although our session lives (someone else's lock may stand in
+                // its place, which the version kept us from deleting). For a release that is the
+                // goal; for anything else the message may be anywhere now.
+                Err(ZkError::NoNode | ZkError::BadVersion) if effect == Effect::Release => {
                     self.step_applied(token, &lease, step, None).await;
                     return Ok(());
                 },
-                // The message was changed or removed by a consumer that ignores locks: the lease
-                // is void. Release our lock (a release step never fails this way).
+                // The message was changed or removed by a consumer that ignores locks, or our lock
+                // was removed (a Curator consumer's retried delete) or replaced: the lease is void.
+                // Release our lock if it is still there (a release step never fails this way).
                 Err(ZkError::NoNode | ZkError::BadVersion) => {
                     if effect != Effect::Release {
                         let _ = self.step_txn(&lease, Effect::Release, None, deadline).await;
                     }
                     self.end_lease(token);
                     return Err(QueueError::LeaseLost(
-                        "the message was changed or removed by a consumer that ignores locks".to_owned(),
+                        "the message or its lock was changed or removed by another client".to_owned(),
                     ));
                 },
                 Err(err) => return Err(QueueError::Zk(err)),
@@ -419,10 +422,11 @@ impl Queue {
     ) -> Result<Option<String>, ZkError> {
         let zk = lease.zk.with_deadline(deadline);
         let item_path = lease.item_path(&self.path);
-        let lock = TxnOp::Delete { path: lease.lock.clone(), version: None };
+        // Only our lock: one created under the same name by someone else has another version.
+        let lock = TxnOp::Delete { path: lease.lock.clone(), version: Some(LOCK_VERSION) };
         let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
         let mut ops = match effect {
-            Effect::Release => return zk.delete(&lease.lock, None).await.map(|()| None),
+            Effect::Release => return zk.delete(&lease.lock, Some(LOCK_VERSION)).await.map(|()| None),
             Effect::Complete => {
                 vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, lock, counter]
             },
