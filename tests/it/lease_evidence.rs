@@ -240,3 +240,43 @@ async fn a_lost_ack_answer_is_not_judged_applied_because_someone_else_deleted_th
     assert_eq!((acked.status, acked.code.as_str()), (409, "lease_lost"), "the ack did not apply");
     assert_eq!(drain(&zkq, "q").await, vec!["M".to_owned()], "the message is delivered again");
 }
+
+/// #7b. An ack applied but its client never saw the answer; the dynamic queue then closed idle.
+/// The late retry must answer 204 (the remembered completion outlives the queue), not 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_of_an_ack_after_its_dynamic_queue_closed_answers_204() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("evidence-idle-close"));
+    config.queue_idle_close = Duration::from_secs(1);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("dq", b"M").await;
+    let receipt = lease_expecting(&zkq, "dq", "M").await;
+    assert_eq!(ack(&zkq, "dq", &receipt).await.status, 204, "the ack (its answer lost to the client)");
+    eventually(SOON, "the idle dynamic queue closed", || async { !zkq.metrics().await.contains("queue=\"dq\"") }).await;
+    let retried = ack(&zkq, "dq", &receipt).await;
+    assert_eq!((retried.status, retried.code.as_str()), (204, ""), "a late retry of an applied ack");
+}
+
+/// #7b, through a lost answer: the ack answers 504, its outcome is settled by zkq itself (the
+/// reaper, at the lease's expiry), and the queue closes idle before the client retries. The
+/// retry must answer 204, not 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_of_a_504_ack_after_its_dynamic_queue_closed_answers_204() {
+    let zk = ZkServer::shared();
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = config_via(&proxy, &unique_root("evidence-idle-close-504"));
+    config.queue_idle_close = Duration::from_secs(1);
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("dq", b"M").await;
+    let leased = lease(&zkq, "dq", "wait=5s&visibility=2s").await;
+    assert_eq!(leased.status, 200);
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let first = ack(&zkq, "dq", &leased.receipt).await;
+    assert!(lost.has_fired(), "the ack's transaction reached ZooKeeper ({} {})", first.status, first.code);
+    assert!(matches!(first.status, 503 | 504), "first ack: {} {}", first.status, first.code);
+    proxy.refuse(false);
+    eventually(SOON, "the idle dynamic queue closed", || async { !zkq.metrics().await.contains("queue=\"dq\"") }).await;
+    let retried = ack(&zkq, "dq", &leased.receipt).await;
+    assert_eq!((retried.status, retried.code.as_str()), (204, ""), "a late retry of an ack that applied");
+    assert_eq!(zkq.take("dq", "0s").await.status().as_u16(), 204, "the message was acked");
+}

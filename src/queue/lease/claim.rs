@@ -220,10 +220,7 @@ impl Queue {
             self.cache.insert_local(item);
         }
         let expires_at_ms = epoch_ms_after(visibility);
-        let token = {
-            let mut state = self.leases.lock();
-            self.leases.issue(&mut state, zk.session_id())
-        };
+        let token = self.leases.issue(zk.session_id());
         let grant = LeaseGrant {
             receipt: Receipt::new(zk.session_id(), token),
             expires_at_ms,

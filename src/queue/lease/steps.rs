@@ -141,7 +141,7 @@ impl Queue {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
         // The client's step is done: its retry (the answer lost on the way) answers as it did.
-        self.leases.lock().remember_completion(token, step);
+        self.leases.memory.remember_completion(token, step);
         self.qm.nacked(mode).inc();
         Ok(())
     }
@@ -192,7 +192,7 @@ impl Queue {
 
     /// Whether `receipt` names a lease of a lost session whose last step is being settled.
     fn is_settling(&self, receipt: Receipt) -> bool {
-        self.leases.key.issued(receipt.session_id, receipt.token)
+        self.leases.issued(receipt.session_id, receipt.token)
             && self
                 .leases
                 .lock()
@@ -240,10 +240,10 @@ impl Queue {
     }
 
     /// Whether `receipt` names a lease this process issued and that `step` completed
-    /// (remembered for the last [`super::REMEMBERED_COMPLETIONS`] completions of the queue).
+    /// (remembered for the last [`super::memory::REMEMBERED_COMPLETIONS`] completions of the queue).
     fn completed_by(&self, receipt: Receipt, step: Step) -> bool {
-        self.leases.key.issued(receipt.session_id, receipt.token)
-            && self.leases.lock().completed.get(&receipt.token) == Some(&step)
+        self.leases.issued(receipt.session_id, receipt.token)
+            && self.leases.memory.completed_by(receipt.token) == Some(step)
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
@@ -481,7 +481,7 @@ impl Queue {
     async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
         self.end_lease(token);
         if matches!(step, Step::Ack | Step::Nack { .. }) {
-            self.leases.lock().remember_completion(token, step);
+            self.leases.memory.remember_completion(token, step);
         }
         match step.effect(lease.on_expiry) {
             Effect::Complete => self.cache.removed_local(),
