@@ -49,9 +49,13 @@ impl Queue {
                 },
                 _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
             }
+            // Leases of a lost session: stop at the first that ZooKeeper cannot settle yet (the
+            // others would wait as long), and try again in a second.
             let settling: Vec<u128> = self.leases.lock().settling.keys().copied().collect();
             for token in settling {
-                self.settle(token, Instant::now() + self.session.request_timeout()).await;
+                if !self.settle(token, Instant::now() + self.session.request_timeout()).await {
+                    break;
+                }
             }
             let now = Instant::now();
             let due = {

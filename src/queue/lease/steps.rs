@@ -203,25 +203,27 @@ impl Queue {
 
     /// Settles a lease of a lost session by its last step's claim marker: applied, the step is
     /// booked (and remembered for the client's retry); not applied, the lease just ends (its lock
-    /// died with the session: the message is delivered again). Unknown, it stays to settle.
-    pub(super) async fn settle(&self, token: u128, deadline: Instant) {
-        let Some(lease) = self.leases.lock().settling.get(&token).cloned() else { return };
+    /// died with the session: the message is delivered again). Unknown, it stays to settle;
+    /// false then.
+    pub(super) async fn settle(&self, token: u128, deadline: Instant) -> bool {
+        let Some(lease) = self.leases.lock().settling.get(&token).cloned() else { return true };
         let turn = lease.turn.clone();
         let _turn = turn.lock().await;
         if !self.leases.lock().settling.contains_key(&token) {
-            return; // settled meanwhile
+            return true; // settled meanwhile
         }
         let Some(Unresolved { step, marker: Some(marker) }) = lease.unresolved.clone() else {
             self.end_lease(token);
-            return;
+            return true;
         };
         match self.markers.outcome(&marker, deadline).await {
             Outcome::Applied => self.step_applied(token, &lease, step, None).await,
             Outcome::NotApplied => {
                 self.end_lease(token);
             },
-            Outcome::Unknown(_) => {},
+            Outcome::Unknown(_) => return false,
         }
+        true
     }
 
     /// Keeps a step whose outcome is unknown for later: on its live lease (resolved before
@@ -307,10 +309,12 @@ impl Queue {
                                 },
                                 // Not applied, and our lock is gone: with the session, or by
                                 // someone else's hand. The message is delivered again.
-                                Ok(false) | Err(_) => {
+                                Ok(false) | Err(ZkError::SessionLost) => {
                                     self.end_lease(token);
                                     return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
                                 },
+                                // Not applied; the lease stays for a retry.
+                                Err(err) => return Err(QueueError::Zk(err)),
                             }
                         },
                         Outcome::Unknown(_) => {
