@@ -28,9 +28,9 @@ pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
 use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
-use lease::LeaseTable;
 pub(crate) use lease::read_counter;
 pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
+use lease::{LeaseMemories, LeaseTable};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
 pub use ops::{HeadAge, QueueInfo};
@@ -164,6 +164,7 @@ impl Queue {
         self.users.load(Ordering::SeqCst) == 0
             && self.cache.waiting() == 0
             && self.leases_out() == 0
+            && !self.settling_leases()
             && !self.idempotency.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
@@ -208,6 +209,8 @@ pub struct QueueService {
     markers: Arc<ClaimMarkers>,
     group: Arc<GroupCommit>,
     background: TaskTracker,
+    /// What each queue's leases leave behind, kept when an idle dynamic queue closes.
+    lease_memories: LeaseMemories,
 }
 
 impl QueueService {
@@ -239,6 +242,7 @@ impl QueueService {
             markers,
             group,
             background: TaskTracker::new(),
+            lease_memories: LeaseMemories::default(),
         });
         tasks.spawn({
             let service = Arc::downgrade(&service);
@@ -303,14 +307,21 @@ impl QueueService {
         Ok(used)
     }
 
-    /// The queue called `name` if this process has it open (declared queues always are); for
-    /// lease steps, which only an open queue can have. Touches nothing.
+    /// The queue called `name` if this process has it open (declared queues always are), or a
+    /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
+    /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
     pub fn open_only(&self, name: &str) -> Result<QueueRef, QueueError> {
         check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get(name) {
             Some(queue) => Ok(Self::use_queue(queue)),
             None if self.config.queues.contains_key(name) => {
+                drop(queues);
+                self.open(name)
+            },
+            // A dynamic queue closed idle since it leased: open it again with its lease memory,
+            // so a late retry of a step answers as the step did.
+            None if self.config.queues_dynamic && self.lease_memories.remembers(name) => {
                 drop(queues);
                 self.open(name)
             },
@@ -444,7 +455,7 @@ impl QueueService {
             session: self.session.clone(),
             qm: self.metrics.queue(name),
             cache: cache.clone(),
-            leases: LeaseTable::default(),
+            leases: LeaseTable::new(self.lease_memories.open(name)),
             idempotency: Idempotency::new(
                 &Layout::new(&self.config.zookeeper.root),
                 name,
@@ -533,6 +544,7 @@ impl QueueService {
             let Some(queue) = queues.remove(&name) else { continue };
             queue.stop.cancel();
             self.metrics.forget_queue(&name);
+            self.lease_memories.closed(&name);
             let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
             *dynamic = dynamic.saturating_sub(1);
             tracing::debug!(queue = %name, "closed an idle dynamic queue");

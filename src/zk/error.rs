@@ -77,12 +77,15 @@ impl From<zkc::Error> for ZkError {
             E::NotEmpty => ZkError::NotEmpty,
             // A check op in a CheckWriter that failed on NoNode/BadVersion.
             E::RuntimeInconsistent => ZkError::BadVersion,
-            E::SessionExpired | E::ClientClosed | E::SessionMoved => ZkError::SessionLost,
+            E::SessionExpired | E::ClientClosed => ZkError::SessionLost,
             E::NoHosts => ZkError::Unavailable,
             E::NoAuth | E::AuthFailed => ZkError::NotAuthorized,
             // A broken connection surfaces as ConnectionLoss, Timeout or a Custom I/O error:
             // the request may have been applied.
-            E::ConnectionLoss | E::Timeout | E::Custom(_) | E::Throttled => ZkError::OutcomeUnknown,
+            // SessionMoved: the session lives on (it moved to another server while this request
+            // was on its way); the crate keeps the session, and ephemeral nodes stay. Whether the
+            // request applied is for the evidence to say, as after a lost answer.
+            E::ConnectionLoss | E::Timeout | E::Custom(_) | E::Throttled | E::SessionMoved => ZkError::OutcomeUnknown,
             other => ZkError::Rejected(other.to_string()),
         }
     }
@@ -104,6 +107,7 @@ mod tests {
         assert_eq!(ZkError::from(zkc::Error::Timeout), ZkError::OutcomeUnknown);
         assert_eq!(ZkError::from(zkc::Error::SessionExpired), ZkError::SessionLost);
         assert_eq!(ZkError::from(zkc::Error::ClientClosed), ZkError::SessionLost);
+        assert_eq!(ZkError::from(zkc::Error::SessionMoved), ZkError::OutcomeUnknown, "the session lives on");
         assert_eq!(ZkError::from(zkc::Error::BadVersion), ZkError::BadVersion);
         assert_eq!(ZkError::from(zkc::Error::NoAuth), ZkError::NotAuthorized);
         assert!(matches!(ZkError::from(zkc::Error::QuotaExceeded), ZkError::Rejected(_)));

@@ -82,6 +82,9 @@ pub enum Fault {
     Hold,
     /// Forward it untouched: a placeholder, so that a fault armed after it hits a later request.
     Pass,
+    /// Do not forward it; answer it with this ZooKeeper error code (e.g. -118, SESSIONMOVED) and
+    /// an empty body, keeping the connection: the server never sees the request.
+    AnswerError(i32),
 }
 
 /// How a held request is let go.
@@ -361,6 +364,8 @@ async fn serve(client: TcpStream, upstream: String, shared: Arc<Shared>, closed:
     let (mut server_read, mut server_write) = server.into_split();
     // Replies to discard: xid → the fault that asked for it.
     let drops: Arc<Mutex<HashMap<i32, Arc<ArmState>>>> = Arc::default();
+    // Replies the proxy makes up itself (`Fault::AnswerError`), for the downward side to send.
+    let (inject, mut injected) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
 
     let upward = {
         let (shared, closed, drops) = (shared.clone(), closed.clone(), drops.clone());
@@ -397,6 +402,16 @@ async fn serve(client: TcpStream, upstream: String, shared: Arc<Shared>, closed:
                             Some(Fault::DropAnswer) => {
                                 drops.lock().expect("lock").insert(header.xid, state.clone());
                             },
+                            Some(Fault::AnswerError(err)) => {
+                                let mut reply = Vec::with_capacity(16);
+                                reply.extend_from_slice(&header.xid.to_be_bytes());
+                                reply.extend_from_slice(&0i64.to_be_bytes());
+                                reply.extend_from_slice(&err.to_be_bytes());
+                                let _ = inject.send(reply);
+                                state.fired.send_replace(true);
+                                first = false;
+                                continue;
+                            },
                             _ => {},
                         }
                     }
@@ -416,6 +431,12 @@ async fn serve(client: TcpStream, upstream: String, shared: Arc<Shared>, closed:
             loop {
                 let frame = tokio::select! {
                     _ = closed.cancelled() => return,
+                    Some(reply) = injected.recv() => {
+                        if client_write.write_all(&with_length(&reply)).await.is_err() {
+                            return closed.cancel();
+                        }
+                        continue;
+                    },
                     frame = read_frame(&mut server_read) => frame,
                 };
                 let Some(frame) = frame else { return closed.cancel() };

@@ -23,6 +23,7 @@ mod exactly_once;
 mod hardening;
 mod harness;
 mod idempotency;
+mod lease_evidence;
 mod leases;
 mod opskit;
 mod proxy;

@@ -12,6 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::names;
 use super::super::{Queue, QueueError, envelope};
 use super::{Step, due_leases};
+
+/// How often the reaper tries to settle leases of a lost session while ZooKeeper cannot say.
+const SETTLE_EVERY: Duration = Duration::from_secs(1);
 use crate::zk::{Zk, ZkError, ZkSession};
 
 impl Queue {
@@ -22,10 +25,15 @@ impl Queue {
             let next = {
                 let state = self.leases.lock();
                 let now = Instant::now();
-                // A lease already due wakes the reaper at once; otherwise the next expiry does.
-                match due_leases(state.live.iter().map(|(t, l)| (*t, l.expires_at)), now) {
+                // A lease already due wakes the reaper at once; otherwise the next expiry does,
+                // or, while leases of a lost session wait to be settled, a second.
+                let next = match due_leases(state.live.iter().map(|(t, l)| (*t, l.expires_at)), now) {
                     (due, _) if !due.is_empty() => Some(now),
                     (_, next) => next,
+                };
+                match (state.settling.is_empty(), next) {
+                    (true, next) => next,
+                    (false, next) => Some(next.map_or(now + SETTLE_EVERY, |at| at.min(now + SETTLE_EVERY))),
                 }
             };
             tokio::select! {
@@ -40,6 +48,14 @@ impl Queue {
                     continue;
                 },
                 _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
+            }
+            // Leases of a lost session: stop at the first that ZooKeeper cannot settle yet (the
+            // others would wait as long), and try again in a second.
+            let settling: Vec<u128> = self.leases.lock().settling.keys().copied().collect();
+            for token in settling {
+                if !self.settle(token, Instant::now() + self.session.request_timeout()).await {
+                    break;
+                }
             }
             let now = Instant::now();
             let due = {
@@ -111,11 +127,20 @@ impl Queue {
         }
     }
 
+    /// Forgets the leases of sessions older than `generation`: their locks are gone. A lease
+    /// whose last step's answer was lost is kept to be settled by that step's claim marker.
     fn forget_older_sessions(&self, generation: u64) {
         let mut state = self.leases.lock();
-        let before = state.live.len();
-        state.live.retain(|_, lease| lease.zk.generation() >= generation);
-        let stale = before - state.live.len();
+        let stale: Vec<u128> =
+            state.live.iter().filter(|(_, lease)| lease.zk.generation() < generation).map(|(t, _)| *t).collect();
+        for token in &stale {
+            if let Some(lease) = state.live.remove(token)
+                && lease.unresolved.as_ref().is_some_and(|u| u.marker.is_some())
+            {
+                state.settling.insert(*token, lease);
+            }
+        }
+        let stale = stale.len();
         drop(state);
         if stale > 0 {
             self.qm.leases_in_flight.sub(i64::try_from(stale).unwrap_or(0));

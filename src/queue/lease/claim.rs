@@ -16,13 +16,16 @@ use super::super::candidate::{Declined, Read};
 use super::super::names::ItemName;
 use super::super::take::SETTLE_RETRIES;
 use super::super::{Message, Queue, envelope};
-use super::{Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter};
+use super::{
+    LOCK_VERSION, Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter,
+};
 use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
 /// Operation indexes of each candidate's operations in a lease's claim transaction: its lock,
-/// then the version check of its node (at 1), then its delivery count.
+/// the lock's first write (at 1, which makes it [`LOCK_VERSION`]), the version check of its node
+/// (at 2), then its delivery count.
 const LOCK_OP: usize = 0;
-const COUNT_OP: usize = 2;
+const COUNT_OP: usize = 3;
 
 /// What a lease's claim writes besides the node: its lock and the delivery count.
 pub(in crate::queue) struct LeaseClaim {
@@ -98,12 +101,15 @@ impl LeaseClaim {
             Some(version) => TxnOp::SetData { path: counter, data, version: Some(version) },
             None => TxnOp::Create { path: counter, data, mode: NodeMode::Persistent },
         };
-        let mut ops = Vec::with_capacity(split_ops.len() + 3);
+        let mut ops = Vec::with_capacity(split_ops.len() + 4);
         ops.push(TxnOp::Create {
             path: claim.lock.to_owned(),
             data: claim.claim_id.to_vec(),
             mode: NodeMode::Ephemeral,
         });
+        // Written once, so that only a lock zkq created has version LOCK_VERSION: every later
+        // step deletes it only at that version, never a Curator consumer's lock of the same name.
+        ops.push(TxnOp::SetData { path: claim.lock.to_owned(), data: claim.claim_id.to_vec(), version: Some(0) });
         ops.push(check);
         ops.push(count_op);
         ops.extend(split_ops);
@@ -214,10 +220,7 @@ impl Queue {
             self.cache.insert_local(item);
         }
         let expires_at_ms = epoch_ms_after(visibility);
-        let token = {
-            let mut state = self.leases.lock();
-            self.leases.issue(&mut state, zk.session_id())
-        };
+        let token = self.leases.issue(zk.session_id());
         let grant = LeaseGrant {
             receipt: Receipt::new(zk.session_id(), token),
             expires_at_ms,
@@ -260,8 +263,10 @@ impl Queue {
                     }
                     let zk = zk.with_deadline(Instant::now() + queue.session.request_timeout());
                     match lock_is_ours(&zk, &lock, &claim_id).await {
-                        Ok(true) => match zk.delete(&lock, None).await {
-                            Ok(()) | Err(ZkError::NoNode | ZkError::SessionLost) => break queue.cache.reoffer(item),
+                        Ok(true) => match zk.delete(&lock, Some(LOCK_VERSION)).await {
+                            Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost) => {
+                                break queue.cache.reoffer(item);
+                            },
                             // Re-read the evidence: a lost delete answer may have applied.
                             Err(_) => pause.sleep().await,
                         },

@@ -15,24 +15,28 @@
 //! - Every step of a lease runs on the session that created its lock, so it is fenced: once that
 //!   session is gone, its lock is gone and every call on it fails, and a newer session refuses
 //!   older receipts (CURATOR-605 is the bug this prevents).
-//! - Nothing but a step of the lease itself removes its lock while its session lives, and steps
-//!   of one lease never overlap; so "our lock is gone" means "our step applied", and "our lock is
-//!   there with our claim id" means "it did not". ZooKeeper cannot check a node's owner inside a
-//!   transaction; this exclusion is what makes a retried step never touch another consumer's lock.
-//! - zkq never deletes a lock it does not hold.
+//! - A step that changes the message (ack, nack) creates a claim marker in its transaction: after
+//!   a lost answer the marker alone says whether it applied, also once the session (and the lock)
+//!   is gone. "Our lock is gone" is never read as "our ack applied": a Curator consumer's retried
+//!   delete can remove our lock. Only a release is judged by the lock (gone: its goal is met).
+//! - Steps of one lease never overlap, so a retried step never races another step of the lease.
+//! - zkq never deletes a lock it does not hold: its locks have version [`LOCK_VERSION`] (written
+//!   once in the claim's transaction) and every step deletes or checks them at that version.
 //! - Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree
 //!   Curator readers never look at; they survive restarts and are removed with the message.
 
 mod background;
 mod claim;
 mod dead_letter;
+mod memory;
 mod receipt;
+
+pub(super) use memory::{LeaseMemories, LeaseMemory};
 
 pub use receipt::{MalformedReceipt, Receipt};
 mod steps;
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -115,7 +119,15 @@ struct Lease {
     /// One step at a time per lease.
     turn: Arc<tokio::sync::Mutex<()>>,
     /// A step whose answer was lost; resolved before anything else happens to the lease.
-    unresolved: Option<Step>,
+    unresolved: Option<Unresolved>,
+}
+
+/// A step whose answer was lost, and its claim marker when its transaction created one (every
+/// step that changes the message does): the marker outlives the session, the lock does not.
+#[derive(Clone, Debug)]
+struct Unresolved {
+    step: Step,
+    marker: Option<String>,
 }
 
 impl Lease {
@@ -189,62 +201,53 @@ fn due_leases<'a>(leases: impl Iterator<Item = (u128, Instant)> + 'a, now: Insta
     (due, next)
 }
 
-/// How many leases completed by a client's ack or nack a queue remembers, so that a retry of a
-/// step that applied answers as the step did even after the lease left the table (the reaper can
-/// resolve a lost answer before the client's retry arrives). About 50 bytes each.
-pub const REMEMBERED_COMPLETIONS: usize = 4096;
+/// The version of every lock zkq creates for a lease: created and written once in the claim's
+/// transaction. A Curator consumer never writes its lock (version 0), so a step that deletes our
+/// lock at this version never removes a lock someone else created under the same name (after a
+/// Curator consumer's retried guaranteed delete removed ours).
+pub(super) const LOCK_VERSION: i32 = 1;
 
 #[derive(Default)]
 struct TableState {
     live: HashMap<u128, Lease>,
-    next_sequence: u64,
     /// Items this process is leasing right now (transaction in flight, not yet in `live`).
     claiming: HashSet<String>,
-    /// The step that completed each of the last [`REMEMBERED_COMPLETIONS`] leases a client's ack
-    /// or nack ended, oldest first in `completed_order`.
-    completed: HashMap<u128, Step>,
-    completed_order: VecDeque<u128>,
-}
-
-impl TableState {
-    fn remember_completion(&mut self, token: u128, step: Step) {
-        if self.completed.insert(token, step).is_none() {
-            self.completed_order.push_back(token);
-        }
-        while self.completed_order.len() > REMEMBERED_COMPLETIONS {
-            if let Some(oldest) = self.completed_order.pop_front() {
-                self.completed.remove(&oldest);
-            }
-        }
-    }
+    /// Leases of a lost session whose last step's answer was lost: its claim marker says whether
+    /// it applied. Settled by the reaper as soon as ZooKeeper answers (or by the client's retry);
+    /// at most the leases that were out.
+    settling: HashMap<u128, Lease>,
 }
 
 /// The leases of one queue.
-#[derive(Default)]
 pub struct LeaseTable {
     state: Mutex<TableState>,
     changed: Notify,
-    key: receipt::ReceiptKey,
-    /// Numbers the claim ids of this process's lock nodes.
-    claims: AtomicU64,
+    /// What outlives the queue (receipt key, numbering, remembered completions).
+    memory: Arc<LeaseMemory>,
 }
 
 impl LeaseTable {
+    pub(super) fn new(memory: Arc<LeaseMemory>) -> LeaseTable {
+        LeaseTable { state: Mutex::default(), changed: Notify::new(), memory }
+    }
+
     fn lock(&self) -> MutexGuard<'_, TableState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new token for a lease of `session_id`.
-    fn issue(&self, state: &mut TableState, session_id: i64) -> u128 {
-        let sequence = state.next_sequence;
-        state.next_sequence += 1;
-        self.key.token(session_id, sequence)
+    fn issue(&self, session_id: i64) -> u128 {
+        self.memory.key.token(session_id, self.memory.next_sequence())
+    }
+
+    /// Whether this process issued `token` for `session_id` (on this queue).
+    fn issued(&self, session_id: i64, token: u128) -> bool {
+        self.memory.key.issued(session_id, token)
     }
 
     /// Lock data no other lease (of any process) ever writes.
     fn claim_id(&self, zk: &Zk) -> Vec<u8> {
-        let n = self.claims.fetch_add(1, Ordering::Relaxed);
-        format!("zkq-{:016x}-{n}", zk.session_id()).into_bytes()
+        format!("zkq-{:016x}-{}", zk.session_id(), self.memory.next_claim()).into_bytes()
     }
 }
 
@@ -322,6 +325,11 @@ impl Queue {
         })
     }
 
+    /// Whether leases of a lost session wait to be settled (the queue stays open for its reaper).
+    pub(super) fn settling_leases(&self) -> bool {
+        !self.leases.lock().settling.is_empty()
+    }
+
     /// Leases out and being claimed.
     pub(super) fn leases_out(&self) -> usize {
         let state = self.leases.lock();
@@ -348,14 +356,19 @@ impl Queue {
         let Receipt { session_id, token } = receipt;
         let state = self.leases.lock();
         let lease = state.live.get(&token).filter(|lease| lease.zk.session_id() == session_id).map(Lease::view);
-        receipt_check(lease, self.leases.key.issued(session_id, token), Instant::now())
+        receipt_check(lease, self.leases.issued(session_id, token), Instant::now())
             .map(|()| token)
             .map_err(|check| check.into_error(receipt))
     }
 
-    /// Ends a lease in the table (its lock is gone or about to be).
+    /// Ends a lease in the table (its lock is gone or about to be), or the settlement of a lease
+    /// of a lost session.
     fn end_lease(&self, token: u128) -> Option<Lease> {
-        let lease = self.leases.lock().live.remove(&token);
+        let lease = {
+            let mut state = self.leases.lock();
+            state.settling.remove(&token);
+            state.live.remove(&token)
+        };
         if lease.is_some() {
             self.qm.leases_in_flight.dec();
         }
@@ -386,21 +399,6 @@ mod tests {
 
     fn live(open: bool, expires_in: Duration, unresolved: bool) -> Option<LeaseView> {
         Some(LeaseView { open, expires_at: Instant::now() + expires_in, unresolved })
-    }
-
-    #[test]
-    fn completions_are_remembered_for_the_last_few_thousand_leases_only() {
-        let mut state = TableState::default();
-        let total = REMEMBERED_COMPLETIONS as u128 + 10;
-        for token in 0..total {
-            state.remember_completion(token, Step::Ack);
-        }
-        state.remember_completion(total - 1, Step::Ack); // a second record of one lease adds nothing
-        assert_eq!(state.completed.len(), REMEMBERED_COMPLETIONS);
-        assert_eq!(state.completed_order.len(), REMEMBERED_COMPLETIONS);
-        assert_eq!(state.completed.get(&9), None, "the oldest are forgotten first");
-        assert_eq!(state.completed.get(&10), Some(&Step::Ack));
-        assert_eq!(state.completed.get(&(total - 1)), Some(&Step::Ack));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,11 +1,13 @@
 //! The steps of a lease: ack, nack, extend, expiry, abandon and shutdown release.
 //!
-//! Every step that ends a lease runs one transaction that deletes the lease's lock, so "our lock
-//! is gone" is the evidence that it applied (see the module invariants). Steps of one lease take
-//! turns (`Lease::turn`); a step whose answer was lost and could not be resolved in time marks the
-//! lease `unresolved`, and the next step of that lease (a client's retry, or the reaper) resolves
-//! it first. So a retried ack whose first attempt applied answers 204, and no retry ever deletes
-//! a lock another consumer took after ours was released.
+//! Every step that ends a lease runs one transaction that deletes the lease's lock; one that
+//! changes the message also creates a claim marker, the evidence that it applied (see the module
+//! invariants); a release is judged by the lock. Steps of one lease take turns (`Lease::turn`); a
+//! step whose answer was lost and could not be resolved in time marks the lease `unresolved`, and
+//! the next step of that lease (a client's retry, or the reaper) resolves it first; if the session
+//! is lost meanwhile, the lease waits in `settling` for its marker to be read. So a retried ack
+//! whose first attempt applied answers 204, and no retry ever deletes a lock another consumer took
+//! after ours was released.
 //!
 //! Ack and nack(delete) are one completion path: remove the message, the lock and the count (a
 //! leased node always holds one item: a Curator putMulti node is split when it is leased).
@@ -17,9 +19,12 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
-use super::{Lease, NackMode, OnExpiry, Receipt, Step, counter_bytes, epoch_ms_after, lock_is_ours};
+use super::{
+    LOCK_VERSION, Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours,
+};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
 
@@ -107,19 +112,19 @@ impl Queue {
             Ok(token) => self.run_step(token, Step::Ack).await,
             Err(err) => Err(err),
         };
-        self.as_retry_of(receipt, Step::Ack, result)
+        self.as_retry_of(receipt, Step::Ack, result).await
     }
 
     async fn nack_now(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
         let step = Step::Nack { mode, delay };
         let token = match self.open_lease(receipt) {
             Ok(token) => token,
-            Err(err) => return self.as_retry_of(receipt, step, Err(err)),
+            Err(err) => return self.as_retry_of(receipt, step, Err(err)).await,
         };
         let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay);
         if delay.is_zero() || !held {
             let result = self.run_step(token, step).await;
-            return self.as_retry_of(receipt, step, result);
+            return self.as_retry_of(receipt, step, result).await;
         }
         // Keep the lock for `delay`, then release (keep) or requeue: the message stays invisible
         // meanwhile. The client's receipt is spent.
@@ -135,6 +140,8 @@ impl Queue {
         if !updated {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
+        // The client's step is done: its retry (the answer lost on the way) answers as it did.
+        self.leases.memory.remember_completion(token, step);
         self.qm.nacked(mode).inc();
         Ok(())
     }
@@ -147,7 +154,7 @@ impl Queue {
         let lease = self.lease_snapshot(token)?;
         let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
         // One transaction on the lease's session that checks its lock still exists.
-        if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: 0 }]).await {
+        if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: LOCK_VERSION }]).await {
             return match err.error {
                 ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost => {
                     self.end_lease(token);
@@ -165,19 +172,80 @@ impl Queue {
 
     /// A client's step that finds its lease ended answers as that step did when the lease ended
     /// by this very step (a retry after a lost answer, resolved meanwhile by the reaper or by an
-    /// earlier retry); any other answer stands.
-    fn as_retry_of(&self, receipt: Receipt, step: Step, result: Result<(), QueueError>) -> Result<(), QueueError> {
-        match result {
-            Err(QueueError::LeaseLost(_)) if self.completed_by(receipt, step) => Ok(()),
-            other => other,
+    /// earlier retry); any other answer stands. A lease of a lost session whose last step is still
+    /// being settled is settled first: until its marker can be read, the answer is 504.
+    async fn as_retry_of(
+        &self,
+        receipt: Receipt,
+        step: Step,
+        result: Result<(), QueueError>,
+    ) -> Result<(), QueueError> {
+        let Err(QueueError::LeaseLost(why)) = result else { return result };
+        if self.is_settling(receipt) {
+            self.settle(receipt.token, Instant::now() + self.session.request_timeout()).await;
+            if self.is_settling(receipt) {
+                return Err(QueueError::Zk(ZkError::OutcomeUnknown));
+            }
         }
+        if self.completed_by(receipt, step) { Ok(()) } else { Err(QueueError::LeaseLost(why)) }
+    }
+
+    /// Whether `receipt` names a lease of a lost session whose last step is being settled.
+    fn is_settling(&self, receipt: Receipt) -> bool {
+        self.leases.issued(receipt.session_id, receipt.token)
+            && self
+                .leases
+                .lock()
+                .settling
+                .get(&receipt.token)
+                .is_some_and(|lease| lease.zk.session_id() == receipt.session_id)
+    }
+
+    /// Settles a lease of a lost session by its last step's claim marker: applied, the step is
+    /// booked (and remembered for the client's retry); not applied, the lease just ends (its lock
+    /// died with the session: the message is delivered again). Unknown, it stays to settle;
+    /// false then.
+    pub(super) async fn settle(&self, token: u128, deadline: Instant) -> bool {
+        let Some(lease) = self.leases.lock().settling.get(&token).cloned() else { return true };
+        let turn = lease.turn.clone();
+        let _turn = turn.lock().await;
+        if !self.leases.lock().settling.contains_key(&token) {
+            return true; // settled meanwhile
+        }
+        let Some(Unresolved { step, marker: Some(marker) }) = lease.unresolved.clone() else {
+            self.end_lease(token);
+            return true;
+        };
+        match self.markers.outcome(&marker, deadline).await {
+            Outcome::Applied => self.step_applied(token, &lease, step, None).await,
+            Outcome::NotApplied => {
+                self.end_lease(token);
+            },
+            Outcome::Unknown(_) => return false,
+        }
+        true
+    }
+
+    /// Keeps a step whose outcome is unknown for later: on its live lease (resolved before
+    /// anything else happens to it), or, when its session was lost meanwhile, to be settled by
+    /// its marker.
+    fn keep_unresolved(&self, token: u128, lease: &Lease, unresolved: Unresolved) {
+        let has_marker = unresolved.marker.is_some();
+        let kept = unresolved.clone();
+        if self.update_lease(token, |lease| lease.unresolved = Some(kept)) || !has_marker {
+            return;
+        }
+        let mut settling = lease.clone();
+        settling.unresolved = Some(unresolved);
+        self.leases.lock().settling.insert(token, settling);
+        self.leases.changed.notify_one();
     }
 
     /// Whether `receipt` names a lease this process issued and that `step` completed
-    /// (remembered for the last [`super::REMEMBERED_COMPLETIONS`] completions of the queue).
+    /// (remembered for the last [`super::memory::REMEMBERED_COMPLETIONS`] completions of the queue).
     fn completed_by(&self, receipt: Receipt, step: Step) -> bool {
-        self.leases.key.issued(receipt.session_id, receipt.token)
-            && self.leases.lock().completed.get(&receipt.token) == Some(&step)
+        self.leases.issued(receipt.session_id, receipt.token)
+            && self.leases.memory.completed_by(receipt.token) == Some(step)
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
@@ -216,10 +284,44 @@ impl Queue {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self.step_txn(&lease, effect, deadline).await {
+            // A step that changes the message leaves evidence that outlives the session.
+            let marker = (effect != Effect::Release).then(|| self.markers.next(&lease.zk));
+            match self.step_txn(&lease, effect, marker.as_deref(), deadline).await {
                 Ok(created) => {
+                    if let Some(marker) = marker {
+                        self.markers.applied(marker);
+                    }
                     self.step_applied(token, &lease, step, created).await;
                     return Ok(());
+                },
+                // Its marker decides, whatever became of the session.
+                Err(ZkError::OutcomeUnknown | ZkError::SessionLost) if let Some(marker) = marker => {
+                    match self.markers.outcome(&marker, deadline).await {
+                        Outcome::Applied => {
+                            self.step_applied(token, &lease, step, None).await;
+                            return Ok(());
+                        },
+                        Outcome::NotApplied => {
+                            match lock_is_ours(&lease.zk.with_deadline(deadline), &lease.lock, &lease.claim_id).await {
+                                Ok(true) if attempts < 2 && Instant::now() < deadline => {},
+                                Ok(true) | Err(ZkError::Unavailable | ZkError::OutcomeUnknown) => {
+                                    return Err(QueueError::Zk(ZkError::Unavailable));
+                                },
+                                // Not applied, and our lock is gone: with the session, or by
+                                // someone else's hand. The message is delivered again.
+                                Ok(false) | Err(ZkError::SessionLost) => {
+                                    self.end_lease(token);
+                                    return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
+                                },
+                                // Not applied; the lease stays for a retry.
+                                Err(err) => return Err(QueueError::Zk(err)),
+                            }
+                        },
+                        Outcome::Unknown(_) => {
+                            self.keep_unresolved(token, &lease, Unresolved { step, marker: Some(marker) });
+                            return Err(QueueError::Zk(ZkError::OutcomeUnknown));
+                        },
+                    }
                 },
                 Err(ZkError::OutcomeUnknown) => {
                     match lock_is_ours(&lease.zk.with_deadline(deadline), &lease.lock, &lease.claim_id).await {
@@ -234,7 +336,7 @@ impl Queue {
                             return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
                         },
                         Err(_) => {
-                            self.update_lease(token, |lease| lease.unresolved = Some(step));
+                            self.keep_unresolved(token, &lease, Unresolved { step, marker: None });
                             return Err(QueueError::Zk(ZkError::OutcomeUnknown));
                         },
                     }
@@ -243,22 +345,23 @@ impl Queue {
                     self.end_lease(token);
                     return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
                 },
-                // Our lock is gone although our session lives: only a hand on ZooKeeper does
-                // that. For a release that is the goal; for anything else the message may be
-                // anywhere now.
-                Err(ZkError::NoNode) if effect == Effect::Release => {
+                // Our lock is gone although our session lives (someone else's lock may stand in
+                // its place, which the version kept us from deleting). For a release that is the
+                // goal; for anything else the message may be anywhere now.
+                Err(ZkError::NoNode | ZkError::BadVersion) if effect == Effect::Release => {
                     self.step_applied(token, &lease, step, None).await;
                     return Ok(());
                 },
-                // The message was changed or removed by a consumer that ignores locks: the lease
-                // is void. Release our lock (a release step never fails this way).
+                // The message was changed or removed by a consumer that ignores locks, or our lock
+                // was removed (a Curator consumer's retried delete) or replaced: the lease is void.
+                // Release our lock if it is still there (a release step never fails this way).
                 Err(ZkError::NoNode | ZkError::BadVersion) => {
                     if effect != Effect::Release {
-                        let _ = self.step_txn(&lease, Effect::Release, deadline).await;
+                        let _ = self.step_txn(&lease, Effect::Release, None, deadline).await;
                     }
                     self.end_lease(token);
                     return Err(QueueError::LeaseLost(
-                        "the message was changed or removed by a consumer that ignores locks".to_owned(),
+                        "the message or its lock was changed or removed by another client".to_owned(),
                     ));
                 },
                 Err(err) => return Err(QueueError::Zk(err)),
@@ -270,8 +373,27 @@ impl Queue {
     /// true when it applied and was `step` itself (a retry): the lease is then complete.
     async fn resolve_previous(&self, token: u128, step: Option<Step>) -> Result<bool, QueueError> {
         let lease = self.lease_snapshot(token)?;
-        let Some(previous) = lease.unresolved else { return Ok(false) };
-        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let Some(Unresolved { step: previous, marker }) = lease.unresolved.clone() else { return Ok(false) };
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = lease.zk.with_deadline(deadline);
+        if let Some(marker) = marker {
+            return match self.markers.outcome(&marker, deadline).await {
+                Outcome::Applied => {
+                    self.step_applied(token, &lease, previous, None).await;
+                    if step == Some(previous) {
+                        Ok(true)
+                    } else {
+                        Err(QueueError::LeaseLost(format!("the lease ended: {} of it completed", previous.describe())))
+                    }
+                },
+                // Not applied: the lease goes on (if its lock is gone, its next step finds out).
+                Outcome::NotApplied => {
+                    self.update_lease(token, |lease| lease.unresolved = None);
+                    Ok(false)
+                },
+                Outcome::Unknown(err) => Err(QueueError::Zk(err)),
+            };
+        }
         match lock_is_ours(&zk, &lease.lock, &lease.claim_id).await {
             Ok(true) => {
                 self.update_lease(token, |lease| lease.unresolved = None);
@@ -293,14 +415,22 @@ impl Queue {
         }
     }
 
-    /// Runs the transaction of `effect`; for a requeue, answers the new node's name.
-    async fn step_txn(&self, lease: &Lease, effect: Effect, deadline: Instant) -> Result<Option<String>, ZkError> {
+    /// Runs the transaction of `effect` (creating `marker` with it); for a requeue, answers the
+    /// new node's name.
+    async fn step_txn(
+        &self,
+        lease: &Lease,
+        effect: Effect,
+        marker: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Option<String>, ZkError> {
         let zk = lease.zk.with_deadline(deadline);
         let item_path = lease.item_path(&self.path);
-        let lock = TxnOp::Delete { path: lease.lock.clone(), version: None };
+        // Only our lock: one created under the same name by someone else has another version.
+        let lock = TxnOp::Delete { path: lease.lock.clone(), version: Some(LOCK_VERSION) };
         let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
         let mut ops = match effect {
-            Effect::Release => return zk.delete(&lease.lock, None).await.map(|()| None),
+            Effect::Release => return zk.delete(&lease.lock, Some(LOCK_VERSION)).await.map(|()| None),
             Effect::Complete => {
                 vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, lock, counter]
             },
@@ -322,18 +452,31 @@ impl Queue {
                 vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, create, lock, counter]
             },
         };
+        if let Some(marker) = marker {
+            ops.insert(0, ClaimMarkers::create_op(marker));
+        }
         // The delivery count goes with the message; it may be missing (counted by an older zkq).
+        // The marker directory may be missing too (first use, or removed by hand).
         // Through group commit: acks in flight together share one transaction.
-        let results = match self.group.submit(&self.background, &zk, ops.clone()).await {
-            Ok(results) => results,
-            Err(err) if err.error == ZkError::NoNode && err.index == Some(ops.len() - 1) => {
-                ops.pop();
-                self.group.submit(&self.background, &zk, ops).await.map_err(|e| e.error)?
-            },
-            Err(err) => return Err(err.error),
+        let (mut counted, mut marker_dir) = (true, marker.is_none());
+        let results = loop {
+            match self.group.submit(&self.background, &zk, ops.clone()).await {
+                Ok(results) => break results,
+                Err(err) if err.error == ZkError::NoNode && counted && err.index == Some(ops.len() - 1) => {
+                    ops.pop();
+                    counted = false;
+                },
+                Err(err) if err.error == ZkError::NoNode && !marker_dir && err.index == Some(0) => {
+                    zk.ensure_path(self.markers.dir()).await?;
+                    marker_dir = true;
+                },
+                Err(err) => return Err(err.error),
+            }
         };
+        // The requeued node (not the marker).
+        let queue_dir = format!("{}/", self.path);
         Ok(results.into_iter().find_map(|r| match r {
-            TxnResult::Created(path) => path.rsplit('/').next().map(str::to_owned),
+            TxnResult::Created(path) if path.starts_with(&queue_dir) => path.rsplit('/').next().map(str::to_owned),
             _ => None,
         }))
     }
@@ -342,7 +485,7 @@ impl Queue {
     async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
         self.end_lease(token);
         if matches!(step, Step::Ack | Step::Nack { .. }) {
-            self.leases.lock().remember_completion(token, step);
+            self.leases.memory.remember_completion(token, step);
         }
         match step.effect(lease.on_expiry) {
             Effect::Complete => self.cache.removed_local(),
