@@ -191,12 +191,13 @@ impl Queue {
                     LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.deliveries_path)
                 },
             };
+            let sent = Instant::now();
             match self.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {},
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
                     let deadline = Instant::now() + self.session.request_timeout();
                     let outcome = match (&marker, chosen.first()) {
-                        (Some(marker), _) => self.markers.outcome(marker, deadline).await,
+                        (Some(marker), _) => self.markers.outcome(marker, sent, deadline).await,
                         (None, Some(Ready::Lease { prepared, .. })) => {
                             match lock_is_ours(&zk.with_deadline(deadline), &prepared.lock, &prepared.claim_id).await {
                                 Ok(true) => Outcome::Applied,
@@ -216,8 +217,8 @@ impl Queue {
                             self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
                             return Err(ZkError::Unavailable.into());
                         },
-                        Outcome::Unknown(_) => {
-                            self.settle_unknown_later(zk, chosen, marker);
+                        Outcome::Unknown(_) | Outcome::TooOld => {
+                            self.settle_unknown_later(zk, chosen, marker, sent);
                             return Ok(delivered);
                         },
                     }
@@ -356,7 +357,7 @@ impl Queue {
     /// A claim whose outcome ZooKeeper could not tell in time, settled in the background once it
     /// can: taken messages put back or candidates offered again (by the take's marker), created
     /// locks released (by each lease's claim id).
-    fn settle_unknown_later(self: &Arc<Self>, zk: &Zk, chosen: Vec<Ready<'_>>, marker: Option<String>) {
+    fn settle_unknown_later(self: &Arc<Self>, zk: &Zk, chosen: Vec<Ready<'_>>, marker: Option<String>, sent: Instant) {
         let mut taken = Vec::new();
         let mut leased = Vec::new();
         for ready in chosen {
@@ -372,7 +373,7 @@ impl Queue {
         }
         self.cache.contended();
         if let Some(marker) = marker {
-            self.settle_claims_later(taken, marker);
+            self.settle_claims_later(taken, marker, sent);
         }
         if !leased.is_empty() {
             self.release_unknown_claims_later(zk.clone(), leased);

@@ -1,0 +1,116 @@
+//! Bounds of claims: claim markers judged by ZooKeeper's clock and settlements that stop before
+//! a missing marker stops proving anything.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use zkq::config::Config;
+
+use crate::harness::*;
+use crate::proxy::{Fault, ZkProxy, op};
+
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(30);
+
+fn epoch_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
+}
+
+/// A configuration whose claim markers are stale after `age` (and whose requests time out
+/// after a second, so that `age` may be short).
+fn short_markers(zk: &(impl ConnectTarget + ?Sized), root: &str, age: Duration) -> Config {
+    let mut config = test_config(zk, root);
+    config.zookeeper.request_timeout = Duration::from_secs(1);
+    config.zookeeper.session_timeout = Duration::from_secs(30);
+    config.take.claim_marker_age = age;
+    config
+}
+
+async fn node_exists(client: &zookeeper_client::Client, path: &str) -> bool {
+    client.check_stat(path).await.expect("exists").is_some()
+}
+
+/// A marker whose creator's clock ran two hours behind (the time in its name is two hours old)
+/// but that ZooKeeper created just now is not stale: the sweep judges its `ctime`. Once it is
+/// older than the marker age by ZooKeeper's clock, it is swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_named_two_hours_ago_but_created_now_is_not_swept_until_zookeeper_says_it_is_old() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-skew");
+    let direct = zk_client(zk).await;
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&root, &[], &persistent).await.expect("root");
+    let dir = format!("{root}/claims");
+    direct.create(&dir, &[], &persistent).await.expect("claims dir");
+    let marker = format!("{dir}/c-{}-00000000000000ab-0", epoch_ms() - 2 * 3600 * 1000);
+    direct.create(&marker, &[], &persistent).await.expect("marker");
+
+    // The default age (an hour): the sweep at start looks at the marker (it writes the marker
+    // directory to learn ZooKeeper's time) and keeps it.
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    eventually(SOON, "the sweep at start ran", || async {
+        let version = direct.check_stat(&dir).await.expect("exists").map_or(0, |stat| stat.version);
+        version >= 1 || !node_exists(&direct, &marker).await
+    })
+    .await;
+    assert!(node_exists(&direct, &marker).await, "a marker ZooKeeper created just now was swept as stale");
+    zkq.stop().await;
+
+    // An age of two seconds: by ZooKeeper's clock it becomes stale, and is swept.
+    let zkq = TestZkq::start_ready(short_markers(zk, &root, Duration::from_secs(2))).await;
+    eventually(SOON, "the marker, two seconds old by ZooKeeper's clock, is swept", || async {
+        !node_exists(&direct, &marker).await
+    })
+    .await;
+    zkq.stop().await;
+}
+
+/// A put-back (of a message whose taker left) whose answer was lost, while zkq cannot reach
+/// ZooKeeper for longer than the marker age: another zkq sweeps its marker meanwhile. The
+/// put-back applied; zkq must not read the swept marker as "not applied" and store the message
+/// a second time. It gives up, and counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_back_unsettled_past_the_marker_age_is_given_up_and_never_stored_twice() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-putback");
+    let age = Duration::from_secs(4);
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let a = TestZkq::start_ready(short_markers(&proxy, &root, age)).await;
+    let b = TestZkq::start_ready(short_markers(zk, &root, age)).await;
+    let direct = zk_client(zk).await;
+    let queue = format!("{root}/queues/q");
+    a.put_ok("q", b"M").await;
+
+    // The take's claim is held at the proxy while its client leaves.
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let request = a.http.post(a.url("/v1/queues/q/take?wait=5s"));
+    let client = tokio::spawn(async move { request.send().await });
+    tokio::time::timeout(SOON, held.held()).await.expect("the take's claim reached the proxy");
+    client.abort();
+    let _ = client.await;
+    let series = "zkq_http_requests_total{method=\"POST\",route=\"/v1/queues/{queue}/take\",status=\"499\"}";
+    eventually(SOON, "zkq saw the client leave", || async {
+        metric_value(&a.metrics().await, series).unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    // The claim applies; the message is put back, and that answer is lost; no reconnection.
+    let put_back = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    held.release_deliver();
+    tokio::time::timeout(SOON, put_back.fired()).await.expect("the put-back reached ZooKeeper");
+    assert_eq!(children(&direct, &queue).await.len(), 1, "the dropped answer was the put-back's, which applied");
+
+    // The other zkq sweeps every marker once ZooKeeper says it is older than the age.
+    eventually(SOON, "the markers are swept", || async {
+        children(&direct, &format!("{root}/claims")).await.is_empty()
+    })
+    .await;
+    proxy.refuse(false);
+    let given_up = "zkq_settlements_given_up_total{queue=\"q\"}";
+    eventually(SOON, "the put-back is settled or given up", || async {
+        metric_value(&a.metrics().await, given_up).unwrap_or(0.0) >= 1.0 || children(&direct, &queue).await.len() > 1
+    })
+    .await;
+    assert_eq!(children(&direct, &queue).await.len(), 1, "the message was stored twice");
+    assert_eq!(metric_value(&a.metrics().await, given_up), Some(1.0));
+    a.stop().await;
+    b.stop().await;
+}
