@@ -114,3 +114,94 @@ async fn a_put_back_unsettled_past_the_marker_age_is_given_up_and_never_stored_t
     a.stop().await;
     b.stop().await;
 }
+
+/// Leases one message from `zkq` and answers its delivery count.
+async fn delivery_count_of_next_lease(zkq: &TestZkq, queue: &str) -> String {
+    let response = zkq
+        .http
+        .post(zkq.url(&format!("/v1/queues/{queue}/leases?wait=5s&visibility=60s")))
+        .send()
+        .await
+        .expect("lease");
+    assert_eq!(response.status().as_u16(), 200, "lease");
+    response.headers()["zkq-delivery-count"].to_str().expect("ascii").to_owned()
+}
+
+/// A lease whose client left while its claim was in flight: the claim applies and is released,
+/// and the message, which no client received, is not counted as delivered: the next lease
+/// hands it out as its first delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_client_left_before_it_was_handed_out_counts_no_delivery() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-abandoned-lease");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    let a = TestZkq::start_ready(config).await;
+    let direct = zk_client(zk).await;
+    a.put_ok("q", b"M").await;
+
+    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    let request = a.http.post(a.url("/v1/queues/q/leases?wait=5s&visibility=60s"));
+    let client = tokio::spawn(async move { request.send().await });
+    tokio::time::timeout(SOON, held.held()).await.expect("the lease's claim reached the proxy");
+    client.abort();
+    let _ = client.await;
+    let series = "zkq_http_requests_total{method=\"POST\",route=\"/v1/queues/{queue}/leases\",status=\"499\"}";
+    eventually(SOON, "zkq saw the client leave", || async {
+        metric_value(&a.metrics().await, series).unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    held.release_deliver();
+    // The claim applied (and was booked), then its lock was released.
+    eventually(SOON, "the claim applied and its lock was released", || async {
+        metric_value(&a.metrics().await, "zkq_messages_leased_total{queue=\"q\"}").unwrap_or(0.0) >= 1.0
+            && children(&direct, &format!("{root}/locks/q")).await.is_empty()
+    })
+    .await;
+    assert_eq!(delivery_count_of_next_lease(&a, "q").await, "1", "a lease no client received was counted");
+    a.stop().await;
+}
+
+/// A lease's claim whose answer was lost while zkq could not reach ZooKeeper: it applied, and
+/// is released later, once ZooKeeper answers. No client received the message: the next lease
+/// (by another zkq) hands it out as its first delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_claim_released_after_a_lost_answer_counts_no_delivery() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-unknown-lease");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    config.zookeeper.request_timeout = Duration::from_secs(1);
+    let a = TestZkq::start_ready(config).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let direct = zk_client(zk).await;
+    b.put_ok("q", b"M").await;
+    eventually(SOON, "A sees the message", || async {
+        let response = a.http.get(a.url("/v1/queues/q")).send().await.expect("info");
+        let info: serde_json::Value = response.json().await.unwrap_or_default();
+        info["depth"].as_u64() == Some(1)
+    })
+    .await;
+    // The directories a first claim creates, so that the claim is one transaction.
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for dir in ["locks", "locks/q", "deliveries", "deliveries/q"] {
+        let _ = direct.create(&format!("{root}/{dir}"), &[], &persistent).await;
+    }
+
+    let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    let response = a.http.post(a.url("/v1/queues/q/leases?wait=0s&visibility=60s")).send().await.expect("lease");
+    assert!(lost.has_fired(), "the fault hit A's claim (answered {})", response.status());
+    assert_ne!(response.status().as_u16(), 200, "A cannot know whether its claim applied");
+    let locks = format!("{root}/locks/q");
+    assert_eq!(children(&direct, &locks).await.len(), 1, "the claim applied: its lock is there");
+    proxy.refuse(false);
+    eventually(SOON, "A releases the lock of its unknown claim", || async {
+        children(&direct, &locks).await.is_empty()
+    })
+    .await;
+    assert_eq!(delivery_count_of_next_lease(&b, "q").await, "1", "a lease no client received was counted");
+    a.stop().await;
+    b.stop().await;
+}

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
-use super::{Lease, NackMode, OnExpiry, Receipt, Step, counter_bytes, epoch_ms_after, lock_is_ours};
+use super::{Lease, NackMode, OnExpiry, Receipt, Step, counter_bytes, epoch_ms_after, lock_is_ours, release_uncounted};
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
 
@@ -32,6 +32,15 @@ enum Effect {
     Requeue(Duration),
     /// Delete the lock only.
     Release,
+    /// Delete the lock and take back the delivery count: no client received the message.
+    Return,
+}
+
+impl Effect {
+    /// Whether the message stays where it is, unlocked.
+    fn releases(self) -> bool {
+        matches!(self, Effect::Release | Effect::Return)
+    }
 }
 
 impl Step {
@@ -40,7 +49,9 @@ impl Step {
             Step::Ack | Step::Nack { mode: NackMode::Delete, .. } => Effect::Complete,
             Step::Nack { mode: NackMode::Requeue, delay } => Effect::Requeue(delay),
             Step::Expire if on_expiry == OnExpiry::Requeue => Effect::Requeue(Duration::ZERO),
-            Step::Nack { mode: NackMode::Keep, .. } | Step::Expire | Step::Abandon | Step::Shutdown => Effect::Release,
+            Step::Expire if on_expiry == OnExpiry::Return => Effect::Return,
+            Step::Abandon => Effect::Return,
+            Step::Nack { mode: NackMode::Keep, .. } | Step::Expire | Step::Shutdown => Effect::Release,
         }
     }
 
@@ -187,6 +198,7 @@ impl Queue {
             // No ZooKeeper now: let the reaper release it as soon as it can.
             self.update_lease(token, |lease| {
                 lease.open = false;
+                lease.on_expiry = OnExpiry::Return;
                 lease.expires_at = Instant::now();
             });
         }
@@ -246,14 +258,14 @@ impl Queue {
                 // Our lock is gone although our session lives: only a hand on ZooKeeper does
                 // that. For a release that is the goal; for anything else the message may be
                 // anywhere now.
-                Err(ZkError::NoNode) if effect == Effect::Release => {
+                Err(ZkError::NoNode) if effect.releases() => {
                     self.step_applied(token, &lease, step, None).await;
                     return Ok(());
                 },
                 // The message was changed or removed by a consumer that ignores locks: the lease
                 // is void. Release our lock (a release step never fails this way).
                 Err(ZkError::NoNode | ZkError::BadVersion) => {
-                    if effect != Effect::Release {
+                    if !effect.releases() {
                         let _ = self.step_txn(&lease, Effect::Release, deadline).await;
                     }
                     self.end_lease(token);
@@ -301,6 +313,7 @@ impl Queue {
         let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
         let mut ops = match effect {
             Effect::Release => return zk.delete(&lease.lock, None).await.map(|()| None),
+            Effect::Return => return release_uncounted(&zk, &lease.lock, &lease.uncount).await.map(|()| None),
             Effect::Complete => {
                 vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, lock, counter]
             },
@@ -359,7 +372,7 @@ impl Queue {
                     None => self.cache.mark_stale(),
                 }
             },
-            Effect::Release => self.cache.released_local(lease.item.clone()),
+            Effect::Release | Effect::Return => self.cache.released_local(lease.item.clone()),
         }
         match step {
             Step::Ack => self.qm.messages_acked.inc(),
