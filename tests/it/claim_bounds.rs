@@ -205,3 +205,96 @@ async fn a_lease_claim_released_after_a_lost_answer_counts_no_delivery() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A `?max=` take reads about its byte budget of bodies from ZooKeeper, not every candidate's:
+/// behind a small message wait 19 of 400 KB, and a take of up to 20 within a budget of 1 KiB
+/// gets the small one and one large one (the budget is passed by the message that crosses it),
+/// and ZooKeeper answers zkq one large message, not all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_take_reads_bodies_only_within_its_byte_budget() {
+    let zk = ZkServer::start();
+    let root = unique_root("claims-budget");
+    let mut config = test_config(&zk, &root);
+    config.api.max_message_bytes = 500_000;
+    config.api.max_batch_bytes = 1024;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"small").await;
+    let large = vec![b'x'; 400_000];
+    for _ in 0..19 {
+        zkq.put_ok("q", &large).await;
+    }
+    eventually(SOON, "zkq sees the 20 messages", || async {
+        let response = zkq.http.get(zkq.url("/v1/queues/q")).send().await.expect("info");
+        let info: serde_json::Value = response.json().await.unwrap_or_default();
+        info["depth"].as_u64() == Some(20)
+    })
+    .await;
+
+    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=20&wait=0s")).send().await.expect("take");
+    assert_eq!(response.status().as_u16(), 200, "take");
+    let taken: serde_json::Value = response.json().await.expect("json");
+    let messages = taken["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "the small message and the one that crosses the budget");
+    // Everything ZooKeeper answered this server's only client, zkq, since it started: the
+    // small message, one large one, and small answers.
+    let answered = zk.mntr("zk_response_bytes");
+    assert!(answered > 400_000.0, "ZooKeeper counts the bytes it answers ({answered})");
+    assert!(answered < 1_000_000.0, "ZooKeeper answered zkq {answered} bytes for a take of about 400 KB");
+    zkq.stop().await;
+}
+
+/// ZooKeeper requests zkq made so far, by operation (`zkq_zookeeper_requests_total`).
+fn zk_requests(metrics: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut requests = std::collections::BTreeMap::new();
+    for line in metrics.lines().filter(|line| line.starts_with("zkq_zookeeper_requests_total{")) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Some(operation) = series.split("operation=\"").nth(1).and_then(|rest| rest.split('"').next()) else {
+            continue;
+        };
+        *requests.entry(operation.to_owned()).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    requests
+}
+
+/// What the budget costs: a `?max=100` take of 100 small messages (the default byte budget)
+/// makes one `exists` per message besides its reads and its transactions. Prints the requests
+/// per message by operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_take_of_small_messages_costs_about_one_request_per_message() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-cost");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    for chunk in 0..2 {
+        let messages: Vec<serde_json::Value> =
+            (0..50).map(|n| serde_json::json!({ "text": format!("m{chunk}-{n}") })).collect();
+        let response = zkq
+            .http
+            .post(zkq.url("/v1/queues/q/batch"))
+            .json(&serde_json::json!({ "messages": messages }))
+            .send()
+            .await
+            .expect("batch put");
+        assert_eq!(response.status().as_u16(), 201, "batch put");
+    }
+    let before = zk_requests(&zkq.metrics().await);
+    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=100&wait=0s")).send().await.expect("take");
+    assert_eq!(response.status().as_u16(), 200, "take");
+    let taken: serde_json::Value = response.json().await.expect("json");
+    let count = taken["messages"].as_array().expect("messages").len();
+    assert_eq!(count, 100);
+    let after = zk_requests(&zkq.metrics().await);
+    let per_message: Vec<String> = after
+        .iter()
+        .map(|(operation, n)| (operation, n - before.get(operation).copied().unwrap_or(0.0)))
+        .filter(|(_, delta)| *delta > 0.0)
+        .map(|(operation, delta)| format!("{operation}={:.2}", delta / count as f64))
+        .collect();
+    let total: f64 = after.values().sum::<f64>() - before.values().sum::<f64>();
+    eprintln!(
+        "ZooKeeper requests per message of a ?max=100 take: {:.2} ({})",
+        total / count as f64,
+        per_message.join(" ")
+    );
+    assert!(total / (count as f64) < 1.2, "{total} ZooKeeper requests for {count} messages");
+    zkq.stop().await;
+}

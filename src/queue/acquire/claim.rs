@@ -1,7 +1,9 @@
 //! The one claim pipeline, for a take and a lease of one message or of many: read the
 //! candidates, then claim them in ONE transaction.
 //!
-//! 1. One multi-read of the candidates' nodes (and, for a lease, their delivery counts).
+//! 1. When a byte budget limits a claim of several: their sizes (`exists`, sent together), and only
+//!    the candidates within the budget go on. Then one multi-read of the candidates' nodes (and,
+//!    for a lease, their delivery counts).
 //! 2. Each candidate read is made ready, in order, within the byte budget and a transaction size
 //!    ZooKeeper accepts: a take removes the node (`take.rs`), a lease locks it and counts the
 //!    delivery (`lease/claim.rs`, which may move it to the dead-letter queue instead); either
@@ -109,6 +111,13 @@ impl Queue {
         self.give_back(over_limit);
         if marked.is_empty() {
             return if full { Err(QueueError::TooManyLeases(self.max_leases)) } else { Ok(Vec::new()) };
+        }
+        let marked = match self.within_budget(zk, marked, byte_budget).await {
+            Ok(marked) => marked,
+            Err(err) => return Err(err.into()),
+        };
+        if marked.is_empty() {
+            return Ok(Vec::new());
         }
         let reads_each = match how {
             Acquire::Take => 1,
@@ -254,6 +263,44 @@ impl Queue {
             }
         }
         Ok(delivered)
+    }
+
+    /// The candidates whose bodies a claim reads: when a byte budget limits a claim of several,
+    /// their sizes first (one `exists` each, sent together: a few dozen bytes per answer), then
+    /// in order as long as the bytes before each are within the budget (the first always), so
+    /// that a claim reads about `byte_budget` of bodies from ZooKeeper, not every candidate's.
+    /// The others are given back; a candidate already gone is booked so. An error when
+    /// ZooKeeper could not be asked (every candidate is given back).
+    async fn within_budget<'q>(
+        self: &Arc<Self>,
+        zk: &Zk,
+        marked: Vec<(ItemName, Option<Claiming<'q>>)>,
+        byte_budget: usize,
+    ) -> Result<Vec<(ItemName, Option<Claiming<'q>>)>, ZkError> {
+        if marked.len() < 2 || byte_budget == usize::MAX {
+            return Ok(marked);
+        }
+        let paths: Vec<String> = marked.iter().map(|(c, _)| format!("{}/{}", self.path, c.name)).collect();
+        let stats = futures::future::join_all(paths.iter().map(|path| zk.exists(path))).await;
+        if let Some(err) = stats.iter().find_map(|stat| stat.as_ref().err()) {
+            let err = err.clone();
+            self.give_back(marked.into_iter().map(|(candidate, _)| candidate).collect());
+            return Err(err);
+        }
+        let (mut kept, mut back) = (Vec::with_capacity(marked.len()), Vec::new());
+        let mut bytes = 0usize;
+        for ((candidate, claiming), stat) in marked.into_iter().zip(stats) {
+            match stat {
+                Ok(Some(stat)) if kept.is_empty() || bytes < byte_budget => {
+                    bytes = bytes.saturating_add(usize::try_from(stat.data_length).unwrap_or(0));
+                    kept.push((candidate, claiming));
+                },
+                Ok(None) => self.declined(zk, candidate, Declined::Gone),
+                _ => back.push(candidate),
+            }
+        }
+        self.give_back(back);
+        Ok(kept)
     }
 
     /// Makes one candidate read ready to claim, or says why it will not be claimed. The first
