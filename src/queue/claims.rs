@@ -17,7 +17,7 @@
 //!   the marker's `ctime` against the `mtime` of a write the sweeper makes, never by a zkq's own
 //!   clock (the time in a marker's name only lets the sweep skip markers that look young).
 //! - A settlement trusts a missing marker only while its transaction was sent less than
-//!   [`ClaimMarkers::trust_within`] ago (three quarters of the age, by the settler's monotonic
+//!   [`trust_within`] ago (three quarters of the age, by the settler's monotonic
 //!   clock; a marker's `ctime` is later than the send, so it cannot have been swept yet). After
 //!   that a missing marker proves nothing: the settlement stops, as a process that died would
 //!   have, and logs and counts that the outcome is unknown. A marker that is there still proves
@@ -111,27 +111,15 @@ impl ClaimMarkers {
         }
     }
 
-    /// How long after its transaction was sent a missing marker still proves "not applied":
-    /// three quarters of the marker age, so that servers of the ensemble whose clocks differ by
-    /// less than a quarter of it cannot make the sweeper remove a marker a settlement still reads.
-    pub fn trust_within(&self) -> Duration {
-        self.stale_after - self.stale_after / 4
-    }
-
     /// Finds out whether the transaction that created `marker`, sent at `sent`, applied, waiting
     /// for a session until `deadline`. Syncs first, so a lagging server cannot answer with the
     /// past. A marker that is there always decides ([`Outcome::Applied`]); a missing one only
-    /// within [`ClaimMarkers::trust_within`] of `sent`, and ZooKeeper is asked again only until
+    /// within [`trust_within`] of `sent`, and ZooKeeper is asked again only until
     /// the marker age has passed since `sent`: after that, [`Outcome::TooOld`].
     pub async fn outcome(&self, marker: &str, sent: Instant, deadline: Instant) -> Outcome {
         let outcome = self.look(marker, deadline).await;
         // Measured after the answer: the marker's age when ZooKeeper read it was less.
-        let since = Instant::now().saturating_duration_since(sent);
-        match outcome {
-            Outcome::NotApplied if since >= self.trust_within() => Outcome::TooOld,
-            Outcome::Unknown(_) if since >= self.stale_after => Outcome::TooOld,
-            other => other,
-        }
+        judge(outcome, Instant::now().saturating_duration_since(sent), self.stale_after)
     }
 
     async fn look(&self, marker: &str, deadline: Instant) -> Outcome {
@@ -264,6 +252,25 @@ impl ClaimMarkers {
     }
 }
 
+/// How long after its transaction was sent a missing marker still proves "not applied", for
+/// markers swept at `stale_after`: three quarters of it, so that servers of the ensemble whose
+/// clocks differ by less than a quarter of it cannot make the sweeper remove a marker a
+/// settlement still reads.
+fn trust_within(stale_after: Duration) -> Duration {
+    stale_after - stale_after / 4
+}
+
+/// What a look at a marker says of its transaction, sent `since` ago, when markers are swept at
+/// `stale_after`: a marker that is there always proves "applied"; a missing one proves "not
+/// applied" only within [`trust_within`]; ZooKeeper is asked until `stale_after`.
+fn judge(looked: Outcome, since: Duration, stale_after: Duration) -> Outcome {
+    match looked {
+        Outcome::NotApplied if since >= trust_within(stale_after) => Outcome::TooOld,
+        Outcome::Unknown(_) if since >= stale_after => Outcome::TooOld,
+        other => other,
+    }
+}
+
 /// The creation time (epoch ms) a marker's name carries; `None` for foreign names.
 fn marker_time(name: &str) -> Option<i64> {
     name.strip_prefix("c-")?.split('-').next()?.parse().ok()
@@ -272,6 +279,20 @@ fn marker_time(name: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_marker_proves_not_applied_only_for_three_quarters_of_the_age_and_zookeeper_is_asked_for_all_of_it() {
+        let age = Duration::from_secs(3600);
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(judge(Outcome::NotApplied, minutes(44), age), Outcome::NotApplied);
+        assert_eq!(judge(Outcome::NotApplied, minutes(45), age), Outcome::TooOld);
+        assert_eq!(judge(Outcome::Applied, minutes(600), age), Outcome::Applied, "a marker that is there decides");
+        assert_eq!(
+            judge(Outcome::Unknown(ZkError::Unavailable), minutes(59), age),
+            Outcome::Unknown(ZkError::Unavailable)
+        );
+        assert_eq!(judge(Outcome::Unknown(ZkError::Unavailable), minutes(60), age), Outcome::TooOld);
+    }
 
     #[test]
     fn marker_names_carry_their_creation_time_and_foreign_names_are_ignored() {
