@@ -82,6 +82,7 @@ pub struct Metrics {
     pub claim_attempts: IntCounterVec,
     pub candidates_pruned: IntCounterVec,
     pub put_outcome_unknown: IntCounterVec,
+    pub settlements_given_up: IntCounterVec,
     pub idempotent_replays: IntCounterVec,
     pub idempotent_conflicts: IntCounterVec,
     pub idempotency_records: IntGaugeVec,
@@ -120,6 +121,7 @@ pub struct QueueMetrics {
     pub messages_dead_lettered: IntCounter,
     pub leases_extended: IntCounter,
     pub put_outcome_unknown: IntCounter,
+    pub settlements_given_up: IntCounter,
     pub candidates_pruned: IntCounter,
     pub idempotent_replays: IntCounter,
     pub idempotent_conflicts: IntCounter,
@@ -372,6 +374,15 @@ impl Metrics {
                 ),
                 &["queue"],
             )?)?,
+            settlements_given_up: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_settlements_given_up_total",
+                    "Lost answers of a take or a put-back that zkq stopped settling because ZooKeeper could not be asked \
+                     before a missing claim marker stopped proving anything (take.claim_marker_age): a message may be \
+                     lost.",
+                ),
+                &["queue"],
+            )?)?,
             idempotent_replays: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_idempotent_replays_total",
@@ -451,6 +462,7 @@ impl Metrics {
             messages_dead_lettered: self.messages_dead_lettered.with_label_values(q),
             leases_extended: self.leases_extended.with_label_values(q),
             put_outcome_unknown: self.put_outcome_unknown.with_label_values(q),
+            settlements_given_up: self.settlements_given_up.with_label_values(q),
             candidates_pruned: self.candidates_pruned.with_label_values(q),
             idempotent_replays: self.idempotent_replays.with_label_values(q),
             idempotent_conflicts: self.idempotent_conflicts.with_label_values(q),
@@ -487,7 +499,7 @@ impl Metrics {
         }
     }
 
-    fn queue_counters(&self) -> [&IntCounterVec; 13] {
+    fn queue_counters(&self) -> [&IntCounterVec; 14] {
         [
             &self.messages_put,
             &self.messages_taken,
@@ -499,6 +511,7 @@ impl Metrics {
             &self.leases_extended,
             &self.children_reads,
             &self.put_outcome_unknown,
+            &self.settlements_given_up,
             &self.idempotent_replays,
             &self.idempotent_conflicts,
             &self.idempotency_records_swept,

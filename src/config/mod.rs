@@ -226,6 +226,11 @@ pub struct TakeConfig {
     /// Longest `wait` a long-polling take or lease may ask for.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// Age (by ZooKeeper's clock: a marker's `ctime`) after which a claim marker counts as left
+    /// by a zkq that stopped mid-claim and is removed; a settlement of a lost answer stops
+    /// trusting a missing marker before that.
+    #[serde(with = "humantime_serde")]
+    pub claim_marker_age: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -465,7 +470,7 @@ impl Default for LogConfig {
 
 impl Default for TakeConfig {
     fn default() -> Self {
-        TakeConfig { max_wait: Duration::from_secs(20) }
+        TakeConfig { max_wait: Duration::from_secs(20), claim_marker_age: Duration::from_secs(3600) }
     }
 }
 

@@ -99,6 +99,13 @@ impl Config {
             return Err(invalid("log.level", &self.log.level, "a filter like info, debug or zkq=debug,info"));
         }
         check_duration("take.max_wait", self.take.max_wait, Duration::ZERO, Duration::from_secs(3600))?;
+        // A settlement must have time for a request before it stops trusting a missing marker.
+        check_duration(
+            "take.claim_marker_age",
+            self.take.claim_marker_age,
+            (self.zookeeper.request_timeout * 2).max(Duration::from_secs(1)),
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
         check_duration(
             "lease.max_visibility",
             self.lease.max_visibility,

@@ -13,7 +13,15 @@
 //! - Deletes are batched: one transaction per [`FLUSH_BATCH`] markers, or after a second of
 //!   quiet, so the steady state costs a fraction of a round trip per message.
 //! - A marker left behind by a process that died is removed by any zkq once it is older than
-//!   [`STALE_AFTER`]; resolutions never look at a marker that old.
+//!   the marker age (`take.claim_marker_age`, an hour by default), judged by ZooKeeper's clock:
+//!   the marker's `ctime` against the `mtime` of a write the sweeper makes, never by a zkq's own
+//!   clock (the time in a marker's name only lets the sweep skip markers that look young).
+//! - A settlement trusts a missing marker only while its transaction was sent less than
+//!   [`trust_within`] ago (three quarters of the age, by the settler's monotonic
+//!   clock; a marker's `ctime` is later than the send, so it cannot have been swept yet). After
+//!   that a missing marker proves nothing: the settlement stops, as a process that died would
+//!   have, and logs and counts that the outcome is unknown. A marker that is there still proves
+//!   "applied"; a settlement that cannot reach ZooKeeper keeps trying until the age has passed.
 
 use crate::types::Layout;
 use std::sync::Mutex;
@@ -31,9 +39,7 @@ use crate::zk::{ConnectionState, NodeMode, TxnOp, Zk, ZkError, ZkSession};
 pub const FLUSH_BATCH: usize = 64;
 /// How long a marker may wait for its batch.
 const FLUSH_AFTER: Duration = Duration::from_secs(1);
-/// Markers older than this are left over by a process that died; any zkq removes them.
-pub const STALE_AFTER: Duration = Duration::from_secs(3600);
-/// How often the stale sweep runs.
+/// How often the stale sweep runs at most (more often when the marker age is short).
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// What the evidence says about a transaction whose answer was lost.
@@ -43,12 +49,17 @@ pub enum Outcome {
     NotApplied,
     /// ZooKeeper could not be asked before the deadline.
     Unknown(ZkError),
+    /// The transaction was sent so long ago that a missing marker may have been swept as stale:
+    /// nobody can tell any more. Stop, as a process that died would have.
+    TooOld,
 }
 
 /// The claim markers of this process.
 pub struct ClaimMarkers {
     dir: String,
     session: ZkSession,
+    /// `take.claim_marker_age`.
+    stale_after: Duration,
     sequence: AtomicU64,
     /// Markers whose transaction is known to have applied, waiting to be deleted.
     pending: Mutex<Vec<String>>,
@@ -56,10 +67,11 @@ pub struct ClaimMarkers {
 }
 
 impl ClaimMarkers {
-    pub fn new(layout: &Layout, session: ZkSession) -> ClaimMarkers {
+    pub fn new(layout: &Layout, session: ZkSession, stale_after: Duration) -> ClaimMarkers {
         ClaimMarkers {
             dir: layout.claims(),
             session,
+            stale_after,
             sequence: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),
             flush: Notify::new(),
@@ -99,9 +111,18 @@ impl ClaimMarkers {
         }
     }
 
-    /// Finds out whether the transaction that created `marker` applied, waiting for a session
-    /// until `deadline`. Syncs first, so a lagging server cannot answer with the past.
-    pub async fn outcome(&self, marker: &str, deadline: Instant) -> Outcome {
+    /// Finds out whether the transaction that created `marker`, sent at `sent`, applied, waiting
+    /// for a session until `deadline`. Syncs first, so a lagging server cannot answer with the
+    /// past. A marker that is there always decides ([`Outcome::Applied`]); a missing one only
+    /// within [`trust_within`] of `sent`, and ZooKeeper is asked again only until
+    /// the marker age has passed since `sent`: after that, [`Outcome::TooOld`].
+    pub async fn outcome(&self, marker: &str, sent: Instant, deadline: Instant) -> Outcome {
+        let outcome = self.look(marker, deadline).await;
+        // Measured after the answer: the marker's age when ZooKeeper read it was less.
+        judge(outcome, Instant::now().saturating_duration_since(sent), self.stale_after)
+    }
+
+    async fn look(&self, marker: &str, deadline: Instant) -> Outcome {
         let zk = match self.session.connected(deadline).await {
             Ok(zk) => zk,
             Err(err) => return Outcome::Unknown(err),
@@ -181,12 +202,12 @@ impl ClaimMarkers {
         }
     }
 
-    /// Removes markers older than [`STALE_AFTER`] (left by a process that died mid-claim):
-    /// at start and every [`SWEEP_EVERY`].
+    /// Removes markers older than the marker age (left by a process that died mid-claim): at
+    /// start and every [`SWEEP_EVERY`] (or a quarter of the age, if that is shorter).
     pub async fn run_stale_sweeper(&self, shutdown: CancellationToken) {
         let session = self.session.clone();
         session
-            .periodically(SWEEP_EVERY, &shutdown, |zk| async move {
+            .periodically(SWEEP_EVERY.min(self.stale_after / 4), &shutdown, |zk| async move {
                 match self.sweep_stale(&zk).await {
                     Ok(0) => {},
                     Ok(n) => tracing::info!(removed = n, "removed claim markers left by a stopped zkq"),
@@ -196,22 +217,57 @@ impl ClaimMarkers {
             .await;
     }
 
+    /// One sweep. ZooKeeper's clock decides: a write to the marker directory gives its time now
+    /// (the write's `mtime`), each marker that may be old is read for its `ctime`. The time in a
+    /// marker's name (its creator's clock) only skips markers that look younger than the age, so
+    /// a creator whose clock runs behind costs a read, never a marker still in use.
     async fn sweep_stale(&self, zk: &Zk) -> Result<usize, ZkError> {
         let children = match zk.get_children(&self.dir).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(0),
             Err(err) => return Err(err),
         };
-        let cutoff = now_epoch_ms().saturating_sub(i64::try_from(STALE_AFTER.as_millis()).unwrap_or(i64::MAX));
+        let age_ms = i64::try_from(self.stale_after.as_millis()).unwrap_or(i64::MAX);
+        let local_cutoff = now_epoch_ms().saturating_sub(age_ms);
+        let old_looking: Vec<&String> =
+            children.iter().filter(|name| marker_time(name).is_some_and(|created| created < local_cutoff)).collect();
+        if old_looking.is_empty() {
+            return Ok(0);
+        }
+        let now = match zk.set_data(&self.dir, &[], None).await {
+            Ok(stat) => stat.mtime,
+            Err(ZkError::NoNode) => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let cutoff = now.saturating_sub(age_ms);
         let mut removed = 0;
-        for name in children {
-            if marker_time(&name).is_some_and(|created| created < cutoff)
-                && zk.delete(&format!("{}/{name}", self.dir), None).await.is_ok()
-            {
+        for name in old_looking {
+            let path = format!("{}/{name}", self.dir);
+            let Some(stat) = zk.exists(&path).await? else { continue };
+            if stat.ctime < cutoff && zk.delete(&path, Some(stat.version)).await.is_ok() {
                 removed += 1;
             }
         }
         Ok(removed)
+    }
+}
+
+/// How long after its transaction was sent a missing marker still proves "not applied", for
+/// markers swept at `stale_after`: three quarters of it, so that servers of the ensemble whose
+/// clocks differ by less than a quarter of it cannot make the sweeper remove a marker a
+/// settlement still reads.
+fn trust_within(stale_after: Duration) -> Duration {
+    stale_after - stale_after / 4
+}
+
+/// What a look at a marker says of its transaction, sent `since` ago, when markers are swept at
+/// `stale_after`: a marker that is there always proves "applied"; a missing one proves "not
+/// applied" only within [`trust_within`]; ZooKeeper is asked until `stale_after`.
+fn judge(looked: Outcome, since: Duration, stale_after: Duration) -> Outcome {
+    match looked {
+        Outcome::NotApplied if since >= trust_within(stale_after) => Outcome::TooOld,
+        Outcome::Unknown(_) if since >= stale_after => Outcome::TooOld,
+        other => other,
     }
 }
 
@@ -223,6 +279,20 @@ fn marker_time(name: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_marker_proves_not_applied_only_for_three_quarters_of_the_age_and_zookeeper_is_asked_for_all_of_it() {
+        let age = Duration::from_secs(3600);
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(judge(Outcome::NotApplied, minutes(44), age), Outcome::NotApplied);
+        assert_eq!(judge(Outcome::NotApplied, minutes(45), age), Outcome::TooOld);
+        assert_eq!(judge(Outcome::Applied, minutes(600), age), Outcome::Applied, "a marker that is there decides");
+        assert_eq!(
+            judge(Outcome::Unknown(ZkError::Unavailable), minutes(59), age),
+            Outcome::Unknown(ZkError::Unavailable)
+        );
+        assert_eq!(judge(Outcome::Unknown(ZkError::Unavailable), minutes(60), age), Outcome::TooOld);
+    }
 
     #[test]
     fn marker_names_carry_their_creation_time_and_foreign_names_are_ignored() {

@@ -221,7 +221,11 @@ impl QueueService {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Arc<QueueService> {
-        let markers = Arc::new(ClaimMarkers::new(&Layout::new(&config.zookeeper.root), session.clone()));
+        let markers = Arc::new(ClaimMarkers::new(
+            &Layout::new(&config.zookeeper.root),
+            session.clone(),
+            config.take.claim_marker_age,
+        ));
         tasks.spawn({
             let markers = markers.clone();
             async move { markers.run_flusher().await }

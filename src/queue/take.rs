@@ -81,11 +81,17 @@ impl Queue {
         }
     }
 
-    /// Settles a claim transaction whose outcome is still unknown once ZooKeeper is back: if it
-    /// applied, its messages (the first item of each node) are put back; if not, the candidates
-    /// are offered again. One task per transaction: its marker decides for all of them at once
-    /// (once resolved, the marker is deleted, so a second look would find "not applied").
-    pub(super) fn settle_claims_later(self: &Arc<Self>, claimed: Vec<(ItemName, Message)>, marker: String) {
+    /// Settles a claim transaction (sent at `sent`) whose outcome is still unknown once ZooKeeper
+    /// is back: if it applied, its messages (the first item of each node) are put back; if not,
+    /// the candidates are offered again. One task per transaction: its marker decides for all of
+    /// them at once (once resolved, the marker is deleted, so a second look would find "not
+    /// applied"). Gives up once a missing marker no longer proves anything (see `claims.rs`).
+    pub(super) fn settle_claims_later(
+        self: &Arc<Self>,
+        claimed: Vec<(ItemName, Message)>,
+        marker: String,
+        sent: Instant,
+    ) {
         let queue = self.clone();
         self.background.spawn(async move {
             let mut pause = SETTLE_RETRIES.retries();
@@ -98,7 +104,7 @@ impl Queue {
                     return;
                 }
                 let deadline = Instant::now() + queue.session.request_timeout();
-                match queue.markers.outcome(&marker, deadline).await {
+                match queue.markers.outcome(&marker, sent, deadline).await {
                     Outcome::Applied => {
                         for (_, message) in claimed {
                             queue.put_back(message).await;
@@ -111,6 +117,15 @@ impl Queue {
                         }
                         return;
                     },
+                    Outcome::TooOld => {
+                        queue.qm.settlements_given_up.inc();
+                        for (item, message) in claimed {
+                            tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
+                                "zkq could not learn in time whether a take applied; if it did, the message is lost");
+                            queue.cache.reoffer(item);
+                        }
+                        return;
+                    },
                     Outcome::Unknown(_) => pause.sleep().await,
                 }
             }
@@ -119,26 +134,34 @@ impl Queue {
 
     /// Puts back a message whose taker vanished after it was removed: same kind fields, at the
     /// tail (its original place is gone). Retries until ZooKeeper confirms it; a lost answer is
-    /// resolved by the put-back's own marker, so it is never stored twice.
+    /// resolved by the put-back's own marker, so it is never stored twice (a lost answer that
+    /// cannot be settled before its missing marker stops proving anything is given up, logged).
     pub(super) async fn put_back(&self, message: Message) {
         tracing::warn!(queue = %self.name, message = %message.message_id,
             "taker disconnected after the message was removed; putting it back");
         let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &message.meta));
         let data = self.encode(&message.body);
         let mut pause = SETTLE_RETRIES.retries();
-        let mut unresolved: Option<String> = None;
+        // A put-back whose answer was lost: its marker, and when it was sent.
+        let mut unresolved: Option<(String, Instant)> = None;
         loop {
             if self.session.status().state == ConnectionState::Closed {
                 tracing::error!(queue = %self.name, message = %message.message_id,
                     "zkq stopped before it could put back a message whose taker disconnected; the message is lost");
                 return;
             }
-            if let Some(marker) = unresolved.take() {
-                match self.markers.outcome(&marker, Instant::now() + self.session.request_timeout()).await {
+            if let Some((marker, sent)) = unresolved.take() {
+                match self.markers.outcome(&marker, sent, Instant::now() + self.session.request_timeout()).await {
                     Outcome::Applied => return self.cache.mark_stale(),
                     Outcome::NotApplied => {},
+                    Outcome::TooOld => {
+                        self.qm.settlements_given_up.inc();
+                        tracing::error!(queue = %self.name, message = %message.message_id, marker = %marker,
+                            "zkq could not learn in time whether it put back a message; if it did not, the message is lost");
+                        return self.cache.mark_stale();
+                    },
                     Outcome::Unknown(_) => {
-                        unresolved = Some(marker);
+                        unresolved = Some((marker, sent));
                         pause.sleep().await;
                         continue;
                     },
@@ -154,6 +177,7 @@ impl Queue {
                 TxnOp::Create { path: prefix.clone(), data: data.clone(), mode: NodeMode::PersistentSequential },
             ];
             let parents = [(0, self.markers.dir().to_owned()), (1, self.path.clone())];
+            let sent = Instant::now();
             match self.apply_txn(&zk, &ops, &parents).await.map_err(|e| e.error) {
                 Ok(results) => {
                     self.markers.applied(marker);
@@ -167,7 +191,7 @@ impl Queue {
                     }
                     return;
                 },
-                Err(ZkError::OutcomeUnknown) => unresolved = Some(marker),
+                Err(ZkError::OutcomeUnknown) => unresolved = Some((marker, sent)),
                 Err(err) => {
                     tracing::warn!(queue = %self.name, message = %message.message_id, error = %err, "retrying put-back");
                     pause.sleep().await;

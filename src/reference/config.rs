@@ -135,6 +135,13 @@ const KEYS: &[Key] = &[
     key("log.format", "`text` or `json`", "log line format (on stderr)"),
     key("log.level", "string", "a `tracing` filter, e.g. `zkq=debug,info`"),
     key("take.max_wait", "duration", "longest wait of a take or a put; a longer `?wait=` is cut to it"),
+    key(
+        "take.claim_marker_age",
+        "duration",
+        "a claim marker this old by ZooKeeper's clock (its `ctime`) was left by a stopped zkq and is removed; \
+         a lost answer still unsettled after three quarters of it is given up (logged), never guessed \
+         (at least twice `zookeeper.request_timeout`)",
+    ),
     key("lease.default_visibility", "duration", "visibility timeout of a lease that asks for none"),
     key(
         "lease.max_visibility",

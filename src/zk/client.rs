@@ -19,8 +19,10 @@ pub struct NodeStat {
     pub num_children: i32,
     pub ephemeral_owner: i64,
     pub data_length: i32,
-    /// Creation time, epoch milliseconds.
+    /// Creation time, epoch milliseconds (by the clock of the server that led the ensemble then).
     pub ctime: i64,
+    /// Time of the last write of the node's data (its creation if none since), epoch ms.
+    pub mtime: i64,
     /// The transaction that created the node (every operation of one `multi` shares it).
     pub czxid: i64,
     /// The transaction that last wrote the node's data (its creation if none since).
@@ -36,6 +38,7 @@ impl From<&zkc::Stat> for NodeStat {
             ephemeral_owner: stat.ephemeral_owner,
             data_length: stat.data_length,
             ctime: stat.ctime,
+            mtime: stat.mtime,
             czxid: stat.czxid,
             mzxid: stat.mzxid,
         }

@@ -12,6 +12,7 @@ mod abandoned;
 mod batch;
 mod cache;
 mod chaos;
+mod claim_bounds;
 mod cli;
 mod contract;
 mod counters;

@@ -1,7 +1,9 @@
 //! The one claim pipeline, for a take and a lease of one message or of many: read the
 //! candidates, then claim them in ONE transaction.
 //!
-//! 1. One multi-read of the candidates' nodes (and, for a lease, their delivery counts).
+//! 1. When a byte budget limits a claim of several: their sizes (`exists`, sent together), and only
+//!    the candidates within the budget go on. Then one multi-read of the candidates' nodes (and,
+//!    for a lease, their delivery counts).
 //! 2. Each candidate read is made ready, in order, within the byte budget and a transaction size
 //!    ZooKeeper accepts: a take removes the node (`take.rs`), a lease locks it and counts the
 //!    delivery (`lease/claim.rs`, which may move it to the dead-letter queue instead); either
@@ -110,6 +112,13 @@ impl Queue {
         if marked.is_empty() {
             return if full { Err(QueueError::TooManyLeases(self.max_leases)) } else { Ok(Vec::new()) };
         }
+        let marked = match self.within_budget(zk, marked, byte_budget).await {
+            Ok(marked) => marked,
+            Err(err) => return Err(err.into()),
+        };
+        if marked.is_empty() {
+            return Ok(Vec::new());
+        }
         let reads_each = match how {
             Acquire::Take => 1,
             Acquire::Lease(_) => 2,
@@ -191,12 +200,13 @@ impl Queue {
                     LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.deliveries_path)
                 },
             };
+            let sent = Instant::now();
             match self.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {},
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
                     let deadline = Instant::now() + self.session.request_timeout();
                     let outcome = match (&marker, chosen.first()) {
-                        (Some(marker), _) => self.markers.outcome(marker, deadline).await,
+                        (Some(marker), _) => self.markers.outcome(marker, sent, deadline).await,
                         (None, Some(Ready::Lease { prepared, .. })) => {
                             match lock_is_ours(&zk.with_deadline(deadline), &prepared.lock, &prepared.claim_id).await {
                                 Ok(true) => Outcome::Applied,
@@ -216,8 +226,8 @@ impl Queue {
                             self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
                             return Err(ZkError::Unavailable.into());
                         },
-                        Outcome::Unknown(_) => {
-                            self.settle_unknown_later(zk, chosen, marker);
+                        Outcome::Unknown(_) | Outcome::TooOld => {
+                            self.settle_unknown_later(zk, chosen, marker, sent);
                             return Ok(delivered);
                         },
                     }
@@ -253,6 +263,44 @@ impl Queue {
             }
         }
         Ok(delivered)
+    }
+
+    /// The candidates whose bodies a claim reads: when a byte budget limits a claim of several,
+    /// their sizes first (one `exists` each, sent together: a few dozen bytes per answer), then
+    /// in order as long as the bytes before each are within the budget (the first always), so
+    /// that a claim reads about `byte_budget` of bodies from ZooKeeper, not every candidate's.
+    /// The others are given back; a candidate already gone is booked so. An error when
+    /// ZooKeeper could not be asked (every candidate is given back).
+    async fn within_budget<'q>(
+        self: &Arc<Self>,
+        zk: &Zk,
+        marked: Vec<(ItemName, Option<Claiming<'q>>)>,
+        byte_budget: usize,
+    ) -> Result<Vec<(ItemName, Option<Claiming<'q>>)>, ZkError> {
+        if marked.len() < 2 || byte_budget == usize::MAX {
+            return Ok(marked);
+        }
+        let paths: Vec<String> = marked.iter().map(|(c, _)| format!("{}/{}", self.path, c.name)).collect();
+        let stats = futures::future::join_all(paths.iter().map(|path| zk.exists(path))).await;
+        if let Some(err) = stats.iter().find_map(|stat| stat.as_ref().err()) {
+            let err = err.clone();
+            self.give_back(marked.into_iter().map(|(candidate, _)| candidate).collect());
+            return Err(err);
+        }
+        let (mut kept, mut back) = (Vec::with_capacity(marked.len()), Vec::new());
+        let mut bytes = 0usize;
+        for ((candidate, claiming), stat) in marked.into_iter().zip(stats) {
+            match stat {
+                Ok(Some(stat)) if kept.is_empty() || bytes < byte_budget => {
+                    bytes = bytes.saturating_add(usize::try_from(stat.data_length).unwrap_or(0));
+                    kept.push((candidate, claiming));
+                },
+                Ok(None) => self.declined(zk, candidate, Declined::Gone),
+                _ => back.push(candidate),
+            }
+        }
+        self.give_back(back);
+        Ok(kept)
     }
 
     /// Makes one candidate read ready to claim, or says why it will not be claimed. The first
@@ -356,7 +404,7 @@ impl Queue {
     /// A claim whose outcome ZooKeeper could not tell in time, settled in the background once it
     /// can: taken messages put back or candidates offered again (by the take's marker), created
     /// locks released (by each lease's claim id).
-    fn settle_unknown_later(self: &Arc<Self>, zk: &Zk, chosen: Vec<Ready<'_>>, marker: Option<String>) {
+    fn settle_unknown_later(self: &Arc<Self>, zk: &Zk, chosen: Vec<Ready<'_>>, marker: Option<String>, sent: Instant) {
         let mut taken = Vec::new();
         let mut leased = Vec::new();
         for ready in chosen {
@@ -372,7 +420,7 @@ impl Queue {
         }
         self.cache.contended();
         if let Some(marker) = marker {
-            self.settle_claims_later(taken, marker);
+            self.settle_claims_later(taken, marker, sent);
         }
         if !leased.is_empty() {
             self.release_unknown_claims_later(zk.clone(), leased);

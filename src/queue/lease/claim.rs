@@ -17,12 +17,13 @@ use super::super::names::ItemName;
 use super::super::take::SETTLE_RETRIES;
 use super::super::{Message, Queue, envelope};
 use super::{
-    LOCK_VERSION, Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter,
+    Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, release_uncounted,
+    uncount_op,
 };
 use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
 /// Operation indexes of each candidate's operations in a lease's claim transaction: its lock,
-/// the lock's first write (at 1, which makes it [`LOCK_VERSION`]), the version check of its node
+/// the lock's first write (at 1, which makes it [`LOCK_VERSION`](super::LOCK_VERSION)), the version check of its node
 /// (at 2), then its delivery count.
 const LOCK_OP: usize = 0;
 const COUNT_OP: usize = 3;
@@ -44,6 +45,8 @@ pub(in crate::queue) struct LeasePrepared {
     pub(in crate::queue) lock: String,
     pub(in crate::queue) claim_id: Vec<u8>,
     counter: String,
+    /// The version of the delivery count read (`None`: there was none).
+    counter_version: Option<i32>,
     /// The leased node's data (one item) and its version after the claim.
     data: Vec<u8>,
     /// The node's creation time (`ctime`, epoch ms), from the read the claim is based on.
@@ -172,7 +175,7 @@ impl Queue {
         let lock = format!("{lock_dir}/{}", candidate.name);
         let claim = LeaseClaim { lock, claim_id, counter, count, counter_version };
         let (ops, split_items, rewritten) = claim.ops(self, &candidate.name, &items, stat.version);
-        let LeaseClaim { lock, claim_id, counter, .. } = claim;
+        let LeaseClaim { lock, claim_id, counter, counter_version, .. } = claim;
         // The leased node's data and version once the claim applied.
         let (data, data_version) = match rewritten {
             Some(first) => (first, stat.version + 1),
@@ -185,6 +188,7 @@ impl Queue {
             lock,
             claim_id,
             counter,
+            counter_version,
             data,
             created_at_ms: stat.ctime,
             data_version,
@@ -208,6 +212,7 @@ impl Queue {
             lock,
             claim_id,
             counter,
+            counter_version,
             data,
             created_at_ms,
             data_version,
@@ -216,6 +221,7 @@ impl Queue {
             split_items,
             ..
         } = prepared;
+        let uncount = uncount_op(&counter, count, counter_version);
         for item in split_items {
             self.cache.insert_local(item);
         }
@@ -233,6 +239,7 @@ impl Queue {
             lock,
             claim_id,
             counter,
+            uncount,
             zk: zk.clone(),
             data,
             data_version,
@@ -250,20 +257,22 @@ impl Queue {
     }
 
     /// Lease claims whose outcome is unknown: once ZooKeeper answers, release each lock the
-    /// claim created (its claim id is the evidence), and offer the items again. Owned by the
-    /// queue's background tracker.
+    /// claim created (its claim id is the evidence), taking back the delivery count it wrote (no
+    /// client received the message), and offer the items again. Owned by the queue's background
+    /// tracker.
     pub(in crate::queue) fn release_unknown_claims_later(self: &Arc<Self>, zk: Zk, claims: Vec<LeasePrepared>) {
         let queue = self.clone();
         self.background.spawn(async move {
             let mut pause = SETTLE_RETRIES.retries();
-            for LeasePrepared { lock, claim_id, candidate: item, .. } in claims {
+            for LeasePrepared { lock, claim_id, candidate: item, counter, count, counter_version, .. } in claims {
+                let uncount = uncount_op(&counter, count, counter_version);
                 loop {
                     if queue.session.status().state == ConnectionState::Closed {
                         return; // the session is closed: the locks, if any, are gone with it
                     }
                     let zk = zk.with_deadline(Instant::now() + queue.session.request_timeout());
                     match lock_is_ours(&zk, &lock, &claim_id).await {
-                        Ok(true) => match zk.delete(&lock, Some(LOCK_VERSION)).await {
+                        Ok(true) => match release_uncounted(&zk, &lock, &uncount).await {
                             Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost) => {
                                 break queue.cache.reoffer(item);
                             },

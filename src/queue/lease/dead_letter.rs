@@ -64,6 +64,7 @@ impl Queue {
             return Ok(Declined::Undecodable);
         }
         let parents = [(0, self.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
+        let sent = tokio::time::Instant::now();
         let mut result = self.apply_txn(zk, &ops, &parents).await;
         if let Err(err) = &result
             && err.error == ZkError::NoNode
@@ -81,11 +82,11 @@ impl Queue {
                 (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(Declined::Lost),
                 (ZkError::OutcomeUnknown, _) => {
                     let deadline = tokio::time::Instant::now() + self.session.request_timeout();
-                    match self.markers.outcome(&marker, deadline).await {
+                    match self.markers.outcome(&marker, sent, deadline).await {
                         Outcome::Applied => {},
                         Outcome::NotApplied => return Err(ZkError::Unavailable),
                         // Either way nothing is lost (it is here or there); a later read tells.
-                        Outcome::Unknown(_) => {
+                        Outcome::Unknown(_) | Outcome::TooOld => {
                             self.cache.mark_stale();
                             return Ok(Declined::Lost);
                         },

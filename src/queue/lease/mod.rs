@@ -24,6 +24,10 @@
 //!   once in the claim's transaction) and every step deletes or checks them at that version.
 //! - Delivery counts live in `{root}/deliveries/{queue}/{item}` (4-byte big-endian), a tree
 //!   Curator readers never look at; they survive restarts and are removed with the message.
+//! - A delivery counts once it is handed out: the claim writes the count (so a consumer that
+//!   crashes on a message still counts), and a claim no client received (its client left, or
+//!   its outcome was unknown and it is released later) takes the count back in the transaction
+//!   that deletes its lock, while the lock still keeps every other claim away.
 
 mod background;
 mod claim;
@@ -47,7 +51,7 @@ use super::names::ItemName;
 use super::{Queue, QueueError, now_epoch_ms};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
-use crate::zk::{Zk, ZkError};
+use crate::zk::{TxnOp, Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
 
@@ -80,6 +84,9 @@ enum OnExpiry {
     Release,
     /// A nack with `delay` on a queue whose names cannot carry a time: requeue then.
     Requeue,
+    /// A lease no client received, whose release could not be sent at once: release it and take
+    /// back its delivery count.
+    Return,
 }
 
 /// A step that ends a lease.
@@ -92,7 +99,7 @@ enum Step {
     },
     /// The visibility (or a nack's delay) passed: what `on_expiry` says.
     Expire,
-    /// The client left before the lease was handed over.
+    /// The client left before the lease was handed over: released, its delivery not counted.
     Abandon,
     /// zkq is stopping: release so the message is delivered again at once.
     Shutdown,
@@ -105,6 +112,9 @@ struct Lease {
     /// The lock node's data, unique to this lease: the evidence that the lock is ours.
     claim_id: Vec<u8>,
     counter: String,
+    /// The operation that takes back the delivery count the claim wrote (for a lease no client
+    /// received).
+    uncount: TxnOp,
     /// The session that created the lock; every later step goes through it.
     zk: Zk,
     /// The node's data when leased (one item: a putMulti node is split when it is leased), for
@@ -128,6 +138,9 @@ struct Lease {
 struct Unresolved {
     step: Step,
     marker: Option<String>,
+    /// When the step's transaction was sent: a missing marker says "not applied" only within the
+    /// marker age of it ([`ClaimMarkers::outcome`](super::claims::ClaimMarkers::outcome)).
+    sent: Instant,
 }
 
 impl Lease {
@@ -291,6 +304,33 @@ impl Drop for Claiming<'_> {
 
 fn counter_bytes(count: u32) -> Vec<u8> {
     count.to_be_bytes().to_vec()
+}
+
+/// The operation that undoes a claim's write of delivery count `count` to `counter`, whose
+/// version before the claim was `read_version` (`None`: the claim created it).
+fn uncount_op(counter: &str, count: u32, read_version: Option<i32>) -> TxnOp {
+    match read_version {
+        Some(version) => TxnOp::SetData {
+            path: counter.to_owned(),
+            data: counter_bytes(count.saturating_sub(1)),
+            version: Some(version.saturating_add(1)),
+        },
+        None => TxnOp::Delete { path: counter.to_owned(), version: Some(0) },
+    }
+}
+
+/// Deletes a lock of ours and, in the same transaction, takes back the delivery count its claim
+/// wrote (`uncount`). A count changed since (by hand) is left as it is: the lock is deleted
+/// alone. Errors are the lock's.
+async fn release_uncounted(zk: &Zk, lock: &str, uncount: &TxnOp) -> Result<(), ZkError> {
+    let ops = [TxnOp::Delete { path: lock.to_owned(), version: Some(LOCK_VERSION) }, uncount.clone()];
+    match zk.multi(&ops).await {
+        Ok(_) => Ok(()),
+        Err(err) if err.index == Some(1) && matches!(err.error, ZkError::NoNode | ZkError::BadVersion) => {
+            zk.delete(lock, Some(LOCK_VERSION)).await
+        },
+        Err(err) => Err(err.error),
+    }
 }
 
 pub(crate) fn read_counter(data: &[u8]) -> u32 {

@@ -24,6 +24,7 @@ use super::super::names::{self, ItemMeta};
 use super::super::{Queue, QueueError};
 use super::{
     LOCK_VERSION, Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours,
+    release_uncounted,
 };
 use crate::config::QueueKind;
 use crate::zk::{NodeMode, TxnOp, TxnResult, ZkError};
@@ -37,6 +38,15 @@ enum Effect {
     Requeue(Duration),
     /// Delete the lock only.
     Release,
+    /// Delete the lock and take back the delivery count: no client received the message.
+    Return,
+}
+
+impl Effect {
+    /// Whether the message stays where it is, unlocked.
+    fn releases(self) -> bool {
+        matches!(self, Effect::Release | Effect::Return)
+    }
 }
 
 impl Step {
@@ -45,7 +55,9 @@ impl Step {
             Step::Ack | Step::Nack { mode: NackMode::Delete, .. } => Effect::Complete,
             Step::Nack { mode: NackMode::Requeue, delay } => Effect::Requeue(delay),
             Step::Expire if on_expiry == OnExpiry::Requeue => Effect::Requeue(Duration::ZERO),
-            Step::Nack { mode: NackMode::Keep, .. } | Step::Expire | Step::Abandon | Step::Shutdown => Effect::Release,
+            Step::Expire if on_expiry == OnExpiry::Return => Effect::Return,
+            Step::Abandon => Effect::Return,
+            Step::Nack { mode: NackMode::Keep, .. } | Step::Expire | Step::Shutdown => Effect::Release,
         }
     }
 
@@ -212,18 +224,29 @@ impl Queue {
         if !self.leases.lock().settling.contains_key(&token) {
             return true; // settled meanwhile
         }
-        let Some(Unresolved { step, marker: Some(marker) }) = lease.unresolved.clone() else {
+        let Some(Unresolved { step, marker: Some(marker), sent }) = lease.unresolved.clone() else {
             self.end_lease(token);
             return true;
         };
-        match self.markers.outcome(&marker, deadline).await {
+        match self.markers.outcome(&marker, sent, deadline).await {
             Outcome::Applied => self.step_applied(token, &lease, step, None).await,
             Outcome::NotApplied => {
                 self.end_lease(token);
             },
+            Outcome::TooOld => self.give_up(token, &lease, step, &marker),
             Outcome::Unknown(_) => return false,
         }
         true
+    }
+
+    /// A step whose marker could not be read within the marker age: nobody can tell any more
+    /// whether it applied (a missing marker may have been swept as stale). The lease ends, as it
+    /// would have had this process stopped; counted and logged, never guessed.
+    fn give_up(&self, token: u128, lease: &Lease, step: Step, marker: &str) {
+        self.qm.settlements_given_up.inc();
+        tracing::error!(queue = %self.name, message = %lease.item.name, marker = %marker, step = step.describe(),
+            "zkq could not learn within take.claim_marker_age whether a lease step applied; the lease ends");
+        self.end_lease(token);
     }
 
     /// Keeps a step whose outcome is unknown for later: on its live lease (resolved before
@@ -255,6 +278,7 @@ impl Queue {
             // No ZooKeeper now: let the reaper release it as soon as it can.
             self.update_lease(token, |lease| {
                 lease.open = false;
+                lease.on_expiry = OnExpiry::Return;
                 lease.expires_at = Instant::now();
             });
         }
@@ -285,7 +309,8 @@ impl Queue {
         loop {
             attempts += 1;
             // A step that changes the message leaves evidence that outlives the session.
-            let marker = (effect != Effect::Release).then(|| self.markers.next(&lease.zk));
+            let marker = (!effect.releases()).then(|| self.markers.next(&lease.zk));
+            let sent = Instant::now();
             match self.step_txn(&lease, effect, marker.as_deref(), deadline).await {
                 Ok(created) => {
                     if let Some(marker) = marker {
@@ -296,7 +321,7 @@ impl Queue {
                 },
                 // Its marker decides, whatever became of the session.
                 Err(ZkError::OutcomeUnknown | ZkError::SessionLost) if let Some(marker) = marker => {
-                    match self.markers.outcome(&marker, deadline).await {
+                    match self.markers.outcome(&marker, sent, deadline).await {
                         Outcome::Applied => {
                             self.step_applied(token, &lease, step, None).await;
                             return Ok(());
@@ -317,8 +342,8 @@ impl Queue {
                                 Err(err) => return Err(QueueError::Zk(err)),
                             }
                         },
-                        Outcome::Unknown(_) => {
-                            self.keep_unresolved(token, &lease, Unresolved { step, marker: Some(marker) });
+                        Outcome::Unknown(_) | Outcome::TooOld => {
+                            self.keep_unresolved(token, &lease, Unresolved { step, marker: Some(marker), sent });
                             return Err(QueueError::Zk(ZkError::OutcomeUnknown));
                         },
                     }
@@ -336,7 +361,7 @@ impl Queue {
                             return Err(QueueError::LeaseLost(LOCK_GONE.to_owned()));
                         },
                         Err(_) => {
-                            self.keep_unresolved(token, &lease, Unresolved { step, marker: None });
+                            self.keep_unresolved(token, &lease, Unresolved { step, marker: None, sent });
                             return Err(QueueError::Zk(ZkError::OutcomeUnknown));
                         },
                     }
@@ -348,7 +373,7 @@ impl Queue {
                 // Our lock is gone although our session lives (someone else's lock may stand in
                 // its place, which the version kept us from deleting). For a release that is the
                 // goal; for anything else the message may be anywhere now.
-                Err(ZkError::NoNode | ZkError::BadVersion) if effect == Effect::Release => {
+                Err(ZkError::NoNode | ZkError::BadVersion) if effect.releases() => {
                     self.step_applied(token, &lease, step, None).await;
                     return Ok(());
                 },
@@ -356,7 +381,7 @@ impl Queue {
                 // was removed (a Curator consumer's retried delete) or replaced: the lease is void.
                 // Release our lock if it is still there (a release step never fails this way).
                 Err(ZkError::NoNode | ZkError::BadVersion) => {
-                    if effect != Effect::Release {
+                    if !effect.releases() {
                         let _ = self.step_txn(&lease, Effect::Release, None, deadline).await;
                     }
                     self.end_lease(token);
@@ -373,11 +398,11 @@ impl Queue {
     /// true when it applied and was `step` itself (a retry): the lease is then complete.
     async fn resolve_previous(&self, token: u128, step: Option<Step>) -> Result<bool, QueueError> {
         let lease = self.lease_snapshot(token)?;
-        let Some(Unresolved { step: previous, marker }) = lease.unresolved.clone() else { return Ok(false) };
+        let Some(Unresolved { step: previous, marker, sent }) = lease.unresolved.clone() else { return Ok(false) };
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = lease.zk.with_deadline(deadline);
         if let Some(marker) = marker {
-            return match self.markers.outcome(&marker, deadline).await {
+            return match self.markers.outcome(&marker, sent, deadline).await {
                 Outcome::Applied => {
                     self.step_applied(token, &lease, previous, None).await;
                     if step == Some(previous) {
@@ -390,6 +415,10 @@ impl Queue {
                 Outcome::NotApplied => {
                     self.update_lease(token, |lease| lease.unresolved = None);
                     Ok(false)
+                },
+                Outcome::TooOld => {
+                    self.give_up(token, &lease, previous, &marker);
+                    Err(QueueError::Zk(ZkError::OutcomeUnknown))
                 },
                 Outcome::Unknown(err) => Err(QueueError::Zk(err)),
             };
@@ -431,6 +460,7 @@ impl Queue {
         let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
         let mut ops = match effect {
             Effect::Release => return zk.delete(&lease.lock, Some(LOCK_VERSION)).await.map(|()| None),
+            Effect::Return => return release_uncounted(&zk, &lease.lock, &lease.uncount).await.map(|()| None),
             Effect::Complete => {
                 vec![TxnOp::Delete { path: item_path, version: Some(lease.data_version) }, lock, counter]
             },
@@ -502,7 +532,7 @@ impl Queue {
                     None => self.cache.mark_stale(),
                 }
             },
-            Effect::Release => self.cache.released_local(lease.item.clone()),
+            Effect::Release | Effect::Return => self.cache.released_local(lease.item.clone()),
         }
         match step {
             Step::Ack => self.qm.messages_acked.inc(),
