@@ -31,3 +31,4 @@ mod queues;
 mod secure;
 mod session;
 mod shutdown;
+mod weather;
