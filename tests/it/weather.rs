@@ -108,3 +108,68 @@ async fn a_put_late_for_its_deadline_does_not_make_the_other_puts_of_its_transac
     busy_bodies.sort();
     assert_eq!(busy_bodies, ["b1", "b2"]);
 }
+
+async fn take_answer(http: reqwest::Client, url: String) -> (u16, Vec<u8>) {
+    let response = http.post(url).send().await.expect("take");
+    let status = response.status().as_u16();
+    (status, response.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+}
+
+fn spawn_take(zkq: &TestZkq, queue: &str, wait: &str) -> tokio::task::JoinHandle<(u16, Vec<u8>)> {
+    let (http, url) = (zkq.http.clone(), zkq.url(&format!("/v1/queues/{queue}/take?wait={wait}")));
+    tokio::spawn(take_answer(http, url))
+}
+
+/// A taker about to answer "empty" asks for a barrier (a `sync` of the queue path); that `sync`
+/// is lost with its connection, and the session is back within milliseconds. The barrier must be
+/// run again then: a long-poll receives the message put meanwhile, and a take without wait
+/// answers 204 (the queue is empty, and zkq knows it) well before its deadline. Before, a failed
+/// barrier was never asked again: both waited for their deadline and answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_barrier_lost_with_its_connection_is_run_again_once_the_session_is_back() {
+    let zk = ZkServer::shared();
+    let root = unique_root("weather-barrier");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    let request_timeout = config.zookeeper.request_timeout;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"warm-up").await;
+    assert_eq!(drain(&zkq, "q").await, ["warm-up"], "the queue is open and empty");
+
+    // A long-poll: its barrier's sync never reaches ZooKeeper, its connection is closed.
+    let wait = Duration::from_secs(8);
+    let connections = proxy.connections_accepted();
+    let lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let started = Instant::now();
+    let long_poll = spawn_take(&zkq, "q", &format!("{}s", wait.as_secs()));
+    tokio::time::timeout(SOON, lost.fired()).await.expect("the barrier's sync reached the proxy");
+    // zkq reconnects on its own (the same session); then a message arrives.
+    eventually(SOON, "zkq reconnected", || async { proxy.connections_accepted() > connections }).await;
+    zkq.wait_ready().await;
+    zkq.put_ok("q", b"M").await;
+    let (status, body) = long_poll.await.expect("join");
+    let took = started.elapsed();
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).into_owned()),
+        (200, "M".to_owned()),
+        "the long-poll receives the message put after the session came back ({took:?})"
+    );
+    assert!(took < wait, "answered when the message came, not at the end of its wait ({took:?})");
+
+    // A take without wait on the empty queue: its barrier is lost the same way.
+    let syncs_before = proxy.count(op::SYNC);
+    let lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
+    let started = Instant::now();
+    let take = spawn_take(&zkq, "q", "0s");
+    tokio::time::timeout(SOON, lost.fired()).await.expect("the barrier's sync reached the proxy");
+    let (status, body) = take.await.expect("join");
+    let took = started.elapsed();
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).into_owned()),
+        (204, String::new()),
+        "empty, known from a barrier run once the session was back ({took:?})"
+    );
+    assert!(took < request_timeout, "answered once the session was back, not at the deadline ({took:?})");
+    assert!(proxy.count(op::SYNC) > syncs_before, "the barrier that vouched for it reached ZooKeeper");
+}

@@ -83,17 +83,41 @@ impl ChildrenCache {
     }
 
     /// Runs the barriers asked for so far as one: `sync`, then the events queued before its
-    /// answer. A failed `sync` finishes nothing; its callers answer 503 at their deadline.
-    async fn run_barrier(&self, zk: &Zk, queue_watch: &mut ZkTreeWatch, locks: Option<(&str, &mut ZkTreeWatch)>) {
-        let Some(want) = self.barriers.start() else { return };
+    /// answer. Returns false when it failed (the `sync` failed, or the connection was lost before
+    /// the events were applied): the barrier is then asked for again
+    /// ([`super::waiters::Barriers::failed`]), and the refresher runs it again once the session
+    /// is back (after watching and reading again when the connection was lost), as long as a
+    /// caller still waits for it (503 only at their deadline).
+    async fn run_barrier(
+        &self,
+        zk: &Zk,
+        queue_watch: &mut ZkTreeWatch,
+        locks: Option<(&str, &mut ZkTreeWatch)>,
+    ) -> bool {
+        let Some(want) = self.barriers.start() else { return true };
+        let finished = self.barrier_steps(zk, queue_watch, locks).await;
+        if finished {
+            self.barriers.finish(want);
+        } else {
+            self.barriers.failed();
+        }
+        finished
+    }
+
+    async fn barrier_steps(
+        &self,
+        zk: &Zk,
+        queue_watch: &mut ZkTreeWatch,
+        locks: Option<(&str, &mut ZkTreeWatch)>,
+    ) -> bool {
         if let Err(err) = zk.sync(&self.path).await {
-            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed");
-            return;
+            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed; asked again once reconnected");
+            return false;
         }
         while let Some(event) = queue_watch.ready() {
             if event == TreeEvent::ConnectionLost {
                 self.invalidate();
-                return;
+                return false;
             }
             self.on_queue_event(&event);
         }
@@ -101,12 +125,12 @@ impl ChildrenCache {
             while let Some(event) = watch.ready() {
                 if event == TreeEvent::ConnectionLost {
                     self.invalidate();
-                    return;
+                    return false;
                 }
                 self.on_lock_event(dir, &event);
             }
         }
-        self.barriers.finish(want);
+        true
     }
 
     pub(super) fn next_due(&self) -> Option<Instant> {
@@ -241,6 +265,10 @@ impl ChildrenCache {
             let (mut queue_watch, mut lock_watch) = match watches.await {
                 Ok((queue_watch, lock_watch, children, stat, locks)) => {
                     self.apply_snapshot(children, stat.num_children, Some(locks));
+                    if self.barriers.pending() {
+                        // A barrier that failed (or was asked for while disconnected): run it now.
+                        self.barriers.ask();
+                    }
                     (queue_watch, lock_watch)
                 },
                 Err(ZkError::NoNode) => {
@@ -306,7 +334,18 @@ impl ChildrenCache {
                     _ = self.barriers.asked() => {
                         let zk = zk.with_deadline(Instant::now() + session.request_timeout());
                         let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
-                        self.run_barrier(&zk, &mut queue_watch, locks).await;
+                        if !self.run_barrier(&zk, &mut queue_watch, locks).await {
+                            // Once the session is back (or after a pause), run it again: after
+                            // watching and reading again if the connection was lost, else at once.
+                            self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
+                            let status = session.status();
+                            if status.epoch != epoch || !status.state.is_connected() || self.is_dirty() {
+                                break;
+                            }
+                            if self.barriers.pending() {
+                                self.barriers.ask();
+                            }
+                        }
                     },
                     _ = self.refresh.notified() => {
                         if self.is_dirty() {
