@@ -173,3 +173,136 @@ async fn a_barrier_lost_with_its_connection_is_run_again_once_the_session_is_bac
     assert!(took < request_timeout, "answered once the session was back, not at the deadline ({took:?})");
     assert!(proxy.count(op::SYNC) > syncs_before, "the barrier that vouched for it reached ZooKeeper");
 }
+
+fn mode(mode: zookeeper_client::CreateMode) -> zookeeper_client::CreateOptions<'static> {
+    mode.with_acls(zookeeper_client::Acls::anyone_all())
+}
+
+async fn node_exists(client: &zookeeper_client::Client, path: &str) -> bool {
+    client.check_stat(path).await.expect("exists").is_some()
+}
+
+/// Cuts zkq's connection and waits until its refresher read `queue` again.
+async fn reconnect_and_reread(zkq: &TestZkq, proxy: &ZkProxy, queue: &str) {
+    let series = format!("zkq_queue_children_reads_total{{queue=\"{queue}\"}}");
+    let reads = metric(zkq, &series).await;
+    proxy.cut();
+    eventually(SOON, "the refresher read the queue again", || async { metric(zkq, &series).await > reads }).await;
+}
+
+/// A declared queue belongs to whoever made its node (Curator's `start()`, or a put): zkq does
+/// not create it when it starts, nor bring it back once it is gone (deleted, or a Curator
+/// container that ZooKeeper reaped when it emptied). Meanwhile a take answers 204 (after its
+/// barrier) and a long-poll notices the node when a Curator producer makes it again. Before, the
+/// refresher created the node at start, after every new session and after every read that found
+/// it missing, as a persistent node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_queue_whose_node_is_gone_is_not_brought_back_and_its_return_is_noticed() {
+    let zk = ZkServer::shared();
+    let root = unique_root("weather-declared-gone");
+    let app = format!("{root}-app");
+    let path = format!("{app}/queues/d");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    declare(&mut config, "d", zkq::config::QueueKind::Fifo, Some(&path), Some(&format!("{app}/locks/d")));
+    let zkq = TestZkq::start_ready(config).await;
+    let direct = zk_client(zk).await;
+
+    eventually(SOON, "the first read of d", || async {
+        metric(&zkq, "zkq_queue_children_reads_total{queue=\"d\"}").await >= 1.0
+    })
+    .await;
+    assert!(!node_exists(&direct, &path).await, "zkq created the declared queue's node when it started");
+    assert_eq!(zkq.take("d", "0s").await.status(), 204, "no node: nothing to deliver");
+    assert!(!node_exists(&direct, &path).await, "a take created the node");
+
+    // A Curator producer makes the queue (parents as containers, the queue node as `start()`
+    // does) and puts a message: a long-poll waiting meanwhile receives it.
+    let long_poll = spawn_take(&zkq, "d", "10s");
+    eventually(SOON, "the long-poll waits", || async { metric(&zkq, "zkq_waiting_takers{queue=\"d\"}").await >= 1.0 })
+        .await;
+    for parent in [app.clone(), format!("{app}/queues")] {
+        direct.create(&parent, b"", &mode(zookeeper_client::CreateMode::Container)).await.expect("parent");
+    }
+    direct.create(&path, b"127.0.0.1", &mode(zookeeper_client::CreateMode::Persistent)).await.expect("queue node");
+    let item = zkq::queue::envelope::encode([b"from Curator".as_slice()]);
+    direct
+        .create(&format!("{path}/queue-"), &item, &mode(zookeeper_client::CreateMode::PersistentSequential))
+        .await
+        .expect("item");
+    let (status, body) = long_poll.await.expect("join");
+    assert_eq!((status, String::from_utf8_lossy(&body).into_owned()), (200, "from Curator".to_owned()));
+
+    // The node goes away; a reconnect and the reads after it do not bring it back.
+    direct.delete(&path, None).await.expect("delete the empty queue node");
+    reconnect_and_reread(&zkq, &proxy, "d").await;
+    assert!(!node_exists(&direct, &path).await, "zkq brought the deleted queue node back");
+    assert_eq!(zkq.take("d", "0s").await.status(), 204, "gone: nothing to deliver");
+    assert!(!node_exists(&direct, &path).await, "a take brought the node back");
+
+    // A put makes it again.
+    zkq.put_ok("d", b"put").await;
+    assert_eq!(drain(&zkq, "d").await, ["put"]);
+}
+
+/// Only a put creates a dynamic queue: once its node is deleted, zkq (which still has the queue
+/// open) does not create it again on a reconnect; its takes answer 204; the next put does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_dynamic_queue_stays_deleted_until_the_next_put() {
+    let zk = ZkServer::shared();
+    let root = unique_root("weather-dynamic-gone");
+    let path = format!("{root}/queues/q");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    let zkq = TestZkq::start_ready(config).await;
+    let direct = zk_client(zk).await;
+    zkq.put_ok("q", b"first").await;
+    assert_eq!(drain(&zkq, "q").await, ["first"]);
+
+    direct.delete(&path, None).await.expect("delete the empty queue node");
+    reconnect_and_reread(&zkq, &proxy, "q").await;
+    assert!(!node_exists(&direct, &path).await, "zkq brought the deleted queue back");
+    assert_eq!(zkq.take("q", "0s").await.status(), 204);
+    assert!(!node_exists(&direct, &path).await, "a take brought the deleted queue back");
+
+    zkq.put_ok("q", b"second").await;
+    assert!(node_exists(&direct, &path).await, "a put creates the queue");
+    assert_eq!(drain(&zkq, "q").await, ["second"]);
+}
+
+/// A Curator `SimpleDistributedQueue` keeps its directory as a container, which ZooKeeper
+/// removes once it empties. zkq leaves it so: it does not bring a reaped directory back, and a
+/// put that must make it again makes a container too (that ZooKeeper reaps again). Before, the
+/// refresher made it again at the next read, persistent, and ZooKeeper never reaped it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_container_queue_node_stays_a_container() {
+    let options =
+        ServerOptions { jvm_args: vec!["-Dznode.container.checkIntervalMs=100".to_owned()], ..Default::default() };
+    let zk = ZkServer::start_with(options);
+    let root = unique_root("weather-container");
+    let app = format!("{root}-app");
+    let path = format!("{app}/sq");
+    let direct = zk_client(&zk).await;
+    for dir in [&app, &path] {
+        direct.create(dir, b"", &mode(zookeeper_client::CreateMode::Container)).await.expect("Curator's directory");
+    }
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let mut config = test_config(&proxy, &root);
+    config.zookeeper.session_timeout = Duration::from_secs(20);
+    declare(&mut config, "sq", zkq::config::QueueKind::Simple, Some(&path), None);
+    let zkq = TestZkq::start_ready(config).await;
+
+    for round in ["while Curator's container exists", "after it was reaped"] {
+        zkq.put_ok("sq", round.as_bytes()).await;
+        assert_eq!(drain(&zkq, "sq").await, [round]);
+        eventually(SOON, &format!("ZooKeeper reaps the emptied container ({round})"), || async {
+            !node_exists(&direct, &path).await
+        })
+        .await;
+        reconnect_and_reread(&zkq, &proxy, "sq").await;
+        assert!(!node_exists(&direct, &path).await, "zkq brought the reaped queue directory back ({round})");
+        assert_eq!(zkq.take("sq", "0s").await.status(), 204);
+    }
+}

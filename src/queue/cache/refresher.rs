@@ -202,8 +202,13 @@ impl ChildrenCache {
 
     /// The refresher: keeps the snapshot and the watch alive across reconnects and new sessions.
     ///
-    /// On every new session it first ensures the queue node and `dirs` (the lock directory, the
-    /// claim-marker directory), so the first claim of a queue does not pay a failed transaction.
+    /// It never creates the queue node: only a put does (a dynamic queue is created by its first
+    /// put; a declared one is Curator's, or created by a put too). While the node does not exist
+    /// (not created yet, deleted, or a Curator container ZooKeeper reaped once it emptied) the
+    /// snapshot is empty and live: the tree watches, which ZooKeeper keeps on paths that do not
+    /// exist, report the node and its children as they appear. Once per session, when the node
+    /// exists, it ensures `dirs` (the lock directory, the claim-marker directory), so the first
+    /// claim of a queue does not pay a failed transaction.
     pub async fn run(
         self: Arc<Self>,
         session: ZkSession,
@@ -231,26 +236,6 @@ impl ChildrenCache {
                 continue;
             };
             let epoch = session.status().epoch;
-            if ensured_generation != zk.generation() {
-                let mut ensured = zk.ensure_path(&self.path).await;
-                for dir in &dirs {
-                    if ensured.is_ok() {
-                        ensured = zk.ensure_path(dir).await;
-                    }
-                }
-                match ensured {
-                    Ok(()) => ensured_generation = zk.generation(),
-                    Err(err) => {
-                        if logged.as_ref() != Some(&err) {
-                            tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
-                            logged = Some(err.clone());
-                        }
-                        self.refused(&err);
-                        self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
-                        continue;
-                    },
-                }
-            }
             // The watches first, then the reads: every change after a read arrives as an event,
             // and events already queued before it are harmless (they are applied idempotently).
             let watches = async {
@@ -259,21 +244,36 @@ impl ChildrenCache {
                     Some(dir) => Some(zk.watch_tree(dir).await?),
                     None => None,
                 };
-                let (children, stat, locks) = self.read_children(&zk, lock_dir.as_deref()).await?;
-                Ok((queue_watch, lock_watch, children, stat, locks))
+                let read = self.read_children(&zk, lock_dir.as_deref()).await?;
+                Ok::<_, ZkError>((queue_watch, lock_watch, read))
             };
             let (mut queue_watch, mut lock_watch) = match watches.await {
-                Ok((queue_watch, lock_watch, children, stat, locks)) => {
-                    self.apply_snapshot(children, stat.num_children, Some(locks));
+                Ok((queue_watch, lock_watch, read)) => {
+                    if read.is_some() && ensured_generation != zk.generation() {
+                        match Self::ensure_dirs(&zk, &dirs).await {
+                            Ok(()) => ensured_generation = zk.generation(),
+                            Err(err) => {
+                                if logged.as_ref() != Some(&err) {
+                                    tracing::warn!(queue = %self.label, error = %err, "cannot create the queue's lock or claim directory; will retry");
+                                    logged = Some(err.clone());
+                                }
+                                self.refused(&err);
+                                self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
+                                continue;
+                            },
+                        }
+                    }
+                    // No queue node: nothing to deliver, and nothing here creates it.
+                    let (children, num_children, locks) = read
+                        .map_or((Vec::new(), 0, Vec::new()), |(children, stat, locks)| {
+                            (children, stat.num_children, locks)
+                        });
+                    self.apply_snapshot(children, num_children, Some(locks));
                     if self.barriers.pending() {
                         // A barrier that failed (or was asked for while disconnected): run it now.
                         self.barriers.ask();
                     }
                     (queue_watch, lock_watch)
-                },
-                Err(ZkError::NoNode) => {
-                    ensured_generation = 0;
-                    continue;
                 },
                 Err(err) => {
                     if !err.is_transient() && logged.as_ref() != Some(&err) {
@@ -314,6 +314,17 @@ impl ChildrenCache {
                         if event == TreeEvent::ConnectionLost {
                             self.invalidate();
                             break;
+                        }
+                        if matches!(&event, TreeEvent::Created(path) if *path == self.path) {
+                            // The queue node appeared (again). The watches were live all along, so
+                            // its children arrive as events; its directories are made now.
+                            if ensured_generation != zk.generation() {
+                                let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                                if Self::ensure_dirs(&zk, &dirs).await.is_ok() {
+                                    ensured_generation = zk.generation();
+                                }
+                            }
+                            continue;
                         }
                         self.on_queue_event(&event);
                     },
@@ -361,8 +372,10 @@ impl ChildrenCache {
                     _ = tokio::time::sleep_until(resync_at) => {
                         resync_at = Instant::now() + RESYNC_EVERY;
                         let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                        if let Ok((children, stat, locks)) = self.read_children(&zk, lock_dir.as_deref()).await {
-                            self.apply_snapshot(children, stat.num_children, Some(locks));
+                        match self.read_children(&zk, lock_dir.as_deref()).await {
+                            Ok(Some((children, stat, locks))) => self.apply_snapshot(children, stat.num_children, Some(locks)),
+                            Ok(None) => self.apply_snapshot(Vec::new(), 0, Some(Vec::new())),
+                            Err(_) => {},
                         }
                     },
                     _ = status_changed => {
@@ -376,13 +389,26 @@ impl ChildrenCache {
         }
     }
 
-    /// The queue node's children and the lock directory's (empty without one).
+    /// Makes `dirs` (the lock directory, the claim-marker directory) where they are missing.
+    async fn ensure_dirs(zk: &Zk, dirs: &[String]) -> Result<(), ZkError> {
+        for dir in dirs {
+            zk.ensure_path(dir).await?;
+        }
+        Ok(())
+    }
+
+    /// The queue node's children and the lock directory's (empty without one); `None` when the
+    /// queue node does not exist.
     async fn read_children(
         &self,
         zk: &Zk,
         lock_dir: Option<&str>,
-    ) -> Result<(Vec<String>, crate::zk::NodeStat, Vec<String>), ZkError> {
-        let (children, stat) = zk.get_children(&self.path).await?;
+    ) -> Result<Option<(Vec<String>, crate::zk::NodeStat, Vec<String>)>, ZkError> {
+        let (children, stat) = match zk.get_children(&self.path).await {
+            Ok(read) => read,
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(err) => return Err(err),
+        };
         let locks = match lock_dir {
             Some(dir) => match zk.get_children(dir).await {
                 Ok((locks, _)) => locks,
@@ -391,7 +417,7 @@ impl ChildrenCache {
             },
             None => Vec::new(),
         };
-        Ok((children, stat, locks))
+        Ok(Some((children, stat, locks)))
     }
 
     async fn pause_until_status_change(
