@@ -297,8 +297,8 @@ impl QueueService {
             .await;
     }
 
-    /// The queue called `name` for a write (a put), opening it on first use: a dynamic queue
-    /// is created in ZooKeeper by its refresher.
+    /// The queue called `name` for a write (a put), opening it on first use: the put creates the
+    /// queue's node when it does not exist (nothing else does).
     pub fn open(&self, name: &str) -> Result<QueueRef, QueueError> {
         check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());

@@ -226,8 +226,8 @@ impl Queue {
         let zk = self.session.connected(deadline).await?;
         let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
-                // The queue node was removed under us: recreate it the way Curator does, once.
-                zk.ensure_path(&self.path).await?;
+                // No queue node (never made, deleted, or a container reaped): a put makes it, once.
+                self.create_queue_node(&zk).await?;
                 self.group.submit(&self.background, &zk, ops).await
             },
             other => other,
@@ -245,6 +245,15 @@ impl Queue {
                 _ => None,
             })
             .collect())
+    }
+
+    /// Creates the queue's node (and missing parents, as containers), as Curator's producer of
+    /// this kind would: a `simple` queue's as a container (`SimpleDistributedQueue` makes its
+    /// directory so, and ZooKeeper removes it once it is empty), the others' persistent (as
+    /// `DistributedQueue.start()` does). Only a put calls this.
+    pub(super) async fn create_queue_node(&self, zk: &Zk) -> Result<(), ZkError> {
+        let mode = if self.kind == QueueKind::Simple { NodeMode::Container } else { NodeMode::Persistent };
+        zk.ensure_path_as(&self.path, mode).await
     }
 
     /// With `max_items`, waits up to `wait` until there is room for `count` more messages.

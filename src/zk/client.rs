@@ -370,7 +370,12 @@ impl Zk {
     /// Creates `path` as a persistent node and its missing parents as containers, the way
     /// Curator's `creatingParentContainersIfNeeded()` does; an existing node is fine.
     pub async fn ensure_path(&self, path: &str) -> Result<(), ZkError> {
-        match self.create(path, b"", NodeMode::Persistent).await {
+        self.ensure_path_as(path, NodeMode::Persistent).await
+    }
+
+    /// As [`Zk::ensure_path`], with `path` itself created in `mode` (persistent or container).
+    pub async fn ensure_path_as(&self, path: &str, mode: NodeMode) -> Result<(), ZkError> {
+        match self.create(path, b"", mode).await {
             Ok(_) | Err(ZkError::NodeExists) => return Ok(()),
             Err(ZkError::NoNode) => {},
             Err(err) => return Err(err),
@@ -385,7 +390,7 @@ impl Zk {
                 Err(err) => return Err(err),
             }
         }
-        match self.create(path, b"", NodeMode::Persistent).await {
+        match self.create(path, b"", mode).await {
             Ok(_) | Err(ZkError::NodeExists) => Ok(()),
             Err(err) => Err(err),
         }

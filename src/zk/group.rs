@@ -21,6 +21,12 @@
 //! - never sent (no connection, or the unit's deadline passed while it queued): `Unavailable`,
 //!   nothing was applied.
 //!
+//! A unit's deadline bounds its own wait, never the transaction: a transaction runs until the
+//! latest deadline among its units, and a unit whose deadline passes while it is in flight is
+//! answered `OutcomeUnknown` at that moment (with its twins), exactly as a lone write would be,
+//! while the others wait for the transaction's answer. One late unit (a put that waited for room
+//! almost to its deadline) cannot change the answer of another.
+//!
 //! Transactions run on tasks of the caller's tracker (the queues' background tracker, which
 //! shutdown waits for), never on a request's future: a client that leaves cannot take the answers
 //! of the other units with it. A unit whose caller left before it was sent is dropped unsent.
@@ -185,29 +191,36 @@ impl GroupCommit {
 
     /// Sends `batch` as one transaction and answers every unit; a unit refused on its own is
     /// answered and the rest sent again.
+    ///
+    /// The transaction runs until the latest deadline of its units, not the earliest: a unit
+    /// whose own deadline passes while it is in flight is answered `OutcomeUnknown` then (with its
+    /// [`Twins`]), and the others still get the transaction's answer. One late unit (a put that
+    /// waited for room almost to its deadline) never turns the answers of the others into
+    /// `OutcomeUnknown`.
     async fn send(&self, mut batch: Vec<Unit>) {
-        let now = Instant::now();
-        batch.retain_mut(|unit| {
-            if unit.reply.is_closed() {
-                return false; // its caller left before it was sent: nothing applied
-            }
-            if unit.deadline <= now {
-                Self::answer(unit, Err(TxnError { index: None, error: ZkError::Unavailable }.into()));
-                return false;
-            }
-            true
-        });
         while !batch.is_empty() {
-            let deadline = batch.iter().map(|u| u.deadline).min().unwrap_or(now);
+            let now = Instant::now();
+            batch.retain_mut(|unit| {
+                if unit.reply.is_closed() {
+                    return false; // its caller left (or it was answered) before it was sent: nothing applied
+                }
+                if unit.deadline <= now {
+                    Self::answer(unit, Err(TxnError { index: None, error: ZkError::Unavailable }.into()));
+                    return false;
+                }
+                true
+            });
+            let Some(deadline) = batch.iter().map(|u| u.deadline).max() else { return };
             let zk = batch[0].zk.with_deadline(deadline);
             self.metrics.group_commit_units.observe(batch.len() as f64);
-            let result = match batch.as_slice() {
-                [unit] if unit.ops.len() == 1 => Self::send_alone(&zk, &unit.ops[0]).await,
-                _ => {
-                    let ops: Vec<TxnOp> = batch.iter().flat_map(|u| u.ops.iter().cloned()).collect();
-                    zk.multi(&ops).await
-                },
+            let ops: Vec<TxnOp> = batch.iter().flat_map(|u| u.ops.iter().cloned()).collect();
+            let request = async move {
+                match ops.as_slice() {
+                    [op] => Self::send_alone(&zk, op).await,
+                    _ => zk.multi(&ops).await,
+                }
             };
+            let result = Self::await_within_unit_deadlines(&mut batch, request).await;
             match result {
                 Ok(mut results) => {
                     for unit in batch.iter_mut() {
@@ -248,6 +261,44 @@ impl GroupCommit {
                     }
                     return;
                 },
+            }
+        }
+    }
+
+    /// Awaits `request` (the transaction of `batch`, already sent when it is first polled) and
+    /// meanwhile answers each unit whose own deadline passes `OutcomeUnknown`, as a lone write
+    /// would have been: its caller stops waiting, the transaction goes on for the others. A unit
+    /// answered so is skipped by every later answer (its reply is closed).
+    async fn await_within_unit_deadlines(
+        batch: &mut [Unit],
+        request: impl Future<Output = Result<Vec<TxnResult>, TxnError>>,
+    ) -> Result<Vec<TxnResult>, TxnError> {
+        let mut request = std::pin::pin!(request);
+        let mut all_twins: Option<Vec<Twins>> = None;
+        loop {
+            let next = batch.iter().filter(|unit| !unit.reply.is_closed()).map(|unit| unit.deadline).min();
+            let passed = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                result = &mut request => return result,
+                () = passed => {},
+            }
+            let now = Instant::now();
+            let all_twins = all_twins
+                .get_or_insert_with(|| twins(&batch.iter().map(|unit| unit.ops.as_slice()).collect::<Vec<_>>()));
+            for (unit, twins) in batch.iter_mut().zip(all_twins.iter()) {
+                if unit.deadline <= now && !unit.reply.is_closed() {
+                    let late = Refusal {
+                        error: TxnError { index: None, error: ZkError::OutcomeUnknown },
+                        twins: twins.clone(),
+                    };
+                    Self::answer(unit, Err(late));
+                }
             }
         }
     }

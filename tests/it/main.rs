@@ -33,3 +33,4 @@ mod queues;
 mod secure;
 mod session;
 mod shutdown;
+mod weather;

@@ -83,17 +83,41 @@ impl ChildrenCache {
     }
 
     /// Runs the barriers asked for so far as one: `sync`, then the events queued before its
-    /// answer. A failed `sync` finishes nothing; its callers answer 503 at their deadline.
-    async fn run_barrier(&self, zk: &Zk, queue_watch: &mut ZkTreeWatch, locks: Option<(&str, &mut ZkTreeWatch)>) {
-        let Some(want) = self.barriers.start() else { return };
+    /// answer. Returns false when it failed (the `sync` failed, or the connection was lost before
+    /// the events were applied): the barrier is then asked for again
+    /// ([`super::waiters::Barriers::failed`]), and the refresher runs it again once the session
+    /// is back (after watching and reading again when the connection was lost), as long as a
+    /// caller still waits for it (503 only at their deadline).
+    async fn run_barrier(
+        &self,
+        zk: &Zk,
+        queue_watch: &mut ZkTreeWatch,
+        locks: Option<(&str, &mut ZkTreeWatch)>,
+    ) -> bool {
+        let Some(want) = self.barriers.start() else { return true };
+        let finished = self.barrier_steps(zk, queue_watch, locks).await;
+        if finished {
+            self.barriers.finish(want);
+        } else {
+            self.barriers.failed();
+        }
+        finished
+    }
+
+    async fn barrier_steps(
+        &self,
+        zk: &Zk,
+        queue_watch: &mut ZkTreeWatch,
+        locks: Option<(&str, &mut ZkTreeWatch)>,
+    ) -> bool {
         if let Err(err) = zk.sync(&self.path).await {
-            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed");
-            return;
+            tracing::debug!(queue = %self.label, error = %err, "barrier sync failed; asked again once reconnected");
+            return false;
         }
         while let Some(event) = queue_watch.ready() {
             if event == TreeEvent::ConnectionLost {
                 self.invalidate();
-                return;
+                return false;
             }
             self.on_queue_event(&event);
         }
@@ -101,12 +125,12 @@ impl ChildrenCache {
             while let Some(event) = watch.ready() {
                 if event == TreeEvent::ConnectionLost {
                     self.invalidate();
-                    return;
+                    return false;
                 }
                 self.on_lock_event(dir, &event);
             }
         }
-        self.barriers.finish(want);
+        true
     }
 
     pub(super) fn next_due(&self) -> Option<Instant> {
@@ -178,8 +202,13 @@ impl ChildrenCache {
 
     /// The refresher: keeps the snapshot and the watch alive across reconnects and new sessions.
     ///
-    /// On every new session it first ensures the queue node and `dirs` (the lock directory, the
-    /// claim-marker directory), so the first claim of a queue does not pay a failed transaction.
+    /// It never creates the queue node: only a put does (a dynamic queue is created by its first
+    /// put; a declared one is Curator's, or created by a put too). While the node does not exist
+    /// (not created yet, deleted, or a Curator container ZooKeeper reaped once it emptied) the
+    /// snapshot is empty and live: the tree watches, which ZooKeeper keeps on paths that do not
+    /// exist, report the node and its children as they appear. Once per session, when the node
+    /// exists, it ensures `dirs` (the lock directory, the claim-marker directory), so the first
+    /// claim of a queue does not pay a failed transaction.
     pub async fn run(
         self: Arc<Self>,
         session: ZkSession,
@@ -207,26 +236,6 @@ impl ChildrenCache {
                 continue;
             };
             let epoch = session.status().epoch;
-            if ensured_generation != zk.generation() {
-                let mut ensured = zk.ensure_path(&self.path).await;
-                for dir in &dirs {
-                    if ensured.is_ok() {
-                        ensured = zk.ensure_path(dir).await;
-                    }
-                }
-                match ensured {
-                    Ok(()) => ensured_generation = zk.generation(),
-                    Err(err) => {
-                        if logged.as_ref() != Some(&err) {
-                            tracing::warn!(queue = %self.label, error = %err, "cannot create queue path; will retry");
-                            logged = Some(err.clone());
-                        }
-                        self.refused(&err);
-                        self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
-                        continue;
-                    },
-                }
-            }
             // The watches first, then the reads: every change after a read arrives as an event,
             // and events already queued before it are harmless (they are applied idempotently).
             let watches = async {
@@ -235,17 +244,36 @@ impl ChildrenCache {
                     Some(dir) => Some(zk.watch_tree(dir).await?),
                     None => None,
                 };
-                let (children, stat, locks) = self.read_children(&zk, lock_dir.as_deref()).await?;
-                Ok((queue_watch, lock_watch, children, stat, locks))
+                let read = self.read_children(&zk, lock_dir.as_deref()).await?;
+                Ok::<_, ZkError>((queue_watch, lock_watch, read))
             };
             let (mut queue_watch, mut lock_watch) = match watches.await {
-                Ok((queue_watch, lock_watch, children, stat, locks)) => {
-                    self.apply_snapshot(children, stat.num_children, Some(locks));
+                Ok((queue_watch, lock_watch, read)) => {
+                    if read.is_some() && ensured_generation != zk.generation() {
+                        match Self::ensure_dirs(&zk, &dirs).await {
+                            Ok(()) => ensured_generation = zk.generation(),
+                            Err(err) => {
+                                if logged.as_ref() != Some(&err) {
+                                    tracing::warn!(queue = %self.label, error = %err, "cannot create the queue's lock or claim directory; will retry");
+                                    logged = Some(err.clone());
+                                }
+                                self.refused(&err);
+                                self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_secs(1)).await;
+                                continue;
+                            },
+                        }
+                    }
+                    // No queue node: nothing to deliver, and nothing here creates it.
+                    let (children, num_children, locks) = read
+                        .map_or((Vec::new(), 0, Vec::new()), |(children, stat, locks)| {
+                            (children, stat.num_children, locks)
+                        });
+                    self.apply_snapshot(children, num_children, Some(locks));
+                    if self.barriers.pending() {
+                        // A barrier that failed (or was asked for while disconnected): run it now.
+                        self.barriers.ask();
+                    }
                     (queue_watch, lock_watch)
-                },
-                Err(ZkError::NoNode) => {
-                    ensured_generation = 0;
-                    continue;
                 },
                 Err(err) => {
                     if !err.is_transient() && logged.as_ref() != Some(&err) {
@@ -287,6 +315,17 @@ impl ChildrenCache {
                             self.invalidate();
                             break;
                         }
+                        if matches!(&event, TreeEvent::Created(path) if *path == self.path) {
+                            // The queue node appeared (again). The watches were live all along, so
+                            // its children arrive as events; its directories are made now.
+                            if ensured_generation != zk.generation() {
+                                let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                                if Self::ensure_dirs(&zk, &dirs).await.is_ok() {
+                                    ensured_generation = zk.generation();
+                                }
+                            }
+                            continue;
+                        }
                         self.on_queue_event(&event);
                     },
                     event = lock_event => {
@@ -306,7 +345,18 @@ impl ChildrenCache {
                     _ = self.barriers.asked() => {
                         let zk = zk.with_deadline(Instant::now() + session.request_timeout());
                         let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
-                        self.run_barrier(&zk, &mut queue_watch, locks).await;
+                        if !self.run_barrier(&zk, &mut queue_watch, locks).await {
+                            // Once the session is back (or after a pause), run it again: after
+                            // watching and reading again if the connection was lost, else at once.
+                            self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
+                            let status = session.status();
+                            if status.epoch != epoch || !status.state.is_connected() || self.is_dirty() {
+                                break;
+                            }
+                            if self.barriers.pending() {
+                                self.barriers.ask();
+                            }
+                        }
                     },
                     _ = self.refresh.notified() => {
                         if self.is_dirty() {
@@ -322,8 +372,10 @@ impl ChildrenCache {
                     _ = tokio::time::sleep_until(resync_at) => {
                         resync_at = Instant::now() + RESYNC_EVERY;
                         let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                        if let Ok((children, stat, locks)) = self.read_children(&zk, lock_dir.as_deref()).await {
-                            self.apply_snapshot(children, stat.num_children, Some(locks));
+                        match self.read_children(&zk, lock_dir.as_deref()).await {
+                            Ok(Some((children, stat, locks))) => self.apply_snapshot(children, stat.num_children, Some(locks)),
+                            Ok(None) => self.apply_snapshot(Vec::new(), 0, Some(Vec::new())),
+                            Err(_) => {},
                         }
                     },
                     _ = status_changed => {
@@ -337,13 +389,26 @@ impl ChildrenCache {
         }
     }
 
-    /// The queue node's children and the lock directory's (empty without one).
+    /// Makes `dirs` (the lock directory, the claim-marker directory) where they are missing.
+    async fn ensure_dirs(zk: &Zk, dirs: &[String]) -> Result<(), ZkError> {
+        for dir in dirs {
+            zk.ensure_path(dir).await?;
+        }
+        Ok(())
+    }
+
+    /// The queue node's children and the lock directory's (empty without one); `None` when the
+    /// queue node does not exist.
     async fn read_children(
         &self,
         zk: &Zk,
         lock_dir: Option<&str>,
-    ) -> Result<(Vec<String>, crate::zk::NodeStat, Vec<String>), ZkError> {
-        let (children, stat) = zk.get_children(&self.path).await?;
+    ) -> Result<Option<(Vec<String>, crate::zk::NodeStat, Vec<String>)>, ZkError> {
+        let (children, stat) = match zk.get_children(&self.path).await {
+            Ok(read) => read,
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(err) => return Err(err),
+        };
         let locks = match lock_dir {
             Some(dir) => match zk.get_children(dir).await {
                 Ok((locks, _)) => locks,
@@ -352,7 +417,7 @@ impl ChildrenCache {
             },
             None => Vec::new(),
         };
-        Ok((children, stat, locks))
+        Ok(Some((children, stat, locks)))
     }
 
     async fn pause_until_status_change(

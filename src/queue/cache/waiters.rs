@@ -52,6 +52,11 @@ impl Barriers {
         }
     }
 
+    /// Asks the refresher to run the barriers asked for (kept until it listens).
+    pub(super) fn ask(&self) {
+        self.asked.notify_one();
+    }
+
     /// Resolves when a caller asked for a barrier (the refresher's side).
     pub(super) fn asked(&self) -> Notified<'_> {
         self.asked.notified()
@@ -71,6 +76,19 @@ impl Barriers {
     /// Releases the callers of the barriers up to `want`.
     pub(super) fn finish(&self, want: u64) {
         self.done.send_modify(|done| *done = (*done).max(want));
+    }
+
+    /// The barrier started last did not finish (its `sync` failed, or the connection was lost
+    /// before its events were applied): it counts as not started, so the next
+    /// [`Barriers::start`] runs it again. Its callers keep waiting, until their deadline.
+    pub(super) fn failed(&self) {
+        self.started.store(*self.done.borrow(), Ordering::SeqCst);
+    }
+
+    /// Whether a barrier was asked for, has not started (or failed), and someone still waits
+    /// for it (a barrier nobody waits for runs when the next caller asks).
+    pub(super) fn pending(&self) -> bool {
+        self.wanted.load(Ordering::SeqCst) > self.started.load(Ordering::SeqCst) && self.done.receiver_count() > 0
     }
 }
 
@@ -107,7 +125,7 @@ impl ChildrenCache {
         // A barrier already running may have started before this call: wait for the next one.
         let want = barriers.started.load(Ordering::SeqCst) + 1;
         barriers.wanted.fetch_max(want, Ordering::SeqCst);
-        barriers.asked.notify_one();
+        barriers.ask();
         loop {
             if *done.borrow_and_update() >= want {
                 return true;

@@ -262,7 +262,11 @@ impl Queue {
             {
                 // A directory (the queue node, the records', a bucket) is missing: made the way
                 // Curator makes parents, then the unit goes again.
-                self.session.retrying(deadline, |zk| async move { zk.ensure_path(dir).await }).await?;
+                self.session
+                    .retrying(deadline, |zk| async move {
+                        if dir == self.path { self.create_queue_node(&zk).await } else { zk.ensure_path(dir).await }
+                    })
+                    .await?;
                 parents_made += 1;
                 continue;
             }
