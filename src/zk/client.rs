@@ -330,7 +330,7 @@ impl Zk {
         let bytes = self.request_bytes(ops);
         if bytes > MAX_REQUEST_BYTES {
             // Never sent: the server would close the connection, losing every answer in flight.
-            return Err(TxnError { index: None, error: ZkError::too_large(bytes) });
+            return Err(TxnError { index: None, error: ZkError::TooLarge(bytes) });
         }
         let mut writer = self.client.new_multi_writer();
         for op in ops {

@@ -33,19 +33,18 @@ pub enum ZkError {
     /// ZooKeeper refused the request for a reason retrying will not fix (bad argument, quota...).
     #[error("ZooKeeper refused the request: {0}")]
     Rejected(String),
+    /// A transaction zkq did not send because it is larger than ZooKeeper reads
+    /// ([`super::MAX_REQUEST_BYTES`], encoded with the node ACL and chroot): nothing was sent, and
+    /// the same one will never fit.
+    #[error(
+        "a transaction of {0} bytes is larger than ZooKeeper's request limit ({max} bytes, jute.maxbuffer less \
+         room for its log entry); it was not sent",
+        max = super::MAX_REQUEST_BYTES
+    )]
+    TooLarge(usize),
 }
 
 impl ZkError {
-    /// A transaction zkq refused to send because it is larger than ZooKeeper reads
-    /// ([`super::MAX_REQUEST_BYTES`]): nothing was sent, and the same one will never fit.
-    pub fn too_large(bytes: usize) -> ZkError {
-        ZkError::Rejected(format!(
-            "a transaction of {bytes} bytes is larger than ZooKeeper's request limit ({} bytes, \
-             jute.maxbuffer less room for its log entry); it was not sent",
-            super::MAX_REQUEST_BYTES
-        ))
-    }
-
     /// Whether retrying later, with a new or restored session, may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, ZkError::Unavailable | ZkError::OutcomeUnknown | ZkError::SessionLost)
@@ -63,6 +62,7 @@ impl ZkError {
             ZkError::SessionLost => "session_lost",
             ZkError::NotAuthorized => "not_authorized",
             ZkError::Rejected(_) => "rejected",
+            ZkError::TooLarge(_) => "too_large",
         }
     }
 }

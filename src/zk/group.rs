@@ -131,7 +131,7 @@ impl GroupCommit {
         }
         let bytes = zk.request_bytes(&ops);
         if bytes > MAX_REQUEST_BYTES {
-            return Err(TxnError { index: None, error: ZkError::too_large(bytes) }.into());
+            return Err(TxnError { index: None, error: ZkError::TooLarge(bytes) }.into());
         }
         let (reply, answer) = oneshot::channel();
         let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply };

@@ -30,6 +30,7 @@ mod opskit;
 mod proxy;
 mod push;
 mod queues;
+mod request_limit;
 mod secure;
 mod session;
 mod shutdown;
