@@ -483,9 +483,8 @@ impl QueueService {
             stop.clone(),
             {
                 let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
-                let dirs: Vec<String> = lock_path.iter().cloned().chain([self.markers.dir().to_owned()]).collect();
-                let lock_path = lock_path.clone();
-                move || cache.clone().run(session.clone(), dirs.clone(), lock_path.clone(), stop.clone())
+                let (lock_path, marker_dir) = (lock_path.clone(), self.markers.dir().to_owned());
+                move || cache.clone().run(session.clone(), marker_dir.clone(), lock_path.clone(), stop.clone())
             },
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {

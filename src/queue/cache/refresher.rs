@@ -207,17 +207,20 @@ impl ChildrenCache {
     /// (not created yet, deleted, or a Curator container ZooKeeper reaped once it emptied) the
     /// snapshot is empty and live: the tree watches, which ZooKeeper keeps on paths that do not
     /// exist, report the node and its children as they appear. Once per session, when the node
-    /// exists, it ensures `dirs` (the lock directory, the claim-marker directory), so the first
-    /// claim of a queue does not pay a failed transaction.
+    /// exists, it ensures the lock directory, and on every new session the claim-marker directory
+    /// (zkq's own, shared by every queue), so the first claim of a queue does not pay a failed
+    /// transaction.
     pub async fn run(
         self: Arc<Self>,
         session: ZkSession,
-        dirs: Vec<String>,
+        marker_dir: String,
         lock_dir: Option<String>,
         shutdown: CancellationToken,
     ) {
         let mut status_rx = session.subscribe();
+        let dirs: Vec<String> = lock_dir.iter().cloned().collect();
         let mut ensured_generation = 0;
+        let mut markers_generation = 0;
         // A refusal repeats at every retry: log each distinct one once.
         let mut logged: Option<ZkError> = None;
         loop {
@@ -236,6 +239,10 @@ impl ChildrenCache {
                 continue;
             };
             let epoch = session.status().epoch;
+            // Creating it never brings a queue back: a failure here is paid by the first claim.
+            if markers_generation != zk.generation() && zk.ensure_path(&marker_dir).await.is_ok() {
+                markers_generation = zk.generation();
+            }
             // The watches first, then the reads: every change after a read arrives as an event,
             // and events already queued before it are harmless (they are applied idempotently).
             let watches = async {
