@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 fn histogram(text: &str, name: &str, part: &str) -> f64 {
     metric_value(text, &format!("{name}_{part}")).unwrap_or(0.0)

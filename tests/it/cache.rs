@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// The sum of every `zkq_zookeeper_requests_total` series of one operation (any outcome).
 fn zk_requests(metrics: &str, operation: &str) -> f64 {

@@ -19,8 +19,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::ensemble::ZkEnsemble;
-use crate::harness::*;
-use crate::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::*;
 
 /// Who processed a body: (body, consumer, message id as delivered).
 type Processed = Arc<Mutex<Vec<(String, String, String)>>>;

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zkq::config::Config;
 
-use crate::harness::*;
-use crate::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::*;
 
 /// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
 const SOON: Duration = Duration::from_secs(30);

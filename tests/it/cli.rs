@@ -75,7 +75,7 @@ fn reference_prints_the_committed_pages_without_a_configuration() {
     ] {
         let output = zkq().args(["reference", page]).env("ZKQ__ZOOKEEPER__TYPO", "x").output().expect("runs");
         assert!(output.status.success(), "{page}: {}", String::from_utf8_lossy(&output.stderr));
-        let committed = std::fs::read_to_string(crate::harness::repo_file(path)).expect("committed page");
+        let committed = std::fs::read_to_string(zkq_testkit::repo_file(path)).expect("committed page");
         assert!(String::from_utf8_lossy(&output.stdout) == committed, "zkq reference {page} differs from {path}");
     }
 }
@@ -89,9 +89,9 @@ fn missing_config_file_is_a_usage_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthcheck_follows_readiness() {
-    let zk = crate::harness::ZkServer::shared();
-    let root = crate::harness::unique_root("healthcheck");
-    let daemon = crate::harness::TestZkq::start_ready(crate::harness::test_config(zk, &root)).await;
+    let zk = zkq_testkit::ZkServer::shared();
+    let root = zkq_testkit::unique_root("healthcheck");
+    let daemon = zkq_testkit::TestZkq::start_ready(zkq_testkit::test_config(zk, &root)).await;
     let admin = daemon.admin.trim_start_matches("http://").to_owned();
     let run = |admin: String| {
         tokio::task::spawn_blocking(move || {
@@ -113,7 +113,7 @@ async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
     // Port 0: the kernel picks both ports when zkq binds them, and zkq's "zkq started" log line
     // says which. (Ports picked by the test would be free only until it let them go: while dev.sh
     // builds the release binary, another test's server could take one and answer in its place.)
-    let mut dev = Command::new(crate::harness::repo_file("scripts/dev.sh"));
+    let mut dev = Command::new(zkq_testkit::repo_file("scripts/dev.sh"));
     dev.args(["--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .env_remove("ZKQ__ZOOKEEPER__CONNECT")
         .env("ZKQ__LOG__FORMAT", "json")
@@ -146,7 +146,7 @@ async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
         .expect("join")
         .expect("dev.sh's zkq logged where it listens");
     let http = reqwest::Client::new();
-    crate::harness::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
+    zkq_testkit::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
         let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
         async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
     })
@@ -172,15 +172,14 @@ async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dev_sh_readiness_probe_ends_while_zookeeper_starts() {
     use std::time::{Duration, Instant};
-    let zk = std::sync::Arc::new(crate::harness::ZkServer::start());
+    let zk = std::sync::Arc::new(zkq_testkit::ZkServer::start());
     zk.stop();
     let port = zk.connect_string().rsplit(':').next().expect("port").to_owned();
     let restarting = {
         let zk = zk.clone();
         tokio::task::spawn_blocking(move || zk.restart())
     };
-    let script =
-        format!("source '{}'; zk_four_letter {port} ruok", crate::harness::repo_file("scripts/lib.sh").display());
+    let script = format!("source '{}'; zk_four_letter {port} ruok", zkq_testkit::repo_file("scripts/lib.sh").display());
     let probe =
         || Command::new("bash").arg("-c").arg(&script).stdout(std::process::Stdio::piped()).spawn().expect("bash");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -226,16 +225,15 @@ impl Drop for GroupGuard {
 /// Every command of the README's "Using it" block runs against a live zkq, so the README cannot rot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_quickstart_commands_work() {
-    let readme = std::fs::read_to_string(crate::harness::repo_file("README.md")).expect("README");
+    let readme = std::fs::read_to_string(zkq_testkit::repo_file("README.md")).expect("README");
     let section = readme.split("## Using it").nth(1).expect("a Using it section");
     let block = section.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
     let commands: Vec<&str> = block.lines().filter(|l| l.starts_with("curl ")).collect();
     assert!(commands.len() >= 4, "{commands:?}");
 
-    let zk = crate::harness::ZkServer::shared();
+    let zk = zkq_testkit::ZkServer::shared();
     let daemon =
-        crate::harness::TestZkq::start_ready(crate::harness::test_config(zk, &crate::harness::unique_root("readme")))
-            .await;
+        zkq_testkit::TestZkq::start_ready(zkq_testkit::test_config(zk, &zkq_testkit::unique_root("readme"))).await;
     let host = daemon.api.trim_start_matches("http://").to_owned();
     let mut outputs = Vec::new();
     for command in commands {
@@ -314,8 +312,8 @@ fn queue<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 /// changes nothing in ZooKeeper.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reports_queues_written_by_curator_and_by_zkq_and_changes_nothing() {
-    use crate::harness::*;
     use std::time::Duration;
+    use zkq_testkit::*;
 
     let zk = ZkServer::shared();
     let root = unique_root("inspect");
@@ -446,7 +444,7 @@ async fn inspect_reports_queues_written_by_curator_and_by_zkq_and_changes_nothin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_exits_1_with_a_clear_error_when_zookeeper_is_unreachable() {
-    let port = crate::harness::free_port();
+    let port = zkq_testkit::free_port();
     let started = std::time::Instant::now();
     let (code, stdout, stderr) =
         inspect(vec!["--zk-connect".into(), format!("127.0.0.1:{port}"), "--timeout".into(), "2s".into()]).await;
@@ -458,7 +456,7 @@ async fn inspect_exits_1_with_a_clear_error_when_zookeeper_is_unreachable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_keeps_to_its_bounds_and_refuses_what_it_cannot_find() {
-    use crate::harness::*;
+    use zkq_testkit::*;
 
     let zk = ZkServer::shared();
     let root = unique_root("inspect-bounds");

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_openapi_is_what_the_server_serves() {

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::ensemble::ZkEnsemble;
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// Declares counters: a read of a declared counter creates its seed (as Curator's `start()`),
 /// while a read of an undeclared one that does not exist is 404 and creates nothing.

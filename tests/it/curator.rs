@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use zkq::config::QueueKind;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// A zkq with one declared queue per kind at `{root}/c/{kind}`; fifo/priority/delay/id share
 /// the lock path `{root}/c/locks-{kind}` only where `locked` says so.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::harness::repo_file;
+use zkq_testkit::repo_file;
 
 /// The Markdown files whose links are checked.
 fn pages() -> Vec<PathBuf> {

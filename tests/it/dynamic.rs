@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::harness::*;
-use crate::proxy::{ZkProxy, op};
+use zkq_testkit::proxy::{ZkProxy, op};
+use zkq_testkit::*;
 
 /// Many long-polls wait on sidecar A for a queue that does not exist yet; sidecar B creates it
 /// with a put. Once A has opened the queue, its cache must keep seeing B's puts: each later put

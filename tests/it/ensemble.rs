@@ -1,5 +1,5 @@
 //! A three-server ZooKeeper ensemble (ZooKeeper 3.9 from Debian 13, see
-//! [`crate::harness::ensemble_classpath`]) on free loopback ports, for tests that kill, pause and
+//! [`zkq_testkit::ensemble_classpath`]) on free loopback ports, for tests that kill, pause and
 //! restart single servers.
 
 #![allow(dead_code)] // not every test uses every control
@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{ConnectTarget, ensemble_classpath, four_letter, spawn_supervised, stable_port};
+use zkq_testkit::{ConnectTarget, ensemble_classpath, four_letter, spawn_supervised, stable_port};
 
 struct Server {
     id: usize,

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use zkq::config::QueueKind;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// A child whose name has a multi-byte character right after `queue-` used to panic the
 /// priority parser inside the cache refresher: takes then waited 10 s and answered 204.

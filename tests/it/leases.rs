@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use zkq::config::{QueueConfig, QueueKind};
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 struct Leased {
     status: u16,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use zkq::config::QueueKind;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// Kills a child process when dropped.
 struct ChildGuard(std::process::Child);

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use zkq::config::{AppUrl, Config, PushConfig, QueueKind};
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// One request the app received.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use zkq::config::QueueKind;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.expect("json body")

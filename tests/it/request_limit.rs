@@ -5,7 +5,7 @@
 
 use zkq::config::AclEntry;
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// `world:anyone:cdrwa` (zkq's own access) and `extra` read-only `ip` entries.
 fn long_acl(extra: usize) -> Vec<AclEntry> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use zkq::config::{AclEntry, Config, QueueKind, SaslMechanism, Secret};
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// A private PKI in a temporary directory: a CA, a server certificate for 127.0.0.1 and
 /// localhost, a client certificate, and a second CA that signed none of them.

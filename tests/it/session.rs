@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use zkq::zk::{ConnectionState, SessionStatus};
 
-use crate::harness::*;
+use zkq_testkit::*;
 
 /// Records every published status of a running zkq.
 fn record_states(zkq: &TestZkq) -> Arc<Mutex<Vec<SessionStatus>>> {

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::*;
-use crate::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::proxy::{Fault, ZkProxy, op};
+use zkq_testkit::*;
 
 /// Bound on waiting for something that happens at once.
 const SOON: Duration = Duration::from_secs(10);

@@ -1,3 +1,0 @@
-//! The test kit, under the name the test modules use.
-
-pub use zkq_testkit::*;
