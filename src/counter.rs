@@ -20,7 +20,7 @@ use crate::types::{Backoff, Layout};
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
-pub const ADD_ATTEMPTS: u32 = 64;
+pub(crate) const ADD_ATTEMPTS: u32 = 64;
 
 /// A counter's value and the data version it was read at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +73,12 @@ impl From<ZkError> for CounterError {
 }
 
 /// Curator's `SharedCount.toBytes`.
-pub fn encode(value: i32) -> [u8; 4] {
+pub(crate) fn encode(value: i32) -> [u8; 4] {
     value.to_be_bytes()
 }
 
 /// Curator's `SharedCount.fromBytes`, but strict: anything but 4 bytes is an error.
-pub fn decode(data: &[u8]) -> Result<i32, CounterError> {
+pub(crate) fn decode(data: &[u8]) -> Result<i32, CounterError> {
     let bytes: [u8; 4] = data.try_into().map_err(|_| CounterError::NotAnInt { len: data.len() })?;
     Ok(i32::from_be_bytes(bytes))
 }

@@ -26,7 +26,7 @@ pub mod zk;
 mod test_support {
     /// Property tests run a fixed seed with no failure files, so every run checks the same cases;
     /// `PROPTEST_CASES=100000 cargo test --lib` searches longer.
-    pub fn proptest_config() -> proptest::test_runner::Config {
+    pub(crate) fn proptest_config() -> proptest::test_runner::Config {
         #[allow(clippy::disallowed_methods, reason = "a longer property search is asked for in the environment")]
         let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
         proptest::test_runner::Config {

@@ -13,7 +13,7 @@ use prometheus::{
 };
 
 /// The labels of `zkq_zookeeper_connection_state`, one series each.
-pub const CONNECTION_STATES: [&str; 5] = ["connected", "suspended", "reconnected", "lost", "read_only"];
+pub(crate) const CONNECTION_STATES: [&str; 5] = ["connected", "suspended", "reconnected", "lost", "read_only"];
 
 /// The `outcome` label of `zkq_claim_attempts_total`: how one attempt to claim a candidate ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -539,7 +539,7 @@ impl Metrics {
 }
 
 /// The metrics reference page (`docs/reference/metrics.md`), as `zkq reference metrics` prints it.
-pub fn metrics_markdown() -> Result<String, prometheus::Error> {
+pub(crate) fn metrics_markdown() -> Result<String, prometheus::Error> {
     let metrics = Metrics::new()?;
     let mut catalogue = metrics.catalogue().to_vec();
     catalogue.sort_by(|a, b| a.name.cmp(&b.name));
@@ -563,10 +563,10 @@ pub fn metrics_markdown() -> Result<String, prometheus::Error> {
 }
 
 /// A gauge held up while a value lives: `inc` now, `dec` on drop (also when a handler is dropped).
-pub struct GaugeGuard(IntGauge);
+pub(crate) struct GaugeGuard(IntGauge);
 
 impl GaugeGuard {
-    pub fn new(gauge: IntGauge) -> GaugeGuard {
+    pub(crate) fn new(gauge: IntGauge) -> GaugeGuard {
         gauge.inc();
         GaugeGuard(gauge)
     }
@@ -579,7 +579,7 @@ impl Drop for GaugeGuard {
 }
 
 /// The `outcome` labels of `zkq_push_deliveries_total` (`push::Outcome::as_str`).
-pub const PUSH_OUTCOMES: [&str; 10] = [
+pub(crate) const PUSH_OUTCOMES: [&str; 10] = [
     "success",
     "drop",
     "retry",
@@ -593,7 +593,7 @@ pub const PUSH_OUTCOMES: [&str; 10] = [
 ];
 
 /// The `outcome` labels of `zkq_push_app_probes_total`.
-pub const PUSH_PROBE_OUTCOMES: [&str; 2] = ["up", "down"];
+pub(crate) const PUSH_PROBE_OUTCOMES: [&str; 2] = ["up", "down"];
 
 /// Buckets for a delivery to the app, which may work for a while: seconds.
 const PUSH_BUCKETS: &[f64] =

@@ -27,11 +27,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The supervised task kinds are the restart metric's label, so they live on the ground floor
 /// where `metrics.rs` can name them without importing this module.
-pub use crate::types::Task;
+pub(crate) use crate::types::Task;
 
 /// Runs the task `make` builds until `shutdown`; a run that panics, or returns while `shutdown`
 /// is not cancelled, is logged, counted and started again after a backoff.
-pub async fn until_shutdown<F, Fut>(
+pub(crate) async fn until_shutdown<F, Fut>(
     task: Task,
     owner: String,
     metrics: Arc<Metrics>,
@@ -47,8 +47,13 @@ pub async fn until_shutdown<F, Fut>(
 /// Runs a task that may finish on its own (one watch on one node) until it finishes or
 /// `shutdown`: a run that panics is logged, counted and started again after a backoff, so a bug
 /// in one run cannot leave its work undone. A run that returns is done.
-pub async fn until_done<F, Fut>(task: Task, owner: String, metrics: Arc<Metrics>, shutdown: CancellationToken, make: F)
-where
+pub(crate) async fn until_done<F, Fut>(
+    task: Task,
+    owner: String,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    make: F,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {

@@ -20,7 +20,7 @@ struct Health {
 }
 
 /// The process is alive and serving HTTP. Never depends on ZooKeeper.
-pub async fn livez() -> impl IntoResponse {
+pub(super) async fn livez() -> impl IntoResponse {
     Json(serde_json::json!({"status": "alive"}))
 }
 
@@ -44,7 +44,7 @@ fn not_ready_reason(state: &AppState) -> Option<String> {
 }
 
 /// Ready only while the session is connected and zkq is not shutting down.
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let status = state.session.status();
     match not_ready_reason(&state) {
         None => Json(Health {
@@ -70,7 +70,7 @@ const SCRAPE_SAMPLE_BUDGET: Duration = Duration::from_secs(1);
 
 /// Prometheus text format; queue depths and head ages are read from ZooKeeper first (bounded),
 /// and `zkq_ready` says what `/readyz` would answer.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics.ready.set(i64::from(not_ready_reason(&state).is_none()));
     state.queues.sample_for_scrape(SCRAPE_SAMPLE_BUDGET).await;
     match state.metrics.render() {

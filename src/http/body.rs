@@ -17,7 +17,7 @@ use http_body::Frame;
 /// The body did not arrive within `api.body_read_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive within api.body_read_timeout")]
-pub struct BodyTimedOut;
+pub(super) struct BodyTimedOut;
 
 /// A request body that fails with [`BodyTimedOut`] once its deadline passes. The timer is armed
 /// when the body is first read and it is still not complete, so a request without a body, or

@@ -99,7 +99,7 @@ fn body_timed_out() -> ApiError {
 }
 
 /// An optional duration parameter (absent = zero), cut to `max` (documented in the spec).
-pub fn bounded_duration(name: &str, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
+pub(super) fn bounded_duration(name: &str, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
     let Some(text) = text else { return Ok(Duration::ZERO) };
     Ok(parse_duration(name, text)?.min(max))
 }
@@ -107,7 +107,7 @@ pub fn bounded_duration(name: &str, text: Option<&str>, max: Duration) -> Result
 /// Parses a duration parameter exactly as the spec's pattern `^([0-9]+|([0-9]+(ms|s|m|h))+)$`
 /// allows: bare seconds, or number-unit pairs such as `20s`, `500ms`, `1m30s`. Saturates
 /// instead of overflowing, so every value the spec allows is accepted.
-pub fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
+pub(super) fn parse_duration(name: &str, text: &str) -> Result<Duration, ApiError> {
     let bad = || ApiError::invalid(format!("`{name}` = {text:?} is not a duration; write it like 20s, 500ms or 2m"));
     if text.is_empty() {
         return Err(bad());

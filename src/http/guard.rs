@@ -195,7 +195,7 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 /// `status` label of a request whose client left before it was answered (nginx's "client closed
 /// request"). Work the request already started still finishes: every write runs on a background
 /// task, not on the request's future.
-pub const ABANDONED_STATUS: &str = "499";
+pub(super) const ABANDONED_STATUS: &str = "499";
 
 /// Counts a request as abandoned when it is dropped before it was answered.
 struct Abandoned<'a> {

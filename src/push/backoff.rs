@@ -8,7 +8,7 @@ use crate::types::Backoff;
 
 /// The longest `Retry-After` honoured: the message stays leased (invisible) for the whole pause,
 /// so an app's date years ahead must not hide it for years.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// The pacing of a subscription's retries, from its `backoff_*` keys.
 pub(super) fn policy(config: &PushConfig) -> Backoff {

@@ -36,7 +36,7 @@ use super::now_epoch_ms;
 use crate::zk::{ConnectionState, NodeMode, TxnOp, Zk, ZkError, ZkSession};
 
 /// Markers deleted per transaction.
-pub const FLUSH_BATCH: usize = 64;
+pub(super) const FLUSH_BATCH: usize = 64;
 /// How long a marker may wait for its batch.
 const FLUSH_AFTER: Duration = Duration::from_secs(1);
 /// How often the stale sweep runs at most (more often when the marker age is short).
@@ -44,7 +44,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// What the evidence says about a transaction whose answer was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     Applied,
     NotApplied,
     /// ZooKeeper could not be asked before the deadline.
@@ -55,7 +55,7 @@ pub enum Outcome {
 }
 
 /// The claim markers of this process.
-pub struct ClaimMarkers {
+pub(super) struct ClaimMarkers {
     dir: String,
     session: ZkSession,
     /// `take.claim_marker_age`.
@@ -67,7 +67,7 @@ pub struct ClaimMarkers {
 }
 
 impl ClaimMarkers {
-    pub fn new(layout: &Layout, session: ZkSession, stale_after: Duration) -> ClaimMarkers {
+    pub(super) fn new(layout: &Layout, session: ZkSession, stale_after: Duration) -> ClaimMarkers {
         ClaimMarkers {
             dir: layout.claims(),
             session,
@@ -79,7 +79,7 @@ impl ClaimMarkers {
     }
 
     /// `{root}/claims`.
-    pub fn dir(&self) -> &str {
+    pub(super) fn dir(&self) -> &str {
         &self.dir
     }
 
@@ -88,19 +88,19 @@ impl ClaimMarkers {
     }
 
     /// A fresh marker path for a transaction run on `zk`'s session.
-    pub fn next(&self, zk: &Zk) -> String {
+    pub(super) fn next(&self, zk: &Zk) -> String {
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
         format!("{}/c-{}-{:016x}-{sequence}", self.dir, now_epoch_ms(), zk.session_id())
     }
 
     /// The operation that creates `marker` (put it first in the transaction, so that a missing
     /// marker directory is told apart by its index).
-    pub fn create_op(marker: &str) -> TxnOp {
+    pub(super) fn create_op(marker: &str) -> TxnOp {
         TxnOp::Create { path: marker.to_owned(), data: Vec::new(), mode: NodeMode::Persistent }
     }
 
     /// The transaction of `marker` applied: delete the marker with the next batch.
-    pub fn applied(&self, marker: String) {
+    pub(super) fn applied(&self, marker: String) {
         let full = {
             let mut pending = self.pending();
             pending.push(marker);
@@ -116,7 +116,7 @@ impl ClaimMarkers {
     /// past. A marker that is there always decides ([`Outcome::Applied`]); a missing one only
     /// within [`trust_within`] of `sent`, and ZooKeeper is asked again only until
     /// the marker age has passed since `sent`: after that, [`Outcome::TooOld`].
-    pub async fn outcome(&self, marker: &str, sent: Instant, deadline: Instant) -> Outcome {
+    pub(super) async fn outcome(&self, marker: &str, sent: Instant, deadline: Instant) -> Outcome {
         let outcome = self.look(marker, deadline).await;
         // Measured after the answer: the marker's age when ZooKeeper read it was less.
         judge(outcome, Instant::now().saturating_duration_since(sent), self.stale_after)
@@ -144,7 +144,7 @@ impl ClaimMarkers {
 
     /// Deletes applied markers in batches until the session is closed (shutdown flushes the
     /// last ones through [`ClaimMarkers::flush_now`] before it closes the session).
-    pub async fn run_flusher(&self) {
+    pub(super) async fn run_flusher(&self) {
         let mut status = self.session.subscribe();
         loop {
             tokio::select! {
@@ -162,7 +162,7 @@ impl ClaimMarkers {
     }
 
     /// Deletes every pending marker now (best effort: what fails stays pending).
-    pub async fn flush_now(&self) {
+    pub(super) async fn flush_now(&self) {
         loop {
             let batch: Vec<String> = {
                 let mut pending = self.pending();
@@ -204,7 +204,7 @@ impl ClaimMarkers {
 
     /// Removes markers older than the marker age (left by a process that died mid-claim): at
     /// start and every [`SWEEP_EVERY`] (or a quarter of the age, if that is shorter).
-    pub async fn run_stale_sweeper(&self, shutdown: CancellationToken) {
+    pub(super) async fn run_stale_sweeper(&self, shutdown: CancellationToken) {
         let session = self.session.clone();
         session
             .periodically(SWEEP_EVERY.min(self.stale_after / 4), &shutdown, |zk| async move {

@@ -5,9 +5,9 @@ use std::cmp::Ordering;
 use crate::config::QueueKind;
 
 /// Prefix of every Curator `DistributedQueue`-family item.
-pub const QUEUE_PREFIX: &str = "queue-";
+pub(crate) const QUEUE_PREFIX: &str = "queue-";
 /// Prefix of `SimpleDistributedQueue` and ZooKeeper-recipe items.
-pub const SIMPLE_PREFIX: &str = "qn-";
+pub(crate) const SIMPLE_PREFIX: &str = "qn-";
 
 /// What an item's name says about it, beyond its sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum ItemMeta {
 
 /// A parsed child of a queue node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemName {
+pub(crate) struct ItemName {
     pub name: String,
     pub meta: ItemMeta,
     /// The server's sequence suffix; `i64::MAX` when it cannot be parsed (sorts last).
@@ -31,7 +31,7 @@ pub struct ItemName {
 }
 
 /// The name prefix a put creates (the server appends the 10-digit sequence).
-pub fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
+pub(crate) fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
     match (kind, meta) {
         (QueueKind::Simple, _) => SIMPLE_PREFIX.to_owned(),
         (QueueKind::Priority, ItemMeta::Priority(p)) => format!("{QUEUE_PREFIX}{}", priority_to_string(*p)),
@@ -42,13 +42,13 @@ pub fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
 }
 
 /// `DistributedPriorityQueue.priorityToString`: sign digit, then 8 upper-case hex digits.
-pub fn priority_to_string(priority: i32) -> String {
+pub(crate) fn priority_to_string(priority: i32) -> String {
     let bits = u32::from_ne_bytes(priority.to_ne_bytes());
     format!("{}{bits:08X}", if priority >= 0 { '1' } else { '0' })
 }
 
 /// `DistributedIdQueue.fixId`: `/` and `|` become `_`.
-pub fn fix_id(id: &str) -> String {
+pub(crate) fn fix_id(id: &str) -> String {
     id.replace(['/', '|'], "_")
 }
 
@@ -69,7 +69,7 @@ fn split_base(name: &str) -> Option<&str> {
 }
 
 /// Whether `name` is a node split from a Curator putMulti node (named by zkq, not sequential).
-pub fn is_split(name: &str) -> bool {
+pub(crate) fn is_split(name: &str) -> bool {
     split_base(name).is_some()
 }
 
@@ -78,21 +78,21 @@ pub fn is_split(name: &str) -> bool {
 /// every kind (the sequence and delay fields keep their places); the index has one width per
 /// node so the split items keep their order.
 #[cfg(test)]
-pub fn split_name(name: &str, index: usize, count: usize) -> String {
+pub(crate) fn split_name(name: &str, index: usize, count: usize) -> String {
     split_name_with_width(name, index, split_width(count))
 }
 
 /// The width of the split indexes of a node split in one transaction into `count` items.
-pub fn split_width(count: usize) -> usize {
+pub(crate) fn split_width(count: usize) -> usize {
     count.to_string().len().max(4)
 }
 
 /// The widest split index: the width zkq gives every split of a node it splits in more than one
 /// transaction, so that they sort in item order whatever was left in the node at each step.
-pub const WIDEST_SPLIT_INDEX: usize = 9;
+pub(crate) const WIDEST_SPLIT_INDEX: usize = 9;
 
 /// The name of item `index` split off node `name`, the index padded to `width` digits.
-pub fn split_name_with_width(name: &str, index: usize, width: usize) -> String {
+pub(crate) fn split_name_with_width(name: &str, index: usize, width: usize) -> String {
     format!("{name}-{index:0width$}")
 }
 
@@ -130,7 +130,7 @@ fn parse_priority(name: &str) -> Option<i32> {
 }
 
 /// Parses a child name of a queue of `kind`; `None` for foreign nodes (never touched).
-pub fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
+pub(crate) fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
     let prefix = if kind == QueueKind::Simple { SIMPLE_PREFIX } else { QUEUE_PREFIX };
     if !name.starts_with(prefix) {
         return None;
@@ -146,7 +146,7 @@ pub fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
 }
 
 /// Delivery order, as a single Curator consumer of that kind takes items.
-pub fn compare(kind: QueueKind, a: &ItemName, b: &ItemName) -> Ordering {
+pub(crate) fn compare(kind: QueueKind, a: &ItemName, b: &ItemName) -> Ordering {
     match kind {
         // Curator sorts full names as strings: for priority names that is priority, then sequence.
         QueueKind::Fifo | QueueKind::Priority | QueueKind::Simple => a.name.cmp(&b.name),
@@ -160,7 +160,7 @@ pub fn compare(kind: QueueKind, a: &ItemName, b: &ItemName) -> Ordering {
 }
 
 /// When an item may be delivered (epoch ms); 0 for kinds without a delay.
-pub fn due_time(item: &ItemName) -> i64 {
+pub(crate) fn due_time(item: &ItemName) -> i64 {
     match item.meta {
         ItemMeta::DeliverAt(epoch) => epoch,
         _ => 0,
@@ -168,15 +168,15 @@ pub fn due_time(item: &ItemName) -> i64 {
 }
 
 // ZooKeeper's character rule is shared with config and http, so it lives on the ground floor.
-pub use crate::types::refused_char;
+pub(crate) use crate::types::refused_char;
 
 /// Whether `id` may be a `DistributedIdQueue` id: 1 to 200 bytes, none of them refused by ZooKeeper.
-pub fn is_valid_id(id: &str) -> bool {
+pub(crate) fn is_valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 200 && refused_char(id).is_none()
 }
 
 /// Whether `name` can be a child of a queue of `kind` (used to check ids given in URLs).
-pub fn is_item_name(kind: QueueKind, name: &str) -> bool {
+pub(crate) fn is_item_name(kind: QueueKind, name: &str) -> bool {
     !name.contains('/') && name != "." && name != ".." && parse(kind, name).is_some()
 }
 

@@ -336,7 +336,7 @@ fn show_default(value: Option<&Value>, fallback: Option<&str>) -> String {
 
 /// The configuration reference page (`docs/reference/configuration.md`), as
 /// `zkq reference config` prints it.
-pub fn configuration_markdown() -> Result<String, serde_json::Error> {
+pub(super) fn configuration_markdown() -> Result<String, serde_json::Error> {
     let defaults = serialized_defaults()?;
     let flags = flags();
     let mut page = String::from(

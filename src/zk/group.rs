@@ -42,9 +42,9 @@ use super::{MAX_REQUEST_BYTES, TxnError, TxnOp, TxnResult, Zk, ZkError};
 use crate::metrics::Metrics;
 
 /// Transactions in flight at once (each may carry many units).
-pub const MAX_IN_FLIGHT: usize = 2;
+pub(super) const MAX_IN_FLIGHT: usize = 2;
 /// Operations in one transaction.
-pub const MAX_BATCH_OPS: usize = 1000;
+pub(super) const MAX_BATCH_OPS: usize = 1000;
 /// Encoded bytes of one transaction that carries several units: half of ZooKeeper's default
 /// `jute.maxbuffer` (1 MiB). A unit larger than this is sent alone (and must itself fit
 /// [`super::MAX_REQUEST_BYTES`]).

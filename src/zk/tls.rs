@@ -230,7 +230,7 @@ const PROBE_HOSTS: usize = 5;
 /// After a failed connection: one TLS handshake of zkq's own with each server of `connect`
 /// (the first few), with the same trust and identity. Returns what went wrong in words, naming
 /// the setting to check; `None` when every handshake succeeded (the problem is not TLS).
-pub async fn diagnose(connect: &str, material: &TlsMaterial) -> Option<String> {
+pub(super) async fn diagnose(connect: &str, material: &TlsMaterial) -> Option<String> {
     // All at once, so a diagnosis takes one probe's time however many servers do not answer.
     let probes: Vec<_> = connect
         .split('/')

@@ -18,7 +18,7 @@ struct Server {
 }
 
 /// Three `QuorumPeerMain` servers with their own data directories.
-pub struct ZkEnsemble {
+pub(crate) struct ZkEnsemble {
     dir: tempfile::TempDir,
     servers: Vec<Server>,
     /// With [`ZkEnsemble::start_with_quorum_links`]: `links[i][j]` carries server `i`'s quorum
@@ -27,10 +27,10 @@ pub struct ZkEnsemble {
 }
 
 impl ZkEnsemble {
-    pub const SIZE: usize = 3;
+    pub(crate) const SIZE: usize = 3;
 
     /// Starts three servers and waits until each answers `srvr` with a mode (leader/follower).
-    pub fn start() -> ZkEnsemble {
+    pub(crate) fn start() -> ZkEnsemble {
         ZkEnsemble::start_inner(false)
     }
 
@@ -38,7 +38,7 @@ impl ZkEnsemble {
     /// relay in this process, so [`ZkEnsemble::hold_commits_to`] can make a follower lag behind
     /// the leader while it still serves its clients. `syncLimit` is 10 ticks (10 s): a link may be
     /// held for a few seconds before the leader drops that follower.
-    pub fn start_with_quorum_links() -> ZkEnsemble {
+    pub(crate) fn start_with_quorum_links() -> ZkEnsemble {
         ZkEnsemble::start_inner(true)
     }
 
@@ -105,26 +105,26 @@ impl ZkEnsemble {
     }
 
     /// All three client addresses, `127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`.
-    pub fn connect_string(&self) -> String {
+    pub(crate) fn connect_string(&self) -> String {
         (0..Self::SIZE).map(|i| self.address(i)).collect::<Vec<_>>().join(",")
     }
 
     /// `127.0.0.1:PORT` of server `i` (0-based).
-    pub fn address(&self, i: usize) -> String {
+    pub(crate) fn address(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.servers[i].client_port)
     }
 
-    pub fn client_port(&self, i: usize) -> u16 {
+    pub(crate) fn client_port(&self, i: usize) -> u16 {
         self.servers[i].client_port
     }
 
     /// Whether server `i`'s process runs (it may still be electing).
-    pub fn is_running(&self, i: usize) -> bool {
+    pub(crate) fn is_running(&self, i: usize) -> bool {
         self.servers[i].child.lock().expect("child lock").is_some()
     }
 
     /// SIGKILL server `i` (its data stays for `restart`).
-    pub fn kill(&self, i: usize) {
+    pub(crate) fn kill(&self, i: usize) {
         if let Some(mut child) = self.servers[i].child.lock().expect("child lock").take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -132,7 +132,7 @@ impl ZkEnsemble {
     }
 
     /// Starts server `i` again (killing it first if it runs); does not wait for it to serve.
-    pub fn restart(&self, i: usize) {
+    pub(crate) fn restart(&self, i: usize) {
         self.kill(i);
         self.launch(i);
     }
@@ -146,35 +146,35 @@ impl ZkEnsemble {
     }
 
     /// SIGSTOP server `i`.
-    pub fn pause(&self, i: usize) {
+    pub(crate) fn pause(&self, i: usize) {
         self.signal(i, "-STOP");
     }
 
     /// SIGCONT server `i`.
-    pub fn resume(&self, i: usize) {
+    pub(crate) fn resume(&self, i: usize) {
         self.signal(i, "-CONT");
     }
 
     /// Holds every byte the other servers send server `i` on its quorum connections (proposals,
     /// commits, pings) until [`ZkEnsemble::release_commits_to`]: a follower `i` keeps serving
     /// reads, from a tree that no longer changes. Only with [`ZkEnsemble::start_with_quorum_links`].
-    pub fn hold_commits_to(&self, i: usize) {
+    pub(crate) fn hold_commits_to(&self, i: usize) {
         self.links[i].iter().flatten().for_each(|link| link.hold(true));
     }
 
     /// Lets server `i` receive from the others again: it applies what it missed, in order.
-    pub fn release_commits_to(&self, i: usize) {
+    pub(crate) fn release_commits_to(&self, i: usize) {
         self.links[i].iter().flatten().for_each(|link| link.hold(false));
     }
 
     /// The mode server `i` reports (`leader`, `follower`, `standalone`), if it serves.
-    pub fn mode(&self, i: usize) -> Option<String> {
+    pub(crate) fn mode(&self, i: usize) -> Option<String> {
         let answer = four_letter(self.client_port(i), "srvr")?;
         answer.lines().find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_owned()))
     }
 
     /// The last transaction id server `i` has applied (`Zxid` of `srvr`).
-    pub fn zxid(&self, i: usize) -> Option<i64> {
+    pub(crate) fn zxid(&self, i: usize) -> Option<i64> {
         let answer = four_letter(self.client_port(i), "srvr")?;
         let hex = answer.lines().find_map(|l| l.strip_prefix("Zxid: "))?.trim().trim_start_matches("0x");
         i64::from_str_radix(hex, 16).ok()
@@ -185,7 +185,7 @@ impl ZkEnsemble {
     /// Fault schedules wait for this before the next kill: a kill of a server still syncing is a
     /// double fault (and ZooKeeper before 3.8.4 could lose committed transactions to it:
     /// ZOOKEEPER-4646, ZOOKEEPER-4785).
-    pub fn wait_caught_up(&self, i: usize) {
+    pub(crate) fn wait_caught_up(&self, i: usize) {
         self.wait_quorum();
         let deadline = Instant::now() + Duration::from_secs(60);
         let target = self.leader().and_then(|l| self.zxid(l)).unwrap_or(0);
@@ -202,7 +202,7 @@ impl ZkEnsemble {
     /// transaction logs of all three servers (each once, in zxid order), as ZooKeeper's
     /// `TxnLogToolkit` prints them: who created, locked and deleted a node, in which session.
     /// For a failing test's message, so it tells a zkq defect from a transaction ZooKeeper lost.
-    pub fn history(&self, needles: &[String]) -> Vec<String> {
+    pub(crate) fn history(&self, needles: &[String]) -> Vec<String> {
         let mut found: std::collections::BTreeMap<i64, String> = std::collections::BTreeMap::new();
         for i in 0..Self::SIZE {
             let Ok(entries) = std::fs::read_dir(self.home(i).join("data/version-2")) else { continue };
@@ -241,12 +241,12 @@ impl ZkEnsemble {
     }
 
     /// The server that leads now.
-    pub fn leader(&self) -> Option<usize> {
+    pub(crate) fn leader(&self) -> Option<usize> {
         (0..Self::SIZE).find(|i| self.is_running(*i) && self.mode(*i).as_deref() == Some("leader"))
     }
 
     /// Waits (up to 60 s) until every running server serves with a mode and one of them leads.
-    pub fn wait_quorum(&self) {
+    pub(crate) fn wait_quorum(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let running: Vec<usize> = (0..Self::SIZE).filter(|i| self.is_running(*i)).collect();
@@ -269,7 +269,7 @@ impl ZkEnsemble {
     }
 
     /// Session ids of the clients connected to server `i` now (from the `cons` four-letter word).
-    pub fn sessions_on(&self, i: usize) -> Vec<i64> {
+    pub(crate) fn sessions_on(&self, i: usize) -> Vec<i64> {
         let Some(answer) = four_letter(self.client_port(i), "cons") else { return Vec::new() };
         answer
             .split("sid=0x")
@@ -282,12 +282,12 @@ impl ZkEnsemble {
     }
 
     /// The server a session is connected to now.
-    pub fn server_of_session(&self, session_id: i64) -> Option<usize> {
+    pub(crate) fn server_of_session(&self, session_id: i64) -> Option<usize> {
         (0..Self::SIZE).find(|i| self.is_running(*i) && self.sessions_on(*i).contains(&session_id))
     }
 
     /// The server a local process (a child zkq, by pid) has a connection to, from `ss -tnp`.
-    pub fn server_of_pid(&self, pid: u32) -> Option<usize> {
+    pub(crate) fn server_of_pid(&self, pid: u32) -> Option<usize> {
         let output = Command::new("ss").args(["-tnpH", "state", "established"]).output().ok()?;
         let text = String::from_utf8_lossy(&output.stdout);
         let marker = format!("pid={pid},");

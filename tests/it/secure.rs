@@ -13,7 +13,7 @@ use zkq_testkit::*;
 
 /// A private PKI in a temporary directory: a CA, a server certificate for 127.0.0.1 and
 /// localhost, a client certificate, and a second CA that signed none of them.
-pub struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
@@ -25,7 +25,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl Pki {
     /// One PKI for the whole test process.
-    pub fn shared() -> &'static Pki {
+    pub(crate) fn shared() -> &'static Pki {
         static PKI: OnceLock<Pki> = OnceLock::new();
         PKI.get_or_init(Pki::generate)
     }
@@ -97,7 +97,7 @@ impl Pki {
         Pki { dir }
     }
 
-    pub fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 }

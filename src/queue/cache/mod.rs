@@ -46,7 +46,7 @@ pub fn now_epoch_ms() -> i64 {
 }
 
 /// Shared between the refresher task and the takers.
-pub struct ChildrenCache {
+pub(super) struct ChildrenCache {
     path: String,
     label: String,
     metrics: Arc<Metrics>,
@@ -74,7 +74,7 @@ pub struct ChildrenCache {
 impl ChildrenCache {
     /// `eager`: re-read on every change and remember new names (queues with a dead-letter
     /// queue, so an undecodable node is moved there promptly).
-    pub fn new(
+    pub(super) fn new(
         kind: QueueKind,
         path: String,
         label: String,
@@ -138,7 +138,7 @@ impl ChildrenCache {
     }
 
     /// The next candidate to claim, if the snapshot has one.
-    pub fn pop(&self) -> Option<ItemName> {
+    pub(super) fn pop(&self) -> Option<ItemName> {
         let mut state = self.lock();
         let (item, reread) = state.pop();
         if reread {
@@ -148,34 +148,34 @@ impl ChildrenCache {
     }
 
     /// Records that the claim of a popped candidate ended (whatever its outcome).
-    pub fn claim_ended(&self, name: &str) {
+    pub(super) fn claim_ended(&self, name: &str) {
         self.lock().claim_ended(name);
     }
 
     /// Records that another consumer took or locked a candidate before this process could.
-    pub fn contended(&self) {
+    pub(super) fn contended(&self) {
         self.lock().mark_contended();
     }
 
     /// Whether the snapshot may be missing items (a watch fired or nothing was read yet).
-    pub fn is_dirty(&self) -> bool {
+    pub(super) fn is_dirty(&self) -> bool {
         self.lock().is_dirty()
     }
 
     /// Puts a candidate back at the head (its claim failed for a transient reason).
-    pub fn push_front(&self, item: ItemName) {
+    pub(super) fn push_front(&self, item: ItemName) {
         self.lock().push_front(item);
     }
 
     /// Adds an item this process just created, so local takers see it without a re-read.
-    pub fn insert_local(&self, item: ItemName) {
+    pub(super) fn insert_local(&self, item: ItemName) {
         let mut state = self.lock();
         let effects = state.insert_local(item);
         self.apply(&mut state, effects);
     }
 
     /// Offers an existing item again (its lock was released), in its place in the order.
-    pub fn reoffer(&self, item: ItemName) {
+    pub(super) fn reoffer(&self, item: ItemName) {
         self.lock().reoffer(item);
     }
 
@@ -183,14 +183,14 @@ impl ChildrenCache {
     /// it is unlocked now, though the lock directory's event saying so may still be on its way.
     /// Without this, a consumer leasing right after a release would skip the released item and
     /// take the next one, out of order.
-    pub fn released_local(&self, item: ItemName) {
+    pub(super) fn released_local(&self, item: ItemName) {
         self.lock().unlocked_local(&item.name);
         self.reoffer(item);
     }
 
     /// The snapshot may be missing a node this process created without learning its name:
     /// re-read it when it is needed (now, if someone waits).
-    pub fn mark_stale(&self) {
+    pub(super) fn mark_stale(&self) {
         if self.lock().is_live() {
             return; // its creation event adds it
         }
@@ -204,13 +204,13 @@ impl ChildrenCache {
     }
 
     /// Records that this process removed a child.
-    pub fn removed_local(&self) {
+    pub(super) fn removed_local(&self) {
         self.lock().removed_local();
         self.room.notify_waiters();
     }
 
     /// Records an undecodable node; true the first time (log it then).
-    pub fn mark_undecodable(&self, name: &str) -> bool {
+    pub(super) fn mark_undecodable(&self, name: &str) -> bool {
         let first = self.lock().mark_undecodable(name);
         if first {
             self.qm.undecodable_messages.inc();
@@ -218,44 +218,44 @@ impl ChildrenCache {
         first
     }
 
-    pub fn child_count(&self) -> i64 {
+    pub(super) fn child_count(&self) -> i64 {
         self.lock().child_count()
     }
 
-    pub fn waiting(&self) -> usize {
+    pub(super) fn waiting(&self) -> usize {
         self.lock().waiting()
     }
 
     /// The first candidates without removing them (for introspection).
-    pub fn head_candidate(&self) -> Option<ItemName> {
+    pub(super) fn head_candidate(&self) -> Option<ItemName> {
         self.lock().head().cloned()
     }
 
     /// Whether a snapshot has been read since the cache was made.
-    pub fn has_snapshot(&self) -> bool {
+    pub(super) fn has_snapshot(&self) -> bool {
         self.lock().has_snapshot()
     }
 
     /// The first `n` children of the queue in delivery order (locked and not-yet-due ones
     /// included, as a peek shows them), from the live cache; `None` when the cache is not live
     /// (no session yet, or reconnecting): then only a full read knows them.
-    pub fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
+    pub(super) fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
         self.lock().peek_order(n)
     }
 
     /// One full read of the child list at a time per queue (peeks while the cache is not live):
     /// the others wait for the permit instead of all reading a deep queue at once.
-    pub async fn full_read_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    pub(super) async fn full_read_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         self.full_reads.acquire().await.ok()
     }
 
     /// Names read for the first time since the last call (eager caches only).
-    pub fn take_unchecked(&self) -> Vec<String> {
+    pub(super) fn take_unchecked(&self) -> Vec<String> {
         self.lock().take_unchecked()
     }
 
     /// Changes with every snapshot read.
-    pub fn subscribe_snapshots(&self) -> watch::Receiver<u64> {
+    pub(super) fn subscribe_snapshots(&self) -> watch::Receiver<u64> {
         self.snapshots.subscribe()
     }
 }

@@ -32,7 +32,7 @@ fn child_of<'a>(dir: &str, path: &'a str) -> Option<&'a str> {
 impl ChildrenCache {
     /// Watches the lock a consumer holds on `item` and offers the item again once the lock is
     /// gone (released, or its session ended). One watch per locked item, however many takers.
-    pub fn watch_lock(self: &Arc<Self>, zk: &Zk, item: ItemName, lock_dir: Option<&str>) {
+    pub(crate) fn watch_lock(self: &Arc<Self>, zk: &Zk, item: ItemName, lock_dir: Option<&str>) {
         let Some(lock_dir) = lock_dir else { return };
         if !self.lock().watch_lock(&item.name) {
             return;
@@ -210,7 +210,7 @@ impl ChildrenCache {
     /// exists, it ensures the lock directory, and on every new session the claim-marker directory
     /// (zkq's own, shared by every queue), so the first claim of a queue does not pay a failed
     /// transaction.
-    pub async fn run(
+    pub(crate) async fn run(
         self: Arc<Self>,
         session: ZkSession,
         marker_dir: String,

@@ -97,7 +97,7 @@ impl ChildrenCache {
     /// is empty but dirty, so that a take without `wait` still sees items that exist. Fails
     /// with ZooKeeper's refusal when the next attempt is refused (an ACL that does not allow
     /// zkq's session): waiting longer would not help.
-    pub async fn refreshed(&self, deadline: Instant) -> Result<bool, ZkError> {
+    pub(crate) async fn refreshed(&self, deadline: Instant) -> Result<bool, ZkError> {
         let mut snapshots = self.snapshots.subscribe();
         snapshots.borrow_and_update();
         let mut refusals = self.refusals.subscribe();
@@ -119,7 +119,7 @@ impl ChildrenCache {
     /// One barrier serves every caller that asked before it started, so many takers about to
     /// answer "empty" share one `sync`. Returns false if it did not finish in time (ZooKeeper
     /// unreachable): the caller does not know that the queue is empty.
-    pub async fn barrier(&self, deadline: Instant) -> bool {
+    pub(crate) async fn barrier(&self, deadline: Instant) -> bool {
         let barriers = &self.barriers;
         let mut done = barriers.done.subscribe();
         // A barrier already running may have started before this call: wait for the next one.
@@ -138,7 +138,7 @@ impl ChildrenCache {
     }
 
     /// Waits until `max_items` leaves room, or `deadline`. Returns whether there is room.
-    pub async fn room_for(&self, max_items: u32, deadline: Instant) -> bool {
+    pub(crate) async fn room_for(&self, max_items: u32, deadline: Instant) -> bool {
         loop {
             let notified = self.room.notified();
             if self.child_count() < i64::from(max_items) {
@@ -154,7 +154,7 @@ impl ChildrenCache {
     /// Waits as a taker until an item may be available, `deadline`, or `cancel`.
     /// Returns false on deadline/cancel. A waiter that is dropped or gives up is removed and
     /// costs nothing; one that was woken but leaves without popping passes its wake-up on.
-    pub async fn wait_for_item(&self, deadline: Instant, cancel: &CancellationToken, first: bool) -> bool {
+    pub(crate) async fn wait_for_item(&self, deadline: Instant, cancel: &CancellationToken, first: bool) -> bool {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut state = self.lock();

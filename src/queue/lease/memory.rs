@@ -23,11 +23,11 @@ use super::receipt::ReceiptKey;
 /// How many leases completed by a client's ack or nack a queue remembers, so that a retry of a
 /// step that applied answers as the step did even after the lease left the table (the reaper can
 /// resolve a lost answer before the client's retry arrives). About 50 bytes each.
-pub const REMEMBERED_COMPLETIONS: usize = 4096;
+pub(super) const REMEMBERED_COMPLETIONS: usize = 4096;
 
 /// How many closed queues' memories the process keeps (the oldest closed is forgotten first; a
 /// queue that never leased leaves none). At most about 200 KiB each.
-pub const CLOSED_QUEUES_REMEMBERED: usize = 64;
+pub(super) const CLOSED_QUEUES_REMEMBERED: usize = 64;
 
 /// The memory of one queue's leases.
 #[derive(Default)]

@@ -232,7 +232,7 @@ struct TableState {
 }
 
 /// The leases of one queue.
-pub struct LeaseTable {
+pub(super) struct LeaseTable {
     state: Mutex<TableState>,
     changed: Notify,
     /// What outlives the queue (receipt key, numbering, remembered completions).
