@@ -154,14 +154,7 @@ pub struct ChildZkq {
 impl ChildZkq {
     /// Starts `zkq` against `zk` with its own root and `env` (ZKQ__ variables), and waits until ready.
     pub async fn start(zk: &(impl ConnectTarget + ?Sized), root: &str, env: &[(&str, &str)]) -> ChildZkq {
-        let started = ChildZkq::spawn(zk, root, env);
-        let http = reqwest::Client::new();
-        eventually(Duration::from_secs(30), "child zkq ready", || {
-            let (http, url) = (http.clone(), format!("{}/readyz", started.admin));
-            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-        })
-        .await;
-        started
+        ChildZkq::start_binary(&zkq_binary(), zk, root, env).await
     }
 
     /// Starts `zkq` without waiting for it to be ready.
