@@ -135,6 +135,7 @@ impl Queue {
             return self.put_keyed(creates, keys, wait, deadline).await;
         }
         self.wait_for_room(creates.len(), wait).await?;
+        let lens: Vec<usize> = creates.iter().map(|create| create.data.len()).collect();
         let ops: Vec<TxnOp> = creates
             .into_iter()
             .map(|create| TxnOp::Create {
@@ -144,7 +145,11 @@ impl Queue {
             })
             .collect();
         let created = self.create_nodes(ops, deadline).await?;
-        Ok(created.into_iter().map(|name| PutReceipt { message_id: Some(self.stored(&name)), replay: false }).collect())
+        Ok(created
+            .into_iter()
+            .zip(lens)
+            .map(|(name, len)| PutReceipt { message_id: Some(self.stored(&name, Some(len))), replay: false })
+            .collect())
     }
 
     /// Stores `messages` as ONE node holding all of them, the way Curator's `putMulti` does
@@ -204,15 +209,18 @@ impl Queue {
         let Some(meta) = shared else {
             return Err(QueueError::InvalidParameter("a batch holds at least one message".to_owned()));
         };
+        let data = envelope::encode(messages.iter().map(|(body, _)| *body));
+        let len = data.len();
         let op = TxnOp::Create {
             path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
-            data: envelope::encode(messages.iter().map(|(body, _)| *body)),
+            data,
             mode: NodeMode::PersistentSequential,
         };
         let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
         self.wait_for_room(1, wait).await?;
         let mut created = self.create_nodes(vec![op], self.deadline_for(wait)).await?;
         let name = created.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))?;
+        self.cache.learn_bytes(&name, len);
         if let Some(item) = names::parse(self.kind, &name) {
             self.cache.insert_local(item);
         }
@@ -269,8 +277,12 @@ impl Queue {
         if room { Ok(()) } else { Err(QueueError::Full { max_items }) }
     }
 
-    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
-    pub(super) fn stored(&self, name: &str) -> String {
+    /// A message ZooKeeper confirmed (its node's data `len` bytes, when known): the cache learns
+    /// of it, the counter counts it.
+    pub(super) fn stored(&self, name: &str, len: Option<usize>) -> String {
+        if let Some(len) = len {
+            self.cache.learn_bytes(name, len);
+        }
         if let Some(item) = names::parse(self.kind, name) {
             self.cache.insert_local(item);
         }

@@ -258,45 +258,109 @@ fn zk_requests(metrics: &str) -> std::collections::BTreeMap<String, f64> {
     requests
 }
 
-/// What the budget costs: a `?max=100` take of 100 small messages (the default byte budget)
-/// makes one `exists` per message besides its reads and its transactions. Prints the requests
-/// per message by operation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_take_of_small_messages_costs_about_one_request_per_message() {
-    let zk = ZkServer::shared();
-    let root = unique_root("claims-cost");
-    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+/// Puts 100 small messages through `writer` (two batches of 50), then takes them with one
+/// `?max=100` take through `taker`: the ZooKeeper requests the take made per message, by
+/// operation, and in all.
+async fn batch_take_requests(
+    writer: &TestZkq,
+    taker: &TestZkq,
+    queue: &str,
+) -> (std::collections::BTreeMap<String, f64>, f64) {
     for chunk in 0..2 {
         let messages: Vec<serde_json::Value> =
             (0..50).map(|n| serde_json::json!({ "text": format!("m{chunk}-{n}") })).collect();
-        let response = zkq
+        let response = writer
             .http
-            .post(zkq.url("/v1/queues/q/batch"))
+            .post(writer.url(&format!("/v1/queues/{queue}/batch")))
             .json(&serde_json::json!({ "messages": messages }))
             .send()
             .await
             .expect("batch put");
         assert_eq!(response.status().as_u16(), 201, "batch put");
     }
-    let before = zk_requests(&zkq.metrics().await);
-    let response = zkq.http.post(zkq.url("/v1/queues/q/take?max=100&wait=0s")).send().await.expect("take");
+    eventually(SOON, "the taker sees the 100 messages", || async {
+        let response = taker.http.get(taker.url(&format!("/v1/queues/{queue}"))).send().await.expect("info");
+        let info: serde_json::Value = response.json().await.unwrap_or_default();
+        info["depth"].as_u64() == Some(100)
+    })
+    .await;
+    let before = zk_requests(&taker.metrics().await);
+    let response =
+        taker.http.post(taker.url(&format!("/v1/queues/{queue}/take?max=100&wait=0s"))).send().await.expect("take");
     assert_eq!(response.status().as_u16(), 200, "take");
     let taken: serde_json::Value = response.json().await.expect("json");
     let count = taken["messages"].as_array().expect("messages").len();
-    assert_eq!(count, 100);
-    let after = zk_requests(&zkq.metrics().await);
-    let per_message: Vec<String> = after
+    assert_eq!(count, 100, "one take of up to 100 gets the 100 small messages");
+    let after = zk_requests(&taker.metrics().await);
+    let per_message: std::collections::BTreeMap<String, f64> = after
         .iter()
-        .map(|(operation, n)| (operation, n - before.get(operation).copied().unwrap_or(0.0)))
-        .filter(|(_, delta)| *delta > 0.0)
-        .map(|(operation, delta)| format!("{operation}={:.2}", delta / count as f64))
+        .map(|(operation, n)| (operation.clone(), (n - before.get(operation).copied().unwrap_or(0.0)) / count as f64))
+        .filter(|(_, per)| *per > 0.0)
         .collect();
-    let total: f64 = after.values().sum::<f64>() - before.values().sum::<f64>();
+    let total = per_message.values().sum();
+    (per_message, total)
+}
+
+/// What the byte budget costs a `?max=100` take of 100 small messages (the default budget): the
+/// sizes of messages this sidecar wrote are known, so it asks ZooKeeper for none (one read and
+/// one transaction for the batch); the sizes of messages another sidecar wrote are asked, one
+/// `exists` each, sent together. Prints the requests per message by operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_take_asks_zookeeper_only_for_sizes_it_does_not_know() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-cost");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+
+    let (own, own_total) = batch_take_requests(&a, &a, "own").await;
+    eprintln!("ZooKeeper requests per message of a ?max=100 take of its own puts: {own_total:.2} ({own:?})");
+    // The metrics scrape that reads the counters makes a few `exists` of its own (the queue
+    // node, its records' directory): far from one per message.
+    let own_exists = own.get("exists").copied().unwrap_or(0.0);
+    assert!(own_exists < 0.1, "sizes of messages this sidecar wrote are asked again: {own:?}");
+    assert!(own_total < 0.2, "{own_total:.2} ZooKeeper requests per message: {own:?}");
+
+    let (foreign, foreign_total) = batch_take_requests(&b, &a, "foreign").await;
     eprintln!(
-        "ZooKeeper requests per message of a ?max=100 take: {:.2} ({})",
-        total / count as f64,
-        per_message.join(" ")
+        "ZooKeeper requests per message of a ?max=100 take of another sidecar's puts: {foreign_total:.2} ({foreign:?})"
     );
-    assert!(total / (count as f64) < 1.2, "{total} ZooKeeper requests for {count} messages");
-    zkq.stop().await;
+    assert!(foreign_total < 1.2, "{foreign_total:.2} ZooKeeper requests per message: {foreign:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// The budget holds for messages another sidecar wrote, whose sizes this one asks: behind a
+/// small message wait 19 of 400 KB put by sidecar B, and a take of up to 20 within 1 KiB on
+/// sidecar A gets the small one and one large one, and ZooKeeper answers A about one large body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_take_of_another_sidecars_messages_reads_only_within_its_byte_budget() {
+    let zk = ZkServer::start();
+    let root = unique_root("claims-budget-foreign");
+    let mut config = test_config(&zk, &root);
+    config.api.max_message_bytes = 500_000;
+    config.api.max_batch_bytes = 1024;
+    let b = TestZkq::start_ready(config.clone()).await;
+    b.put_ok("q", b"small").await;
+    let large = vec![b'x'; 400_000];
+    for _ in 0..19 {
+        b.put_ok("q", &large).await;
+    }
+    b.stop().await;
+    let before = zk.mntr("zk_response_bytes");
+    let a = TestZkq::start_ready(config).await;
+    eventually(SOON, "A sees the 20 messages", || async {
+        let response = a.http.get(a.url("/v1/queues/q")).send().await.expect("info");
+        let info: serde_json::Value = response.json().await.unwrap_or_default();
+        info["depth"].as_u64() == Some(20)
+    })
+    .await;
+    let response = a.http.post(a.url("/v1/queues/q/take?max=20&wait=0s")).send().await.expect("take");
+    assert_eq!(response.status().as_u16(), 200, "take");
+    let taken: serde_json::Value = response.json().await.expect("json");
+    let messages = taken["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "the small message and the one that crosses the budget");
+    let answered = zk.mntr("zk_response_bytes") - before;
+    assert!(answered > 400_000.0, "ZooKeeper counts the bytes it answers ({answered})");
+    assert!(answered < 1_000_000.0, "ZooKeeper answered A {answered} bytes for a take of about 400 KB");
+    a.stop().await;
 }

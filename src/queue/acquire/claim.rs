@@ -1,8 +1,9 @@
 //! The one claim pipeline, for a take and a lease of one message or of many: read the
 //! candidates, then claim them in ONE transaction.
 //!
-//! 1. When a byte budget limits a claim of several: their sizes (`exists`, sent together), and only
-//!    the candidates within the budget go on. Then one multi-read of the candidates' nodes (and,
+//! 1. When a byte budget limits a claim of several: their sizes (known for nodes this process
+//!    wrote or read, else one `exists` each, sent together), and only the candidates within the
+//!    budget go on. Then one multi-read of the candidates' nodes (and,
 //!    for a lease, their delivery counts).
 //! 2. Each candidate read is made ready, in order, within the byte budget and a transaction size
 //!    ZooKeeper accepts: a take removes the node (`take.rs`), a lease locks it and counts the
@@ -150,6 +151,10 @@ impl Queue {
             let count = if reads_each == 2 { reads.next() } else { None };
             let first = chosen.is_empty() && back.is_empty();
             if !first && bytes >= byte_budget {
+                // Read but not claimed now: the next claim knows its size without asking.
+                if let Some(Ok((data, _))) = &item {
+                    self.cache.learn_bytes(&candidate.name, data.len());
+                }
                 back.push(candidate);
                 continue;
             }
@@ -266,11 +271,12 @@ impl Queue {
     }
 
     /// The candidates whose bodies a claim reads: when a byte budget limits a claim of several,
-    /// their sizes first (one `exists` each, sent together: a few dozen bytes per answer), then
     /// in order as long as the bytes before each are within the budget (the first always), so
     /// that a claim reads about `byte_budget` of bodies from ZooKeeper, not every candidate's.
-    /// The others are given back; a candidate already gone is booked so. An error when
-    /// ZooKeeper could not be asked (every candidate is given back).
+    /// Sizes this process knows (it wrote or read the node) are taken from the cache; the others
+    /// are asked (one `exists` each, sent together: a few dozen bytes per answer). The others are
+    /// given back; a candidate already gone is booked so. An error when ZooKeeper could not be
+    /// asked (every candidate is given back).
     async fn within_budget<'q>(
         self: &Arc<Self>,
         zk: &Zk,
@@ -280,22 +286,43 @@ impl Queue {
         if marked.len() < 2 || byte_budget == usize::MAX {
             return Ok(marked);
         }
-        let paths: Vec<String> = marked.iter().map(|(c, _)| format!("{}/{}", self.path, c.name)).collect();
-        let stats = futures::future::join_all(paths.iter().map(|path| zk.exists(path))).await;
-        if let Some(err) = stats.iter().find_map(|stat| stat.as_ref().err()) {
+        let known = self.cache.known_bytes(marked.iter().map(|(c, _)| c.name.as_str()));
+        let unknown: Vec<String> = marked
+            .iter()
+            .zip(&known)
+            .filter(|(_, size)| size.is_none())
+            .map(|((c, _), _)| format!("{}/{}", self.path, c.name))
+            .collect();
+        let asked = futures::future::join_all(unknown.iter().map(|path| zk.exists(path))).await;
+        if let Some(err) = asked.iter().find_map(|stat| stat.as_ref().err()) {
             let err = err.clone();
             self.give_back(marked.into_iter().map(|(candidate, _)| candidate).collect());
             return Err(err);
         }
+        let mut asked = asked.into_iter();
         let (mut kept, mut back) = (Vec::with_capacity(marked.len()), Vec::new());
         let mut bytes = 0usize;
-        for ((candidate, claiming), stat) in marked.into_iter().zip(stats) {
-            match stat {
-                Ok(Some(stat)) if kept.is_empty() || bytes < byte_budget => {
-                    bytes = bytes.saturating_add(usize::try_from(stat.data_length).unwrap_or(0));
+        for ((candidate, claiming), known) in marked.into_iter().zip(known) {
+            let size = match known {
+                Some(size) => Some(size),
+                None => match asked.next() {
+                    Some(Ok(Some(stat))) => {
+                        let size = usize::try_from(stat.data_length).unwrap_or(0);
+                        self.cache.learn_bytes(&candidate.name, size);
+                        Some(size)
+                    },
+                    Some(Ok(None)) => {
+                        self.declined(zk, candidate, Declined::Gone);
+                        continue;
+                    },
+                    _ => None,
+                },
+            };
+            match size {
+                Some(size) if kept.is_empty() || bytes < byte_budget => {
+                    bytes = bytes.saturating_add(size);
                     kept.push((candidate, claiming));
                 },
-                Ok(None) => self.declined(zk, candidate, Declined::Gone),
                 _ => back.push(candidate),
             }
         }

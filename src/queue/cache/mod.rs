@@ -37,6 +37,8 @@ use tokio_util::task::TaskTracker;
 use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
+#[cfg(test)]
+use state::KNOWN_BYTES_SLACK;
 use state::{Effects, JUTE_MAXBUFFER, State};
 use waiters::Barriers;
 
@@ -174,6 +176,18 @@ impl ChildrenCache {
         self.apply(&mut state, effects);
     }
 
+    /// Remembers the data length of a child this process wrote or read, so that a claim of
+    /// several need not ask ZooKeeper for it.
+    pub(super) fn learn_bytes(&self, name: &str, bytes: usize) {
+        self.lock().learn_bytes(name, bytes);
+    }
+
+    /// The data lengths of `names` this process knows, in order (`None`: not known).
+    pub(super) fn known_bytes<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> Vec<Option<usize>> {
+        let state = self.lock();
+        names.into_iter().map(|name| state.known_bytes(name)).collect()
+    }
+
     /// Offers an existing item again (its lock was released), in its place in the order.
     pub(super) fn reoffer(&self, item: ItemName) {
         self.lock().reoffer(item);
@@ -291,6 +305,27 @@ mod tests {
         assert!(cache.refresh.notified().now_or_never().is_none(), "1 of 8 taken: not yet");
         assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
         assert!(cache.refresh.notified().now_or_never().is_some(), "2 of 8 taken: re-read asked");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn known_sizes_are_forgotten_with_their_nodes_and_stay_bounded() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..2), 2, Some(Vec::new()));
+        let [a, b] = [0, 1].map(|i| format!("queue-{i:010}"));
+        cache.learn_bytes(&a, 10);
+        cache.learn_bytes(&b, 20);
+        assert_eq!(cache.known_bytes([a.as_str(), b.as_str()]), vec![Some(10), Some(20)]);
+        let _ = cache.lock().child_deleted(&a);
+        assert_eq!(cache.known_bytes([a.as_str(), b.as_str()]), vec![None, Some(20)], "deleted: forgotten");
+        cache.learn_bytes(&a, 10);
+        assert_eq!(cache.known_bytes([a.as_str()]), vec![None], "a deleted name is not learned again");
+        // Names whose deletion went unseen: forgotten once the sizes outgrow the children.
+        for i in 100..100 + KNOWN_BYTES_SLACK + 10 {
+            cache.learn_bytes(&format!("queue-{i:010}"), 1);
+        }
+        let held = cache.lock().known_bytes_len();
+        assert!(held <= KNOWN_BYTES_SLACK + 1, "{held} sizes held for 1 child");
+        assert_eq!(cache.known_bytes([b.as_str()]), vec![Some(20)], "a child still there keeps its size");
     }
 
     #[tokio::test(start_paused = true)]

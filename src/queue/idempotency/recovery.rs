@@ -55,7 +55,7 @@ impl Queue {
         }
         let mut writes = Vec::new();
         for (member, name) in unit.members.iter().zip(names) {
-            let message_id = name.map(|name| self.stored(&name));
+            let message_id = name.map(|name| self.stored(&name, None));
             if let (Some(write), Some(name)) = (&member.write, &message_id) {
                 writes.push((write, name.clone()));
             }

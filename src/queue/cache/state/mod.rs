@@ -5,7 +5,7 @@
 //! refresher) comes back as [`Effects`] for the cache to act on while it still holds the lock.
 //! `reports.rs` applies what ZooKeeper reports; this file, what this process's takers and puts do.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -29,6 +29,13 @@ const CONTENTION_MEMORY: Duration = Duration::from_secs(5);
 
 /// Java's default `jute.maxbuffer`: a getChildren reply larger than this fails in Curator.
 pub(super) const JUTE_MAXBUFFER: i64 = crate::config::JUTE_MAXBUFFER_BYTES as i64;
+
+/// How many data lengths the cache keeps while no events say which children were deleted.
+const KNOWN_BYTES_WITHOUT_EVENTS: usize = 65_536;
+
+/// How many more data lengths than children the cache keeps before it forgets those of
+/// children no longer there.
+pub(super) const KNOWN_BYTES_SLACK: usize = 1024;
 
 /// How many deleted names the cache remembers, so that a late local insert does not revive one.
 const RECENTLY_DELETED: usize = 4096;
@@ -155,6 +162,9 @@ pub(super) struct State {
     /// ZooKeeper refused the refresher's last attempt for a reason waiting will not fix (the
     /// queue's ACL does not allow zkq's session): takers answer with it instead of waiting.
     refused: Option<ZkError>,
+    /// Data lengths of children this process wrote or read (see [`State::learn_bytes`]), so a
+    /// `?max=` claim asks ZooKeeper only for the sizes it does not know.
+    known_bytes: HashMap<String, usize>,
 }
 
 impl State {
@@ -185,6 +195,7 @@ impl State {
             known: HashSet::new(),
             unchecked: Vec::new(),
             refused: None,
+            known_bytes: HashMap::new(),
         }
     }
 
@@ -264,6 +275,36 @@ impl State {
             self.candidates.insert(pos, item);
         }
         self.waiters.wake(1);
+    }
+
+    /// Remembers that child `name` holds `bytes` of data (this process wrote or read it). A name
+    /// already deleted is not remembered. Deletion events forget the others; names whose deletion
+    /// went unseen (while no events came) are forgotten once the map outgrows the children by
+    /// [`KNOWN_BYTES_SLACK`]; without events it holds at most [`KNOWN_BYTES_WITHOUT_EVENTS`].
+    pub(super) fn learn_bytes(&mut self, name: &str, bytes: usize) {
+        if self.recently_deleted.contains(name) {
+            return;
+        }
+        let bound =
+            if self.live { self.present.len().saturating_add(KNOWN_BYTES_SLACK) } else { KNOWN_BYTES_WITHOUT_EVENTS };
+        if self.known_bytes.len() >= bound && !self.known_bytes.contains_key(name) {
+            if !self.live {
+                return;
+            }
+            let present = &self.present;
+            self.known_bytes.retain(|name, _| present.contains(name));
+        }
+        self.known_bytes.insert(name.to_owned(), bytes);
+    }
+
+    #[cfg(test)]
+    pub(super) fn known_bytes_len(&self) -> usize {
+        self.known_bytes.len()
+    }
+
+    /// The data length of child `name`, if this process wrote or read it.
+    pub(super) fn known_bytes(&self, name: &str) -> Option<usize> {
+        self.known_bytes.get(name).copied()
     }
 
     /// Adds an item this process just created.

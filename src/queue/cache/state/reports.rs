@@ -135,6 +135,7 @@ impl State {
             effects.size_changed = true;
         }
         self.undecodable.remove(name);
+        self.known_bytes.remove(name);
         if self.remove_candidate(name) {
             self.contended_at = Some(Instant::now());
             effects.pruned = true;
