@@ -263,7 +263,7 @@ pub async fn put_message(
         KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
     let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
     let receipt = queue.put(&body, options).await?;
-    let body = PutResponse { queue: queue.name.clone(), message_id: receipt.message_id };
+    let body = PutResponse { queue: queue.name().to_owned(), message_id: receipt.message_id };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     if receipt.replay {
         response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
@@ -358,7 +358,7 @@ pub async fn peek_messages(
             },
         })
         .collect();
-    Ok(Json(PeekResponse { queue: queue.name.clone(), messages }))
+    Ok(Json(PeekResponse { queue: queue.name().to_owned(), messages }))
 }
 
 /// Remove one message by id.
@@ -411,12 +411,12 @@ pub async fn remove_by_id(
 async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
     let info = queue.info().await?;
     Ok(QueueSummary {
-        name: queue.name.clone(),
-        kind: queue.kind.as_str().to_owned(),
-        path: queue.path.clone(),
-        lock_path: queue.lock_path.clone(),
-        max_items: queue.max_items,
-        declared: queue.declared,
+        name: queue.name().to_owned(),
+        kind: queue.kind().as_str().to_owned(),
+        path: queue.path().to_owned(),
+        lock_path: queue.lock_path().map(str::to_owned),
+        max_items: queue.max_items(),
+        declared: queue.declared(),
         depth: info.depth,
         in_flight: info.in_flight,
         waiting_takers: info.waiting_takers,
@@ -483,7 +483,7 @@ async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
     let limits = SurveyLimits::default();
     let located = survey::locate(&zk, &state.config, &limits).await.map_err(QueueError::from)?;
     let open: std::collections::HashMap<String, std::sync::Arc<Queue>> =
-        state.queues.opened().into_iter().map(|q| (q.name.clone(), q)).collect();
+        state.queues.opened().into_iter().map(|q| (q.name().to_owned(), q)).collect();
     enum Listed {
         Shown(QueueSummary),
         /// Not read before the deadline (or a read failed).

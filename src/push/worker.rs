@@ -71,7 +71,7 @@ impl Subscription {
             content_type(&config.content_type),
             (HeaderName::from_static(HEADER_QUEUE), header_text(name)),
             (HeaderName::from_static("ce-specversion"), HeaderValue::from_static("1.0")),
-            (HeaderName::from_static("ce-source"), header_text(&queue.path)),
+            (HeaderName::from_static("ce-source"), header_text(queue.path())),
             (HeaderName::from_static("ce-type"), header_text(&config.event_type)),
         ];
         Ok(Subscription {

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::message::{NodeCreate, PeekedItem, PutOptions, PutReceipt};
 use super::names::{self, ItemMeta, ItemName};
-use super::{Queue, QueueError, envelope};
+use super::{QueueError, Shared, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
 use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
@@ -43,7 +43,7 @@ impl HeadAge {
     }
 }
 
-impl Queue {
+impl Shared {
     fn deadline_for(&self, wait: Duration) -> Instant {
         Instant::now() + wait.max(self.session.request_timeout())
     }
@@ -87,7 +87,7 @@ impl Queue {
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
-    pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+    pub(super) async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
         let wait = options.wait;
         let mut receipts = self.put_many(vec![(body, options)], wait).await?;
         receipts.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))
@@ -98,7 +98,7 @@ impl Queue {
     /// `max_items`, waits up to `wait` until there is room for all of them. A message with an
     /// idempotency key goes with its key's record, in the same transaction; one whose key was used
     /// within the window is not stored again (`idempotency/`).
-    pub async fn put_many(
+    pub(super) async fn put_many(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
@@ -159,7 +159,7 @@ impl Queue {
     /// and splits the others into nodes of their own right behind it. The node counts as one
     /// child against `max_items`, as in Curator. Idempotency keys are refused: a key stands for
     /// one message, and this node holds several.
-    pub async fn put_multi(
+    pub(super) async fn put_multi(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
@@ -296,7 +296,7 @@ impl Queue {
     /// The order comes from the children cache while it is live (no child list is read), and
     /// only the nodes shown are read. When the cache is not live, one full read of the child list
     /// serves it, one at a time per queue.
-    pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
+    pub(super) async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
         let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
         let mut out = Vec::new();
         let mut bytes = 0usize;
@@ -367,7 +367,7 @@ impl Queue {
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.
-    pub async fn info(&self) -> Result<QueueInfo, QueueError> {
+    pub(super) async fn info(&self) -> Result<QueueInfo, QueueError> {
         let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
         let depth = zk.exists(&self.path).await?.map_or(0, |s| i64::from(s.num_children));
         let in_flight = match &self.lock_path {
@@ -409,7 +409,7 @@ impl Queue {
     }
 
     /// Removes one message by its node name; respects locks held by others.
-    pub async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
+    pub(super) async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
         if !names::is_item_name(self.kind, message_id) {
             return Err(QueueError::MessageNotFound(message_id.to_owned()));
         }
@@ -423,7 +423,7 @@ impl Queue {
 
     /// Removes every message with this id (Curator's `DistributedIdQueue.remove`); the id is
     /// matched after Curator's `fixId`, so the id given to the put finds its messages.
-    pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
+    pub(super) async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
         if self.kind != QueueKind::Id {
             return Err(QueueError::NotForKind(format!(
                 "`id` does not apply to {} queue {:?}",

@@ -21,11 +21,11 @@
 use tokio::time::Instant;
 
 use super::names::{self, ItemName};
-use super::{Queue, envelope};
+use super::{Shared, envelope};
 use crate::config::QueueKind;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
-/// A candidate node made ready for a claim by [`Queue::fit_for_claim`].
+/// A candidate node made ready for a claim by [`Shared::fit_for_claim`].
 pub(super) enum Fit {
     /// The node as it is now: its claim's transaction fits.
     Ready(Vec<u8>, NodeStat),
@@ -38,7 +38,7 @@ pub(super) enum Fit {
     Unsplittable,
 }
 
-impl Queue {
+impl Shared {
     /// The items of a node read for a claim; `None` (logged once, counted) when it is not a
     /// Curator envelope or holds no item.
     pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
@@ -142,7 +142,7 @@ impl Queue {
         }
     }
 
-    /// One step of [`Queue::fit_for_claim`]: the transaction that moves the largest run of tail
+    /// One step of [`Shared::fit_for_claim`]: the transaction that moves the largest run of tail
     /// items that fits one request out of the node (at `version`) into nodes of their own, and
     /// the split items; `None` when not even one item fits.
     fn tail_step(

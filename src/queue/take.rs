@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Queue;
+use super::Shared;
 use super::claims::{ClaimMarkers, Outcome};
 use super::message::Message;
 use super::names::{self, ItemName};
@@ -26,7 +26,7 @@ use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkErr
 /// doubling, to 5 s.
 pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 0.0);
 
-impl Queue {
+impl Shared {
     /// The operations that take node `name` at `version` whose items after the first are `rest`:
     /// Curator's lock created and deleted around the delete (when the queue has a lock path), and
     /// the creates that split `rest` off; and the split items. A claim sends them after its

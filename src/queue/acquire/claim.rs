@@ -27,7 +27,7 @@ use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::lease::{Claiming, LeasePrepared, NotNow, lock_is_ours};
 use super::super::names::ItemName;
 use super::super::split::Fit;
-use super::super::{Queue, QueueError, take};
+use super::super::{QueueError, Shared, take};
 use super::{Acquire, Caller, Delivery};
 use crate::metrics::ClaimOutcome;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
@@ -72,7 +72,7 @@ impl Ready<'_> {
     }
 }
 
-impl Queue {
+impl Shared {
     /// Claims `candidates` (popped from the cache, in order) within about `byte_budget` of bodies,
     /// the first always tried, in as few round trips as it can (see the module). Candidates not
     /// claimed are booked (lost, gone, locked: `zkq_claims_total`) or given back to the cache.

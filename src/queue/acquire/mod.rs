@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::LeaseGrant;
 use super::message::Message;
 use super::names::ItemName;
-use super::{Queue, QueueError};
+use super::{QueueError, Shared};
 use crate::metrics::GaugeGuard;
 use crate::zk::ZkError;
 
@@ -41,16 +41,16 @@ pub(super) enum Acquire {
     Lease(Duration),
 }
 
-impl Queue {
+impl Shared {
     /// Removes the head message and returns it, waiting up to `wait` for one.
-    pub async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
+    pub(super) async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
         Ok(self.take_many(wait, 1, usize::MAX).await?.into_iter().next())
     }
 
     /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
     /// head: waits up to `wait` for the first, then takes whatever else is there at once. Empty
     /// only when a 204 would be right for a single take.
-    pub async fn take_many(
+    pub(super) async fn take_many(
         self: &Arc<Self>,
         wait: Duration,
         max: usize,
@@ -62,7 +62,7 @@ impl Queue {
 
     /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
     /// in ZooKeeper, locked with Curator's lock node, until it is acked, nacked or expires.
-    pub async fn lease(
+    pub(super) async fn lease(
         self: &Arc<Self>,
         wait: Duration,
         visibility: Duration,
@@ -70,8 +70,8 @@ impl Queue {
         Ok(self.lease_many(wait, visibility, 1, usize::MAX).await?.into_iter().next())
     }
 
-    /// Leases up to `max` messages, like [`Queue::take_many`].
-    pub async fn lease_many(
+    /// Leases up to `max` messages, like [`Shared::take_many`].
+    pub(super) async fn lease_many(
         self: &Arc<Self>,
         wait: Duration,
         visibility: Duration,

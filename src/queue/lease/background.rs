@@ -10,14 +10,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::names;
-use super::super::{Queue, QueueError, envelope};
+use super::super::{QueueError, Shared, envelope};
 use super::{Step, due_leases};
 
 /// How often the reaper tries to settle leases of a lost session while ZooKeeper cannot say.
 const SETTLE_EVERY: Duration = Duration::from_secs(1);
 use crate::zk::{Zk, ZkError, ZkSession};
 
-impl Queue {
+impl Shared {
     /// Expires leases whose visibility passed, and forgets leases of a lost session.
     pub(in crate::queue) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
         let mut status = session.subscribe();

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::super::candidate::{Declined, Read};
 use super::super::names::ItemName;
 use super::super::take::SETTLE_RETRIES;
-use super::super::{Message, Queue, envelope};
+use super::super::{Message, Shared, envelope};
 use super::{
     Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, release_uncounted,
     uncount_op,
@@ -85,7 +85,7 @@ impl LeaseClaim {
     /// it; the split items; and the leased node's new data when it is rewritten.
     pub(in crate::queue) fn ops(
         &self,
-        queue: &Queue,
+        queue: &Shared,
         name: &str,
         items: &[Vec<u8>],
         version: i32,
@@ -120,7 +120,7 @@ impl LeaseClaim {
     }
 }
 
-impl Queue {
+impl Shared {
     /// A lease claim of node `name` as it would be written, for measuring its transaction before
     /// the node is split to fit (the count is a placeholder of the same size).
     pub(in crate::queue) fn lease_claim_template(

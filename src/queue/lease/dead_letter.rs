@@ -6,12 +6,12 @@
 use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta, ItemName};
-use super::super::{Queue, envelope, now_epoch_ms};
+use super::super::{Shared, envelope, now_epoch_ms};
 use super::DeadLetter;
 use crate::config::QueueKind;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
 
-impl Queue {
+impl Shared {
     pub(super) async fn dead_letter(
         &self,
         zk: &Zk,

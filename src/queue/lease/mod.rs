@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::names::ItemName;
-use super::{Queue, QueueError, now_epoch_ms};
+use super::{QueueError, Shared, now_epoch_ms};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
 use crate::zk::{TxnOp, Zk, ZkError};
@@ -355,7 +355,7 @@ pub(super) async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result
     }
 }
 
-impl Queue {
+impl Shared {
     fn lock_dir(&self) -> Result<&str, QueueError> {
         self.lock_path.as_deref().ok_or_else(|| {
             QueueError::NotForKind(format!(
@@ -378,7 +378,7 @@ impl Queue {
 
     /// Checks that leases are possible on this queue, and that it has fewer than
     /// `lease.max_per_queue` out (leases being claimed count too).
-    pub fn check_leasable(&self) -> Result<(), QueueError> {
+    pub(super) fn check_leasable(&self) -> Result<(), QueueError> {
         self.lock_dir()?;
         if self.leases_out() >= self.max_leases {
             return Err(QueueError::TooManyLeases(self.max_leases));

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta};
-use super::super::{Queue, QueueError};
+use super::super::{QueueError, Shared};
 use super::{
     LOCK_VERSION, Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours,
     release_uncounted,
@@ -73,23 +73,28 @@ impl Step {
 
 const LOCK_GONE: &str = "its ZooKeeper session ended, and its lock with it";
 
-impl Queue {
+impl Shared {
     /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
     /// can be retried with the same receipt. Runs to its end whether or not the caller still
-    /// waits (see [`Queue::detached`]).
-    pub async fn ack(self: &Arc<Self>, receipt: Receipt) -> Result<(), QueueError> {
+    /// waits (see [`Shared::detached`]).
+    pub(crate) async fn ack(self: &Arc<Self>, receipt: Receipt) -> Result<(), QueueError> {
         self.detached(move |queue| async move { queue.ack_now(receipt).await }).await
     }
 
     /// Nack: the consumer failed. `delay` postpones the next delivery. Runs to its end whether or
     /// not the caller still waits.
-    pub async fn nack(self: &Arc<Self>, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+    pub(crate) async fn nack(
+        self: &Arc<Self>,
+        receipt: Receipt,
+        mode: NackMode,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
         self.detached(move |queue| async move { queue.nack_now(receipt, mode, delay).await }).await
     }
 
     /// Extend: a heartbeat that moves the expiry; answers the new expiry (epoch ms). Runs to its
     /// end whether or not the caller still waits.
-    pub async fn extend(self: &Arc<Self>, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
+    pub(crate) async fn extend(self: &Arc<Self>, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
         self.detached(move |queue| async move { queue.extend_now(receipt, visibility).await }).await
     }
 
@@ -102,7 +107,7 @@ impl Queue {
     async fn detached<T, F, Fut>(self: &Arc<Self>, step: F) -> Result<T, QueueError>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<Queue>) -> Fut,
+        F: FnOnce(Arc<Shared>) -> Fut,
         Fut: Future<Output = Result<T, QueueError>> + Send + 'static,
     {
         let (answer, answered) = oneshot::channel();
@@ -286,7 +291,7 @@ impl Queue {
 
     /// Releases every lease (shutdown): their messages are delivered again at once instead of
     /// after the session timeout. Returns how many were released.
-    pub async fn release_all_leases(&self) -> usize {
+    pub(crate) async fn release_all_leases(&self) -> usize {
         let tokens: Vec<u128> = self.leases.lock().live.keys().copied().collect();
         let releases = tokens.into_iter().map(|token| self.run_step(token, Step::Shutdown));
         futures::future::join_all(releases).await.into_iter().filter(Result::is_ok).count()

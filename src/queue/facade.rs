@@ -1,0 +1,243 @@
+//! [`Queue`], the one door to a queue: what HTTP, push delivery and the service see. Its fields
+//! are private to this file; each call goes to the protocol behind it (methods of
+//! [`Shared`](super::shared::Shared) in their own files), and the facade keeps only what decides
+//! when an idle dynamic queue may close.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::shared::Shared;
+use super::{
+    DeadLetter, LeaseGrant, Message, NackMode, PeekedItem, PutOptions, PutReceipt, QueueError, QueueInfo, Receipt,
+};
+use crate::config::QueueKind;
+use crate::metrics::QueueMetrics;
+use crate::zk::{WatchEvent, Zk};
+
+/// A one-shot watch kept registered without anyone waiting on it.
+pub(super) type ParkedWatch = Pin<Box<dyn Future<Output = WatchEvent> + Send>>;
+
+/// One queue: where it lives, how its nodes are named, and the protocols that read and write it.
+pub struct Queue {
+    shared: Arc<Shared>,
+    /// Ends this queue's own tasks (refresher, reaper, sweeper, lock watches) when it is closed.
+    stop: CancellationToken,
+    /// Requests using the queue right now ([`QueueRef`]s alive).
+    users: AtomicUsize,
+    /// When the last request using it ended.
+    last_used: Mutex<Instant>,
+    /// One-shot watches on the queue path that requests opening the queue were still holding
+    /// (see [`QueueService::existing`](super::QueueService::existing)): kept, never polled, until
+    /// the queue closes.
+    parked_watches: Mutex<Vec<ParkedWatch>>,
+}
+
+/// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
+/// lives (and it has no waiter and no lease).
+pub struct QueueRef(Arc<Queue>);
+
+impl std::ops::Deref for QueueRef {
+    type Target = Arc<Queue>;
+
+    fn deref(&self) -> &Arc<Queue> {
+        &self.0
+    }
+}
+
+impl Drop for QueueRef {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Queue {
+    pub(super) fn new(shared: Arc<Shared>, stop: CancellationToken) -> Queue {
+        Queue {
+            shared,
+            stop,
+            users: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+            parked_watches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new user of the queue (a request), until the `QueueRef` is dropped.
+    pub(super) fn used(self: &Arc<Self>) -> QueueRef {
+        self.users.fetch_add(1, Ordering::SeqCst);
+        QueueRef(self.clone())
+    }
+
+    /// Whether nothing uses the queue (no request, waiter or lease) and has not for `idle`, and
+    /// its sweeper has no idempotency record left to delete.
+    pub(super) fn idle_for(&self, idle: Duration) -> bool {
+        self.users.load(Ordering::SeqCst) == 0
+            && self.shared.cache.waiting() == 0
+            && self.shared.leases_out() == 0
+            && !self.shared.settling_leases()
+            && !self.shared.idempotency.holds_records()
+            && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
+    }
+
+    /// Ends the queue's own tasks (it was closed).
+    pub(super) fn close(&self) {
+        self.stop.cancel();
+    }
+
+    /// Keeps a one-shot watch registered until the queue closes.
+    pub(super) fn park_watch(&self, watch: ParkedWatch) {
+        self.parked_watches.lock().unwrap_or_else(|p| p.into_inner()).push(watch);
+    }
+
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub fn kind(&self) -> QueueKind {
+        self.shared.kind
+    }
+
+    /// The queue node's path.
+    pub fn path(&self) -> &str {
+        &self.shared.path
+    }
+
+    /// Where consumers lock its messages (Curator's lock path), if they do.
+    pub fn lock_path(&self) -> Option<&str> {
+        self.shared.lock_path.as_deref()
+    }
+
+    pub fn max_items(&self) -> Option<u32> {
+        self.shared.max_items
+    }
+
+    /// Whether the configuration declares it (else it is dynamic).
+    pub fn declared(&self) -> bool {
+        self.shared.declared
+    }
+
+    pub fn dead_letter(&self) -> Option<&DeadLetter> {
+        self.shared.dead_letter.as_ref()
+    }
+
+    pub(crate) fn metrics(&self) -> &QueueMetrics {
+        &self.shared.qm
+    }
+
+    /// Stores one message; answers only after ZooKeeper confirmed the node.
+    pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+        self.shared.put(body, options).await
+    }
+
+    /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
+    /// flight); keyed messages are stored once per key within the window.
+    pub async fn put_many(
+        &self,
+        messages: Vec<(&[u8], PutOptions)>,
+        wait: Duration,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        self.shared.put_many(messages, wait).await
+    }
+
+    /// Stores `messages` as ONE node holding all of them, as Curator's `putMulti` does.
+    pub async fn put_multi(
+        &self,
+        messages: Vec<(&[u8], PutOptions)>,
+        wait: Duration,
+    ) -> Result<PutReceipt, QueueError> {
+        self.shared.put_multi(messages, wait).await
+    }
+
+    /// Removes the head message and returns it, waiting up to `wait` for one.
+    pub async fn take(&self, wait: Duration) -> Result<Option<Message>, QueueError> {
+        self.shared.take(wait).await
+    }
+
+    /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
+    /// head: waits up to `wait` for the first, then takes whatever else is there at once.
+    pub async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Vec<Message>, QueueError> {
+        self.shared.take_many(wait, max, max_bytes).await
+    }
+
+    /// Leases the head message for `visibility`, waiting up to `wait` for one.
+    pub async fn lease(
+        &self,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
+        self.shared.lease(wait, visibility).await
+    }
+
+    /// Leases up to `max` messages, like [`Queue::take_many`].
+    pub async fn lease_many(
+        &self,
+        wait: Duration,
+        visibility: Duration,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
+        self.shared.lease_many(wait, visibility, max, max_bytes).await
+    }
+
+    /// Whether a lease could be granted now: the queue has a lock path and fewer than
+    /// `lease.max_per_queue` leases out.
+    pub fn check_leasable(&self) -> Result<(), QueueError> {
+        self.shared.check_leasable()
+    }
+
+    /// Ack: the message is done and deleted. Runs to its end whether or not the caller waits.
+    pub async fn ack(&self, receipt: Receipt) -> Result<(), QueueError> {
+        self.shared.ack(receipt).await
+    }
+
+    /// Nack: the consumer failed; `delay` postpones the next delivery. Runs to its end whether
+    /// or not the caller waits.
+    pub async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+        self.shared.nack(receipt, mode, delay).await
+    }
+
+    /// Extend: moves the lease's expiry; answers the new expiry (epoch ms).
+    pub async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
+        self.shared.extend(receipt, visibility).await
+    }
+
+    /// Releases every lease of the queue (shutdown); how many were released.
+    pub async fn release_all_leases(&self) -> usize {
+        self.shared.release_all_leases().await
+    }
+
+    /// The first `limit` messages in delivery order, without removing them.
+    pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
+        self.shared.peek(limit).await
+    }
+
+    /// Depth, messages in flight, waiting takers and the age of the head message.
+    pub async fn info(&self) -> Result<QueueInfo, QueueError> {
+        self.shared.info().await
+    }
+
+    /// Removes one message by its node name; respects locks held by others.
+    pub async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
+        self.shared.remove(message_id).await
+    }
+
+    /// Removes every message put with `id` (id queues); how many were removed.
+    pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
+        self.shared.remove_by_id(id).await
+    }
+
+    /// Since when the head message waits, read with `zk` (the metrics scrape).
+    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<super::HeadAge, QueueError> {
+        self.shared.head_waiting_since(zk).await
+    }
+}

@@ -1,0 +1,469 @@
+//! [`QueueService`]: every queue this process serves, opened on first use and closed when idle,
+//! and where a queue lives ([`queue_layout`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::cache::ChildrenCache;
+use super::claims::ClaimMarkers;
+use super::facade::{ParkedWatch, Queue, QueueRef};
+use super::idempotency::{self, Idempotency};
+use super::lease::{DeadLetter, LeaseMemories, LeaseTable};
+use super::shared::Shared;
+use super::{HeadAge, QueueError, now_epoch_ms};
+use crate::config::{Config, QueueKind, check_name};
+use crate::metrics::Metrics;
+use crate::supervise::{self, Task};
+use crate::types::Layout;
+use crate::zk::{GroupCommit, ZkSession};
+
+/// Where a queue lives and how its nodes are named.
+pub(crate) struct QueueLayout {
+    pub kind: QueueKind,
+    pub path: String,
+    pub lock_path: Option<String>,
+}
+
+/// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
+/// a fifo queue at `{root}/queues/{name}` locked at `{root}/locks/{name}`.
+pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
+    let layout = Layout::new(&config.zookeeper.root);
+    match config.queues.get(name) {
+        Some(declared) => QueueLayout {
+            kind: declared.kind,
+            path: declared.path.clone().unwrap_or_else(|| layout.queue(name)),
+            lock_path: match (&declared.lock_path, declared.kind) {
+                (Some(lock_path), _) => Some(lock_path.clone()),
+                (None, QueueKind::Simple) => None,
+                (None, _) if declared.path.is_none() => Some(layout.locks(name)),
+                // An attached Curator queue without a lock path: its consumers use none.
+                (None, _) => None,
+            },
+        },
+        None => QueueLayout { kind: QueueKind::Fifo, path: layout.queue(name), lock_path: Some(layout.locks(name)) },
+    }
+}
+
+/// All queues this process serves; dynamic ones are created on first use.
+pub struct QueueService {
+    config: Arc<Config>,
+    session: ZkSession,
+    metrics: Arc<Metrics>,
+    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    dynamic_count: Mutex<usize>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    markers: Arc<ClaimMarkers>,
+    group: Arc<GroupCommit>,
+    background: TaskTracker,
+    /// What each queue's leases leave behind, kept when an idle dynamic queue closes.
+    lease_memories: LeaseMemories,
+}
+
+impl QueueService {
+    pub fn new(
+        config: Arc<Config>,
+        session: ZkSession,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<QueueService> {
+        let markers = Arc::new(ClaimMarkers::new(
+            &Layout::new(&config.zookeeper.root),
+            session.clone(),
+            config.take.claim_marker_age,
+        ));
+        tasks.spawn({
+            let markers = markers.clone();
+            async move { markers.run_flusher().await }
+        });
+        tasks.spawn({
+            let (markers, shutdown) = (markers.clone(), shutdown.clone());
+            async move { markers.run_stale_sweeper(shutdown).await }
+        });
+        let group = GroupCommit::new(metrics.clone());
+        let service = Arc::new(QueueService {
+            config,
+            session,
+            metrics,
+            queues: Mutex::new(HashMap::new()),
+            dynamic_count: Mutex::new(0),
+            shutdown: shutdown.clone(),
+            tasks: tasks.clone(),
+            markers,
+            group,
+            background: TaskTracker::new(),
+            lease_memories: LeaseMemories::default(),
+        });
+        tasks.spawn({
+            let service = Arc::downgrade(&service);
+            async move { QueueService::run_idle_closer(service, shutdown).await }
+        });
+        // Declared queues start their caches at once, so their metrics exist from the start.
+        let declared: Vec<String> = service.config.queues.keys().cloned().collect();
+        for name in declared {
+            if let Err(err) = service.open(&name) {
+                tracing::error!(queue = %name, error = %err, "cannot open declared queue");
+            }
+        }
+        tasks.spawn(supervise::until_shutdown(
+            Task::IdempotencySweeper,
+            "idempotency records of queues not open here".to_owned(),
+            service.metrics.clone(),
+            service.shutdown.clone(),
+            {
+                let (service, shutdown) = (Arc::downgrade(&service), service.shutdown.clone());
+                move || QueueService::run_orphan_sweeper(service.clone(), shutdown.clone())
+            },
+        ));
+        service
+    }
+
+    /// Sweeps the expired idempotency records of queues this process does not have open, at once
+    /// and then every 10 minutes (`idempotency::sweep_queues_not_open`): a queue's own sweeper
+    /// runs only while some process has it open, and a dynamic queue nobody opens again would keep
+    /// its records forever.
+    async fn run_orphan_sweeper(service: std::sync::Weak<QueueService>, shutdown: CancellationToken) {
+        let Some(session) = service.upgrade().map(|s| s.session.clone()) else { return };
+        let service = &service;
+        session
+            .periodically(idempotency::IDLE_CHECK, &shutdown, |zk| async move {
+                let Some(service) = service.upgrade() else { return };
+                let is_open =
+                    |queue: &str| service.queues.lock().unwrap_or_else(|p| p.into_inner()).contains_key(queue);
+                let layout = Layout::new(&service.config.zookeeper.root);
+                let timeout = service.session.request_timeout();
+                match idempotency::sweep_queues_not_open(&zk, &layout, timeout, is_open, &service.shutdown).await {
+                    Ok(0) => {},
+                    Ok(swept) => tracing::info!(swept, "swept expired idempotency records of queues not open here"),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "could not look for idempotency records of queues not open here")
+                    },
+                }
+            })
+            .await;
+    }
+
+    /// The queue called `name` for a write (a put), opening it on first use: the put creates the
+    /// queue's node when it does not exist (nothing else does).
+    pub fn open(&self, name: &str) -> Result<QueueRef, QueueError> {
+        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queue) = queues.get(name) {
+            return Ok(queue.used());
+        }
+        let queue = self.start_queue(name)?;
+        let used = queue.used();
+        queues.insert(name.to_owned(), queue);
+        Ok(used)
+    }
+
+    /// The queue called `name` if this process has it open (declared queues always are), or a
+    /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
+    /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
+    pub fn open_only(&self, name: &str) -> Result<QueueRef, QueueError> {
+        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        match queues.get(name) {
+            Some(queue) => Ok(queue.used()),
+            None if self.config.queues.contains_key(name) => {
+                drop(queues);
+                self.open(name)
+            },
+            // A dynamic queue closed idle since it leased: open it again with its lease memory,
+            // so a late retry of a step answers as the step did.
+            None if self.config.queues_dynamic && self.lease_memories.remembers(name) => {
+                drop(queues);
+                self.open(name)
+            },
+            None if !self.config.queues_dynamic => Err(QueueError::UnknownQueue(name.to_owned())),
+            None => Err(QueueError::NoSuchQueue(name.to_owned())),
+        }
+    }
+
+    /// The queue called `name` for a read, a take or a lease: never creates anything. A dynamic
+    /// queue this process has not open is opened only once its node exists in ZooKeeper (another
+    /// sidecar or a Curator producer created it): a `sync`, then one `exists` read (with a watch
+    /// when it may wait) until `wait` passes (`None`: still no such queue).
+    ///
+    /// Two rules keep its answers honest:
+    /// - "No such queue" is trusted only after a `sync`: a lagging server may not have applied the
+    ///   put that created the queue on another sidecar, acknowledged before this request arrived.
+    /// - A one-shot watch on the queue path is never dropped unfired once the queue may be open
+    ///   here: dropping it makes the client send `RemoveWatches`, which ZooKeeper before 3.9
+    ///   applies to every watch on the path (ZOOKEEPER-4466), the cache's persistent one too. An
+    ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
+    ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
+    pub async fn existing(&self, name: &str, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+        match self.open_only(name) {
+            Err(QueueError::NoSuchQueue(_)) => {},
+            other => return other.map(Some),
+        }
+        if self.shutdown.is_cancelled() {
+            return Err(QueueError::ShuttingDown);
+        }
+        let path = self.layout(name).path;
+        let wait_until = Instant::now() + wait;
+        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        loop {
+            let zk = self.session.connected(answer_by).await?;
+            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            zk.sync(&path).await?;
+            if wait.is_zero() {
+                return match zk.exists(&path).await? {
+                    Some(_) => self.open(name).map(Some),
+                    None => Ok(None),
+                };
+            }
+            let (stat, watch) = zk.watch_exists(&path).await?;
+            let mut changed: ParkedWatch = Box::pin(watch.changed());
+            if stat.is_some() {
+                self.release_watch(name, changed);
+                return self.open(name).map(Some);
+            }
+            tokio::select! {
+                _ = &mut changed => {},
+                _ = tokio::time::sleep_until(wait_until) => {
+                    self.release_watch(name, changed);
+                    return Ok(None);
+                },
+                _ = self.shutdown.cancelled() => {
+                    self.release_watch(name, changed);
+                    return Err(QueueError::ShuttingDown);
+                },
+            }
+            if Instant::now() >= wait_until {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Lets go of a one-shot watch on the path of queue `name` (see [`QueueService::existing`]):
+    /// dropped while the queue is not open here, else kept by the queue until it closes.
+    fn release_watch(&self, name: &str, watch: ParkedWatch) {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        match queues.get(name) {
+            Some(queue) => queue.park_watch(watch),
+            // Dropped under the map's lock: no queue can be opened (and its cache add its
+            // persistent watch) before the removal is on its way.
+            None => drop(watch),
+        }
+    }
+
+    /// Builds a queue and starts its tasks (the caller inserts it into the map).
+    fn start_queue(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
+        let declared = self.config.queues.contains_key(name);
+        if !declared {
+            if !self.config.queues_dynamic {
+                return Err(QueueError::UnknownQueue(name.to_owned()));
+            }
+            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+            if *dynamic >= self.config.max_dynamic_queues {
+                return Err(QueueError::TooManyQueues(self.config.max_dynamic_queues));
+            }
+            *dynamic += 1;
+        }
+        let layout = self.layout(name);
+        let (kind, path, lock_path) = (layout.kind, layout.path, layout.lock_path);
+        let declared_config = self.config.queues.get(name);
+        let max_items = declared_config.and_then(|q| q.max_items);
+        let dead_letter = declared_config.and_then(|q| q.dead_letter.as_ref()).map(|target| {
+            let target_layout = self.layout(target);
+            DeadLetter {
+                max_deliveries: declared_config.and_then(|q| q.max_deliveries),
+                name: target.clone(),
+                kind: target_layout.kind,
+                path: target_layout.path,
+            }
+        });
+        let stop = self.shutdown.child_token();
+        let cache = ChildrenCache::new(
+            kind,
+            path.clone(),
+            name.to_owned(),
+            self.metrics.clone(),
+            stop.clone(),
+            self.tasks.clone(),
+            dead_letter.is_some() && kind != QueueKind::Simple,
+        );
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            kind,
+            path,
+            lock_path: lock_path.clone(),
+            max_items,
+            declared,
+            dead_letter,
+            deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
+            max_message_bytes: self.config.api.max_message_bytes,
+            max_peek_bytes: self.config.api.max_peek_bytes,
+            max_leases: self.config.lease.max_per_queue,
+            session: self.session.clone(),
+            qm: self.metrics.queue(name),
+            cache: cache.clone(),
+            leases: LeaseTable::new(self.lease_memories.open(name)),
+            idempotency: Idempotency::new(
+                &Layout::new(&self.config.zookeeper.root),
+                name,
+                self.config.idempotency_window(name),
+            ),
+            markers: self.markers.clone(),
+            group: self.group.clone(),
+            background: self.background.clone(),
+            shutdown: self.shutdown.clone(),
+            head_seen: Mutex::new(None),
+        });
+        let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::CacheRefresher,
+            owner.clone(),
+            metrics.clone(),
+            stop.clone(),
+            {
+                let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
+                let (lock_path, marker_dir) = (lock_path.clone(), self.markers.dir().to_owned());
+                move || cache.clone().run(session.clone(), marker_dir.clone(), lock_path.clone(), stop.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
+            let (shared, session, stop) = (shared.clone(), session.clone(), stop.clone());
+            move || shared.clone().run_lease_reaper(session.clone(), stop.clone())
+        }));
+        if shared.dead_letter.is_some() && kind != QueueKind::Simple {
+            self.tasks.spawn(supervise::until_shutdown(
+                Task::UndecodableMover,
+                owner.clone(),
+                metrics.clone(),
+                stop.clone(),
+                {
+                    let (shared, stop) = (shared.clone(), stop.clone());
+                    move || shared.clone().run_undecodable_mover(stop.clone())
+                },
+            ));
+        }
+        self.tasks.spawn(supervise::until_shutdown(
+            Task::DeliveryCountSweeper,
+            owner.clone(),
+            metrics.clone(),
+            stop.clone(),
+            {
+                let (shared, stop) = (shared.clone(), stop.clone());
+                move || shared.clone().run_delivery_count_sweeper(stop.clone())
+            },
+        ));
+        self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            move || shared.clone().run_idempotency_sweeper(stop.clone())
+        }));
+        Ok(Arc::new(Queue::new(shared, stop)))
+    }
+
+    /// Closes dynamic queues nobody used for `queue_idle_close`: their tasks end, their cache is
+    /// freed, their metric series are dropped and their slot under `max_dynamic_queues` is
+    /// released. A queue with a request, a waiting taker or a lease out is never closed; the
+    /// next request opens it again.
+    async fn run_idle_closer(service: std::sync::Weak<QueueService>, shutdown: CancellationToken) {
+        let Some(idle) = service.upgrade().map(|s| s.config.queue_idle_close) else { return };
+        let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {},
+            }
+            let Some(service) = service.upgrade() else { return };
+            service.close_idle(idle);
+        }
+    }
+
+    fn close_idle(&self, idle: Duration) {
+        // Under the map lock: `open` counts a new user under it too, so no request can start
+        // using a queue between the check and its removal.
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let idle_names: Vec<String> =
+            queues.values().filter(|q| !q.declared() && q.idle_for(idle)).map(|q| q.name().to_owned()).collect();
+        for name in idle_names {
+            let Some(queue) = queues.remove(&name) else { continue };
+            queue.close();
+            self.metrics.forget_queue(&name);
+            self.lease_memories.closed(&name);
+            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+            *dynamic = dynamic.saturating_sub(1);
+            tracing::debug!(queue = %name, "closed an idle dynamic queue");
+        }
+    }
+
+    /// Kind, path and lock path of a queue, declared or not.
+    fn layout(&self, name: &str) -> QueueLayout {
+        queue_layout(&self.config, name)
+    }
+
+    /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
+    /// lost answers, then deletes the claim markers they left; true if all finished in time.
+    /// Shutdown calls this before it closes the session.
+    pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
+        self.background.close();
+        let settled = tokio::time::timeout_at(deadline, self.background.wait()).await.is_ok();
+        if !settled {
+            tracing::error!("shutdown grace ended with takes still being settled; see the errors above");
+        }
+        let _ = tokio::time::timeout_at(deadline, self.markers.flush_now()).await;
+        settled
+    }
+
+    /// Releases every lease of every queue (shutdown).
+    pub async fn release_all_leases(&self) -> usize {
+        let mut released = 0;
+        for queue in self.opened() {
+            released += queue.release_all_leases().await;
+        }
+        released
+    }
+
+    /// Sets `zkq_queue_children` and `zkq_queue_oldest_message_age_seconds` of every open queue
+    /// from ZooKeeper, and `zkq_idempotency_records` from its records' directory: one `exists` of
+    /// the queue node and one of its records' directory per queue, plus one of its head when the
+    /// head changed since the last scrape, all at once, within `budget`. A queue whose read fails
+    /// or is late keeps its last values. Called by every `/metrics` scrape, so the gauges are as
+    /// fresh as the scrape.
+    pub async fn sample_for_scrape(&self, budget: Duration) {
+        let Some(zk) = self.session.current() else { return };
+        let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
+        let reads = self.opened().into_iter().map(|queue| {
+            let zk = zk.clone();
+            async move {
+                let keys = queue.shared().idempotency.keys_dir();
+                let (depth, records) = futures::join!(zk.exists(queue.path()), zk.exists(&keys));
+                let qm = queue.metrics();
+                if let Ok(Some(stat)) = depth {
+                    qm.queue_children.set(i64::from(stat.num_children));
+                }
+                if let Ok(stat) = records {
+                    qm.idempotency_records.set(stat.map_or(0, |s| i64::from(s.num_children)));
+                }
+                match queue.head_waiting_since(&zk).await {
+                    Ok(HeadAge::Since(since)) => {
+                        let age_ms = (now_epoch_ms() - since).max(0);
+                        qm.oldest_message_age.set(age_ms as f64 / 1000.0);
+                    },
+                    Ok(HeadAge::NoneWaiting) => qm.oldest_message_age.set(0.0),
+                    // Not known: the gauge keeps its last value.
+                    Ok(HeadAge::NotKnownYet) | Err(_) => {},
+                }
+            }
+        });
+        let _ = tokio::time::timeout(budget, futures::future::join_all(reads)).await;
+    }
+
+    /// Queues opened so far (declared ones always), sorted by name.
+    pub fn opened(&self) -> Vec<Arc<Queue>> {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<Arc<Queue>> = queues.values().cloned().collect();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all
+    }
+}
