@@ -100,38 +100,38 @@ impl Queue {
     }
 
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.shared.ctx.name
     }
 
     pub fn kind(&self) -> QueueKind {
-        self.shared.kind
+        self.shared.ctx.kind
     }
 
     /// The queue node's path.
     pub fn path(&self) -> &str {
-        &self.shared.path
+        &self.shared.ctx.path
     }
 
     /// Where consumers lock its messages (Curator's lock path), if they do.
     pub fn lock_path(&self) -> Option<&str> {
-        self.shared.lock_path.as_deref()
+        self.shared.ctx.lock_path.as_deref()
     }
 
     pub fn max_items(&self) -> Option<u32> {
-        self.shared.max_items
+        self.shared.ctx.max_items
     }
 
     /// Whether the configuration declares it (else it is dynamic).
     pub fn declared(&self) -> bool {
-        self.shared.declared
+        self.shared.ctx.declared
     }
 
     pub fn dead_letter(&self) -> Option<&DeadLetter> {
-        self.shared.dead_letter.as_ref()
+        self.shared.ctx.dead_letter.as_ref()
     }
 
     pub(crate) fn metrics(&self) -> &QueueMetrics {
-        &self.shared.qm
+        &self.shared.ctx.qm
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.

@@ -8,6 +8,7 @@ mod acquire;
 mod cache;
 mod candidate;
 mod claims;
+mod context;
 pub mod envelope;
 mod facade;
 mod idempotency;

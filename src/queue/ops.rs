@@ -45,29 +45,29 @@ impl HeadAge {
 
 impl Shared {
     fn deadline_for(&self, wait: Duration) -> Instant {
-        Instant::now() + wait.max(self.session.request_timeout())
+        Instant::now() + wait.max(self.ctx.session.request_timeout())
     }
 
     fn meta_for(&self, options: &PutOptions) -> Result<ItemMeta, QueueError> {
-        let kind = self.kind.as_str();
+        let kind = self.ctx.kind.as_str();
         let refuse = |param: &str| {
-            Err(QueueError::NotForKind(format!("`{param}` does not apply to {kind} queue {:?}", self.name)))
+            Err(QueueError::NotForKind(format!("`{param}` does not apply to {kind} queue {:?}", self.ctx.name)))
         };
-        if options.priority.is_some() && self.kind != QueueKind::Priority {
+        if options.priority.is_some() && self.ctx.kind != QueueKind::Priority {
             return refuse("priority");
         }
-        if options.deliver_at.is_some() && self.kind != QueueKind::Delay {
+        if options.deliver_at.is_some() && self.ctx.kind != QueueKind::Delay {
             return refuse("delay/deliver_at");
         }
-        if options.id.is_some() && self.kind != QueueKind::Id {
+        if options.id.is_some() && self.ctx.kind != QueueKind::Id {
             return refuse("id");
         }
-        Ok(match self.kind {
+        Ok(match self.ctx.kind {
             QueueKind::Priority => ItemMeta::Priority(options.priority.unwrap_or(0)),
             QueueKind::Delay => ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(super::now_epoch_ms).max(1)),
             QueueKind::Id => {
                 let id = options.id.clone().ok_or_else(|| {
-                    QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.name))
+                    QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.ctx.name))
                 })?;
                 if !names::is_valid_id(&id) {
                     return Err(QueueError::InvalidParameter(
@@ -83,7 +83,7 @@ impl Shared {
     }
 
     pub(super) fn encode(&self, body: &[u8]) -> Vec<u8> {
-        if self.kind == QueueKind::Simple { body.to_vec() } else { envelope::encode([body]) }
+        if self.ctx.kind == QueueKind::Simple { body.to_vec() } else { envelope::encode([body]) }
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
@@ -103,17 +103,17 @@ impl Shared {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<Vec<PutReceipt>, QueueError> {
-        if self.shutdown.is_cancelled() {
+        if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
         let mut creates = Vec::with_capacity(messages.len());
         let mut keys = Vec::with_capacity(messages.len());
         for (body, options) in &messages {
-            if body.len() > self.max_message_bytes {
-                return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+            if body.len() > self.ctx.max_message_bytes {
+                return Err(QueueError::TooLarge { size: body.len(), max: self.ctx.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            creates.push(NodeCreate { prefix: names::put_prefix(self.kind, &meta), data: self.encode(body) });
+            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.kind, &meta), data: self.encode(body) });
             keys.push(match options.idempotency_key.as_deref() {
                 Some(key) => Some(self.keyed_put(key, body, options)?),
                 None => None,
@@ -129,7 +129,7 @@ impl Shared {
                 )));
             }
         }
-        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
+        let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         let deadline = self.deadline_for(wait);
         if !seen.is_empty() {
             return self.put_keyed(creates, keys, wait, deadline).await;
@@ -139,7 +139,7 @@ impl Shared {
         let ops: Vec<TxnOp> = creates
             .into_iter()
             .map(|create| TxnOp::Create {
-                path: format!("{}/{}", self.path, create.prefix),
+                path: format!("{}/{}", self.ctx.path, create.prefix),
                 data: create.data,
                 mode: NodeMode::PersistentSequential,
             })
@@ -164,14 +164,14 @@ impl Shared {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<PutReceipt, QueueError> {
-        if self.shutdown.is_cancelled() {
+        if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        if !matches!(self.kind, QueueKind::Fifo | QueueKind::Priority | QueueKind::Delay) {
+        if !matches!(self.ctx.kind, QueueKind::Fifo | QueueKind::Priority | QueueKind::Delay) {
             return Err(QueueError::NotForKind(format!(
                 "format=curator-multi is for fifo, priority and delay queues; Curator has no putMulti for {} queue {:?}",
-                self.kind.as_str(),
-                self.name
+                self.ctx.kind.as_str(),
+                self.ctx.name
             )));
         }
         if let Some(index) = messages.iter().position(|(_, options)| options.idempotency_key.is_some()) {
@@ -184,11 +184,11 @@ impl Shared {
         let now = super::now_epoch_ms();
         let mut shared: Option<ItemMeta> = None;
         for (index, (body, options)) in messages.iter().enumerate() {
-            if body.len() > self.max_message_bytes {
-                return Err(QueueError::TooLarge { size: body.len(), max: self.max_message_bytes });
+            if body.len() > self.ctx.max_message_bytes {
+                return Err(QueueError::TooLarge { size: body.len(), max: self.ctx.max_message_bytes });
             }
             let mut options = options.clone();
-            if self.kind == QueueKind::Delay {
+            if self.ctx.kind == QueueKind::Delay {
                 options.deliver_at = options.deliver_at.or(Some(now));
             }
             let meta = self.meta_for(&options)?;
@@ -199,7 +199,7 @@ impl Shared {
                     return Err(QueueError::InvalidParameter(format!(
                         "format=curator-multi stores every message in one node with one {}: messages[{index}] has {} \
                          where messages[0] has {}",
-                        if self.kind == QueueKind::Priority { "priority" } else { "delivery time" },
+                        if self.ctx.kind == QueueKind::Priority { "priority" } else { "delivery time" },
                         describe(&meta),
                         describe(first),
                     )));
@@ -212,37 +212,37 @@ impl Shared {
         let data = envelope::encode(messages.iter().map(|(body, _)| *body));
         let len = data.len();
         let op = TxnOp::Create {
-            path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
+            path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &meta)),
             data,
             mode: NodeMode::PersistentSequential,
         };
-        let _in_flight = GaugeGuard::new(self.qm.puts_in_flight.clone());
+        let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         self.wait_for_room(1, wait).await?;
         let mut created = self.create_nodes(vec![op], self.deadline_for(wait)).await?;
         let name = created.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))?;
         self.cache.learn_bytes(&name, len);
-        if let Some(item) = names::parse(self.kind, &name) {
+        if let Some(item) = names::parse(self.ctx.kind, &name) {
             self.cache.insert_local(item);
         }
-        self.qm.messages_put.inc_by(messages.len() as u64);
+        self.ctx.qm.messages_put.inc_by(messages.len() as u64);
         Ok(PutReceipt { message_id: Some(name), replay: false })
     }
 
     /// Creates the sequential nodes of `ops` in one transaction (shared with other writes in
     /// flight); recreates the queue node once if it was removed; answers the nodes' names in order.
     async fn create_nodes(&self, ops: Vec<TxnOp>, deadline: Instant) -> Result<Vec<String>, QueueError> {
-        let zk = self.session.connected(deadline).await?;
-        let created = match self.group.submit(&self.background, &zk, ops.clone()).await {
+        let zk = self.ctx.session.connected(deadline).await?;
+        let created = match self.ctx.group.submit(&self.ctx.background, &zk, ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
                 // No queue node (never made, deleted, or a container reaped): a put makes it, once.
                 self.create_queue_node(&zk).await?;
-                self.group.submit(&self.background, &zk, ops).await
+                self.ctx.group.submit(&self.ctx.background, &zk, ops).await
             },
             other => other,
         };
         let created = created.map_err(|err| {
             if err.error == ZkError::OutcomeUnknown {
-                self.qm.put_outcome_unknown.inc();
+                self.ctx.qm.put_outcome_unknown.inc();
             }
             err.error
         })?;
@@ -260,13 +260,13 @@ impl Shared {
     /// directory so, and ZooKeeper removes it once it is empty), the others' persistent (as
     /// `DistributedQueue.start()` does). Only a put calls this.
     pub(super) async fn create_queue_node(&self, zk: &Zk) -> Result<(), ZkError> {
-        let mode = if self.kind == QueueKind::Simple { NodeMode::Container } else { NodeMode::Persistent };
-        zk.ensure_path_as(&self.path, mode).await
+        let mode = if self.ctx.kind == QueueKind::Simple { NodeMode::Container } else { NodeMode::Persistent };
+        zk.ensure_path_as(&self.ctx.path, mode).await
     }
 
     /// With `max_items`, waits up to `wait` until there is room for `count` more messages.
     pub(super) async fn wait_for_room(&self, count: usize, wait: Duration) -> Result<(), QueueError> {
-        let Some(max_items) = self.max_items else { return Ok(()) };
+        let Some(max_items) = self.ctx.max_items else { return Ok(()) };
         let count = u32::try_from(count).unwrap_or(u32::MAX);
         // Room for all: fewer than `max_items - count + 1` children now.
         let below = max_items.checked_sub(count.saturating_sub(1)).filter(|below| *below > 0);
@@ -283,10 +283,10 @@ impl Shared {
         if let Some(len) = len {
             self.cache.learn_bytes(name, len);
         }
-        if let Some(item) = names::parse(self.kind, name) {
+        if let Some(item) = names::parse(self.ctx.kind, name) {
             self.cache.insert_local(item);
         }
-        self.qm.messages_put.inc();
+        self.ctx.qm.messages_put.inc();
         name.to_owned()
     }
 
@@ -297,7 +297,7 @@ impl Shared {
     /// only the nodes shown are read. When the cache is not live, one full read of the child list
     /// serves it, one at a time per queue.
     pub(super) async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
-        let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
+        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut read: HashSet<String> = HashSet::new();
@@ -312,18 +312,18 @@ impl Shared {
                 None => (self.peek_order_from_zookeeper(&zk).await?, true),
             };
             for item in order {
-                if out.len() >= limit || bytes >= self.max_peek_bytes {
+                if out.len() >= limit || bytes >= self.ctx.max_peek_bytes {
                     return Ok(out);
                 }
                 if !read.insert(item.name.clone()) {
                     continue;
                 }
-                let data = match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
+                let data = match zk.get_data(&format!("{}/{}", self.ctx.path, item.name)).await {
                     Ok((data, _)) => data,
                     Err(ZkError::NoNode) => continue,
                     Err(err) => return Err(err.into()),
                 };
-                let bodies = if self.kind == QueueKind::Simple {
+                let bodies = if self.ctx.kind == QueueKind::Simple {
                     vec![data]
                 } else {
                     match envelope::decode(&data) {
@@ -332,7 +332,7 @@ impl Shared {
                     }
                 };
                 for (index, body) in bodies.into_iter().enumerate() {
-                    let within_budget = bytes.saturating_add(body.len()) <= self.max_peek_bytes;
+                    let within_budget = bytes.saturating_add(body.len()) <= self.ctx.max_peek_bytes;
                     if out.len() >= limit || !(within_budget || out.is_empty()) {
                         return Ok(out);
                     }
@@ -356,21 +356,21 @@ impl Shared {
     /// Every child in delivery order, from one full read (one such read at a time per queue).
     async fn peek_order_from_zookeeper(&self, zk: &Zk) -> Result<Vec<ItemName>, QueueError> {
         let _permit = self.cache.full_read_permit().await;
-        let children = match zk.get_children(&self.path).await {
+        let children = match zk.get_children(&self.ctx.path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
-        let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.kind, c)).collect();
-        items.sort_by(|a, b| names::compare(self.kind, a, b));
+        let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.ctx.kind, c)).collect();
+        items.sort_by(|a, b| names::compare(self.ctx.kind, a, b));
         Ok(items)
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.
     pub(super) async fn info(&self) -> Result<QueueInfo, QueueError> {
-        let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        let depth = zk.exists(&self.path).await?.map_or(0, |s| i64::from(s.num_children));
-        let in_flight = match &self.lock_path {
+        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
+        let depth = zk.exists(&self.ctx.path).await?.map_or(0, |s| i64::from(s.num_children));
+        let in_flight = match &self.ctx.lock_path {
             Some(lock_path) => zk.exists(lock_path).await?.map_or(0, |s| i64::from(s.num_children)),
             None => 0,
         };
@@ -399,7 +399,7 @@ impl Shared {
                 return Ok(HeadAge::Since(*since));
             }
         }
-        let Some(stat) = zk.exists(&format!("{}/{}", self.path, head.name)).await? else {
+        let Some(stat) = zk.exists(&format!("{}/{}", self.ctx.path, head.name)).await? else {
             // Taken or removed since the cache proposed it: the next one's age is not known.
             return Ok(HeadAge::NotKnownYet);
         };
@@ -410,10 +410,10 @@ impl Shared {
 
     /// Removes one message by its node name; respects locks held by others.
     pub(super) async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
-        if !names::is_item_name(self.kind, message_id) {
+        if !names::is_item_name(self.ctx.kind, message_id) {
             return Err(QueueError::MessageNotFound(message_id.to_owned()));
         }
-        let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
+        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
         if self.remove_node(&zk, message_id).await? {
             Ok(())
         } else {
@@ -424,23 +424,23 @@ impl Shared {
     /// Removes every message with this id (Curator's `DistributedIdQueue.remove`); the id is
     /// matched after Curator's `fixId`, so the id given to the put finds its messages.
     pub(super) async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
-        if self.kind != QueueKind::Id {
+        if self.ctx.kind != QueueKind::Id {
             return Err(QueueError::NotForKind(format!(
                 "`id` does not apply to {} queue {:?}",
-                self.kind.as_str(),
-                self.name
+                self.ctx.kind.as_str(),
+                self.ctx.name
             )));
         }
         let wanted = names::fix_id(id);
-        let zk = self.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        let children = match zk.get_children(&self.path).await {
+        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
+        let children = match zk.get_children(&self.ctx.path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(0),
             Err(err) => return Err(err.into()),
         };
         let mut removed = 0;
         for child in children {
-            let matches = names::parse(self.kind, &child).is_some_and(|i| i.meta == ItemMeta::Id(wanted.clone()));
+            let matches = names::parse(self.ctx.kind, &child).is_some_and(|i| i.meta == ItemMeta::Id(wanted.clone()));
             if matches && self.remove_node(&zk, &child).await? {
                 removed += 1;
             }
@@ -449,10 +449,10 @@ impl Shared {
     }
 
     async fn remove_node(&self, zk: &Zk, name: &str) -> Result<bool, QueueError> {
-        let item_path = format!("{}/{}", self.path, name);
+        let item_path = format!("{}/{}", self.ctx.path, name);
         // As in a take's claim: the lock node is created and deleted in the same transaction, so
         // an item a consumer holds a lock on is never removed.
-        let (ops, parents) = match &self.lock_path {
+        let (ops, parents) = match &self.ctx.lock_path {
             Some(dir) => {
                 let lock = format!("{dir}/{name}");
                 let ops = vec![

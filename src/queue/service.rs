@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::cache::ChildrenCache;
 use super::claims::ClaimMarkers;
+use super::context::Context;
 use super::facade::{ParkedWatch, Queue, QueueRef};
 use super::idempotency::{self, Idempotency};
 use super::lease::{DeadLetter, LeaseMemories, LeaseTable};
@@ -291,7 +292,7 @@ impl QueueService {
             self.tasks.clone(),
             dead_letter.is_some() && kind != QueueKind::Simple,
         );
-        let shared = Arc::new(Shared {
+        let ctx = Arc::new(Context {
             name: name.to_owned(),
             kind,
             path,
@@ -305,6 +306,13 @@ impl QueueService {
             max_leases: self.config.lease.max_per_queue,
             session: self.session.clone(),
             qm: self.metrics.queue(name),
+            markers: self.markers.clone(),
+            group: self.group.clone(),
+            background: self.background.clone(),
+            shutdown: self.shutdown.clone(),
+        });
+        let shared = Arc::new(Shared {
+            ctx,
             cache: cache.clone(),
             leases: LeaseTable::new(self.lease_memories.open(name)),
             idempotency: Idempotency::new(
@@ -312,10 +320,6 @@ impl QueueService {
                 name,
                 self.config.idempotency_window(name),
             ),
-            markers: self.markers.clone(),
-            group: self.group.clone(),
-            background: self.background.clone(),
-            shutdown: self.shutdown.clone(),
             head_seen: Mutex::new(None),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
@@ -334,7 +338,7 @@ impl QueueService {
             let (shared, session, stop) = (shared.clone(), session.clone(), stop.clone());
             move || shared.clone().run_lease_reaper(session.clone(), stop.clone())
         }));
-        if shared.dead_letter.is_some() && kind != QueueKind::Simple {
+        if shared.ctx.dead_letter.is_some() && kind != QueueKind::Simple {
             self.tasks.spawn(supervise::until_shutdown(
                 Task::UndecodableMover,
                 owner.clone(),

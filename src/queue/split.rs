@@ -42,7 +42,7 @@ impl Shared {
     /// The items of a node read for a claim; `None` (logged once, counted) when it is not a
     /// Curator envelope or holds no item.
     pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
-        if self.kind == QueueKind::Simple {
+        if self.ctx.kind == QueueKind::Simple {
             return Some(vec![data.to_vec()]);
         }
         match envelope::decode(data) {
@@ -50,7 +50,7 @@ impl Shared {
             decoded => {
                 if self.cache.mark_undecodable(name) {
                     let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
-                    tracing::warn!(queue = %self.name, node = %name, reason = %why,
+                    tracing::warn!(queue = %self.ctx.name, node = %name, reason = %why,
                         "skipping a queue node that is not a Curator envelope (left in place)");
                 }
                 None
@@ -75,11 +75,11 @@ impl Shared {
         for (index, item) in items {
             let split_name = names::split_name_with_width(name, index, width);
             ops.push(TxnOp::Create {
-                path: format!("{}/{split_name}", self.path),
+                path: format!("{}/{split_name}", self.ctx.path),
                 data: envelope::encode([item]),
                 mode: NodeMode::Persistent,
             });
-            split.extend(names::parse(self.kind, &split_name));
+            split.extend(names::parse(self.ctx.kind, &split_name));
         }
         (ops, split)
     }
@@ -96,11 +96,11 @@ impl Shared {
         (mut data, mut stat): (Vec<u8>, NodeStat),
         claim_bytes: impl Fn(&[Vec<u8>], i32) -> usize,
     ) -> Result<Fit, ZkError> {
-        let path = format!("{}/{name}", self.path);
-        let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
+        let path = format!("{}/{name}", self.ctx.path);
+        let lock = self.ctx.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
         loop {
             let items = match envelope::decode(&data) {
-                Ok(items) if self.kind != QueueKind::Simple => items,
+                Ok(items) if self.ctx.kind != QueueKind::Simple => items,
                 // Not a putMulti node: nothing to split, the claim judges it.
                 _ => return Ok(Fit::Ready(data, stat)),
             };
@@ -109,16 +109,16 @@ impl Shared {
             }
             let Some((ops, split)) = self.tail_step(zk, &path, lock.as_deref(), name, &items, stat.version) else {
                 if self.cache.mark_undecodable(name) {
-                    tracing::warn!(queue = %self.name, node = %name, bytes = data.len(),
+                    tracing::warn!(queue = %self.ctx.name, node = %name, bytes = data.len(),
                         "skipping a putMulti node that cannot be split within ZooKeeper's request limit \
                          (left in place for Curator consumers)");
                 }
                 return Ok(Fit::Unsplittable);
             };
-            let parents: Vec<(usize, String)> = self.lock_path.iter().map(|dir| (0, dir.clone())).collect();
+            let parents: Vec<(usize, String)> = self.ctx.lock_path.iter().map(|dir| (0, dir.clone())).collect();
             match self.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {
-                    tracing::info!(queue = %self.name, node = %name, moved = split.len(), left = items.len() - split.len(),
+                    tracing::info!(queue = %self.ctx.name, node = %name, moved = split.len(), left = items.len() - split.len(),
                         "moved items of a large putMulti node into nodes of their own");
                     for item in split {
                         self.cache.insert_local(item);
@@ -170,7 +170,11 @@ impl Shared {
         let mut kept_data = envelope::encoded_len(items.iter().map(Vec::len));
         let create = |index: usize, item: &[u8]| {
             zk.op_bytes(&TxnOp::Create {
-                path: format!("{}/{}", self.path, names::split_name_with_width(name, index, names::WIDEST_SPLIT_INDEX)),
+                path: format!(
+                    "{}/{}",
+                    self.ctx.path,
+                    names::split_name_with_width(name, index, names::WIDEST_SPLIT_INDEX)
+                ),
                 data: Vec::new(),
                 mode: NodeMode::Persistent,
             }) + envelope::encoded_len([item.len()])

@@ -32,14 +32,14 @@ impl Shared {
     /// the creates that split `rest` off; and the split items. A claim sends them after its
     /// marker's create.
     pub(super) fn take_ops(&self, name: &str, rest: &[Vec<u8>], version: i32) -> (Vec<TxnOp>, Vec<ItemName>) {
-        let lock = self.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
+        let lock = self.ctx.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
         let (split_ops, split_items) = self.split_ops(name, rest, version);
         let mut ops = Vec::with_capacity(split_ops.len() + 3);
         if let Some(lock) = &lock {
             ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
         }
         ops.extend(split_ops);
-        ops.push(TxnOp::Delete { path: format!("{}/{name}", self.path), version: Some(version) });
+        ops.push(TxnOp::Delete { path: format!("{}/{name}", self.ctx.path), version: Some(version) });
         if let Some(lock) = lock {
             ops.push(TxnOp::Delete { path: lock, version: None });
         }
@@ -49,8 +49,8 @@ impl Shared {
     /// Parent directories a claim transaction may find missing, by operation index: the marker
     /// directory (operation 0) and the lock directory (operation 1, when locking).
     pub(super) fn claim_parents(&self, locking: bool) -> Vec<(usize, String)> {
-        let mut parents = vec![(0, self.markers.dir().to_owned())];
-        if let (true, Some(dir)) = (locking, &self.lock_path) {
+        let mut parents = vec![(0, self.ctx.markers.dir().to_owned())];
+        if let (true, Some(dir)) = (locking, &self.ctx.lock_path) {
             parents.push((1, dir.clone()));
         }
         parents
@@ -93,18 +93,18 @@ impl Shared {
         sent: Instant,
     ) {
         let queue = self.clone();
-        self.background.spawn(async move {
+        self.ctx.background.spawn(async move {
             let mut pause = SETTLE_RETRIES.retries();
             loop {
-                if queue.session.status().state == ConnectionState::Closed {
+                if queue.ctx.session.status().state == ConnectionState::Closed {
                     for (_, message) in &claimed {
-                        tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
+                        tracing::error!(queue = %queue.ctx.name, message = %message.message_id, marker = %marker,
                             "zkq stopped before it could learn whether a take applied; if it did, the message is lost");
                     }
                     return;
                 }
-                let deadline = Instant::now() + queue.session.request_timeout();
-                match queue.markers.outcome(&marker, sent, deadline).await {
+                let deadline = Instant::now() + queue.ctx.session.request_timeout();
+                match queue.ctx.markers.outcome(&marker, sent, deadline).await {
                     Outcome::Applied => {
                         for (_, message) in claimed {
                             queue.put_back(message).await;
@@ -118,9 +118,9 @@ impl Shared {
                         return;
                     },
                     Outcome::TooOld => {
-                        queue.qm.settlements_given_up.inc();
+                        queue.ctx.qm.settlements_given_up.inc();
                         for (item, message) in claimed {
-                            tracing::error!(queue = %queue.name, message = %message.message_id, marker = %marker,
+                            tracing::error!(queue = %queue.ctx.name, message = %message.message_id, marker = %marker,
                                 "zkq could not learn in time whether a take applied; if it did, the message is lost");
                             queue.cache.reoffer(item);
                         }
@@ -137,26 +137,27 @@ impl Shared {
     /// resolved by the put-back's own marker, so it is never stored twice (a lost answer that
     /// cannot be settled before its missing marker stops proving anything is given up, logged).
     pub(super) async fn put_back(&self, message: Message) {
-        tracing::warn!(queue = %self.name, message = %message.message_id,
+        tracing::warn!(queue = %self.ctx.name, message = %message.message_id,
             "taker disconnected after the message was removed; putting it back");
-        let prefix = format!("{}/{}", self.path, names::put_prefix(self.kind, &message.meta));
+        let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &message.meta));
         let data = self.encode(&message.body);
         let mut pause = SETTLE_RETRIES.retries();
         // A put-back whose answer was lost: its marker, and when it was sent.
         let mut unresolved: Option<(String, Instant)> = None;
         loop {
-            if self.session.status().state == ConnectionState::Closed {
-                tracing::error!(queue = %self.name, message = %message.message_id,
+            if self.ctx.session.status().state == ConnectionState::Closed {
+                tracing::error!(queue = %self.ctx.name, message = %message.message_id,
                     "zkq stopped before it could put back a message whose taker disconnected; the message is lost");
                 return;
             }
             if let Some((marker, sent)) = unresolved.take() {
-                match self.markers.outcome(&marker, sent, Instant::now() + self.session.request_timeout()).await {
+                match self.ctx.markers.outcome(&marker, sent, Instant::now() + self.ctx.session.request_timeout()).await
+                {
                     Outcome::Applied => return self.cache.mark_stale(),
                     Outcome::NotApplied => {},
                     Outcome::TooOld => {
-                        self.qm.settlements_given_up.inc();
-                        tracing::error!(queue = %self.name, message = %message.message_id, marker = %marker,
+                        self.ctx.qm.settlements_given_up.inc();
+                        tracing::error!(queue = %self.ctx.name, message = %message.message_id, marker = %marker,
                             "zkq could not learn in time whether it put back a message; if it did not, the message is lost");
                         return self.cache.mark_stale();
                     },
@@ -167,25 +168,25 @@ impl Shared {
                     },
                 }
             }
-            let Ok(zk) = self.session.connected(Instant::now() + self.session.request_timeout()).await else {
+            let Ok(zk) = self.ctx.session.connected(Instant::now() + self.ctx.session.request_timeout()).await else {
                 pause.sleep().await;
                 continue;
             };
-            let marker = self.markers.next(&zk);
+            let marker = self.ctx.markers.next(&zk);
             let ops = [
                 ClaimMarkers::create_op(&marker),
                 TxnOp::Create { path: prefix.clone(), data: data.clone(), mode: NodeMode::PersistentSequential },
             ];
-            let parents = [(0, self.markers.dir().to_owned()), (1, self.path.clone())];
+            let parents = [(0, self.ctx.markers.dir().to_owned()), (1, self.ctx.path.clone())];
             let sent = Instant::now();
             match self.apply_txn(&zk, &ops, &parents).await.map_err(|e| e.error) {
                 Ok(results) => {
-                    self.markers.applied(marker);
+                    self.ctx.markers.applied(marker);
                     let created = results.iter().find_map(|r| match r {
                         TxnResult::Created(path) if path.starts_with(&prefix) => path.rsplit('/').next(),
                         _ => None,
                     });
-                    match created.and_then(|name| names::parse(self.kind, name)) {
+                    match created.and_then(|name| names::parse(self.ctx.kind, name)) {
                         Some(item) => self.cache.insert_local(item),
                         None => self.cache.mark_stale(),
                     }
@@ -193,7 +194,7 @@ impl Shared {
                 },
                 Err(ZkError::OutcomeUnknown) => unresolved = Some((marker, sent)),
                 Err(err) => {
-                    tracing::warn!(queue = %self.name, message = %message.message_id, error = %err, "retrying put-back");
+                    tracing::warn!(queue = %self.ctx.name, message = %message.message_id, error = %err, "retrying put-back");
                     pause.sleep().await;
                 },
             }

@@ -86,7 +86,7 @@ impl Shared {
         how: Acquire,
         caller: &Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
-        let lock_dir = match (how, &self.lock_path) {
+        let lock_dir = match (how, &self.ctx.lock_path) {
             (Acquire::Lease(_), None) => {
                 // Only a queue with a lock path can lease (checked before it gets here).
                 self.give_back(candidates);
@@ -100,7 +100,7 @@ impl Shared {
         let mut over_limit = Vec::new();
         for candidate in candidates {
             match how {
-                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name, self.max_leases) {
+                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name, self.ctx.max_leases) {
                     Ok(claiming) => marked.push((candidate, Some(claiming))),
                     Err(NotNow::BeingClaimed) => self.declined(zk, candidate, Declined::Locked),
                     Err(NotNow::Full) => over_limit.push(candidate),
@@ -111,7 +111,7 @@ impl Shared {
         let full = !over_limit.is_empty();
         self.give_back(over_limit);
         if marked.is_empty() {
-            return if full { Err(QueueError::TooManyLeases(self.max_leases)) } else { Ok(Vec::new()) };
+            return if full { Err(QueueError::TooManyLeases(self.ctx.max_leases)) } else { Ok(Vec::new()) };
         }
         let marked = match self.within_budget(zk, marked, byte_budget).await {
             Ok(marked) => marked,
@@ -127,7 +127,7 @@ impl Shared {
         let paths: Vec<String> = marked
             .iter()
             .flat_map(|(c, _)| {
-                let node = format!("{}/{}", self.path, c.name);
+                let node = format!("{}/{}", self.ctx.path, c.name);
                 match how {
                     Acquire::Take => vec![node],
                     Acquire::Lease(_) => vec![node, self.counter_path(&c.name)],
@@ -183,7 +183,7 @@ impl Shared {
         if let (true, Some(err)) = (chosen.is_empty(), first_error) {
             return Err(err.into());
         }
-        let locking = self.lock_path.is_some();
+        let locking = self.ctx.lock_path.is_some();
         let mut delivered = Vec::with_capacity(chosen.len());
         while !chosen.is_empty() {
             if caller.is_closed() {
@@ -191,7 +191,7 @@ impl Shared {
                 return Ok(delivered);
             }
             // A take's claim marker: its evidence should the answer be lost.
-            let marker = matches!(how, Acquire::Take).then(|| self.markers.next(zk));
+            let marker = matches!(how, Acquire::Take).then(|| self.ctx.markers.next(zk));
             let mut ops: Vec<TxnOp> = marker.iter().map(|marker| ClaimMarkers::create_op(marker)).collect();
             let mut spans = Vec::with_capacity(chosen.len());
             for ready in &chosen {
@@ -202,16 +202,16 @@ impl Shared {
             let parents = match how {
                 Acquire::Take => self.claim_parents(locking),
                 Acquire::Lease(_) => {
-                    LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.deliveries_path)
+                    LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.ctx.deliveries_path)
                 },
             };
             let sent = Instant::now();
             match self.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {},
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
-                    let deadline = Instant::now() + self.session.request_timeout();
+                    let deadline = Instant::now() + self.ctx.session.request_timeout();
                     let outcome = match (&marker, chosen.first()) {
-                        (Some(marker), _) => self.markers.outcome(marker, sent, deadline).await,
+                        (Some(marker), _) => self.ctx.markers.outcome(marker, sent, deadline).await,
                         (None, Some(Ready::Lease { prepared, .. })) => {
                             match lock_is_ours(&zk.with_deadline(deadline), &prepared.lock, &prepared.claim_id).await {
                                 Ok(true) => Outcome::Applied,
@@ -259,11 +259,11 @@ impl Shared {
                 },
             }
             if let Some(marker) = marker {
-                self.markers.applied(marker);
+                self.ctx.markers.applied(marker);
             }
             for ready in chosen.drain(..) {
                 self.cache.claim_ended(&ready.candidate().name);
-                self.qm.claim(ClaimOutcome::Won).inc();
+                self.ctx.qm.claim(ClaimOutcome::Won).inc();
                 delivered.push(self.book(zk, ready, how));
             }
         }
@@ -291,7 +291,7 @@ impl Shared {
             .iter()
             .zip(&known)
             .filter(|(_, size)| size.is_none())
-            .map(|((c, _), _)| format!("{}/{}", self.path, c.name))
+            .map(|((c, _), _)| format!("{}/{}", self.ctx.path, c.name))
             .collect();
         let asked = futures::future::join_all(unknown.iter().map(|path| zk.exists(path))).await;
         if let Some(err) = asked.iter().find_map(|stat| stat.as_ref().err()) {
@@ -359,7 +359,7 @@ impl Shared {
                     self.fit_for_claim(zk, &candidate.name, read, claim_bytes).await?
                 },
                 _ => {
-                    let marker = ClaimMarkers::create_op(&self.markers.next(zk));
+                    let marker = ClaimMarkers::create_op(&self.ctx.markers.next(zk));
                     let claim_bytes = |items: &[Vec<u8>], version| {
                         let (ops, _) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), version);
                         zk.request_bytes(std::iter::once(&marker).chain(&ops))
@@ -396,11 +396,11 @@ impl Shared {
     pub(super) fn declined(self: &Arc<Self>, zk: &Zk, candidate: ItemName, declined: Declined) {
         self.cache.claim_ended(&candidate.name);
         let Some(outcome) = declined.outcome() else { return };
-        self.qm.claim(outcome).inc();
+        self.ctx.qm.claim(outcome).inc();
         self.cache.contended();
         if declined == Declined::Locked {
             // Held by a consumer: offer it again when that lock goes away.
-            self.cache.watch_lock(zk, candidate, self.lock_path.as_deref());
+            self.cache.watch_lock(zk, candidate, self.ctx.lock_path.as_deref());
         }
     }
 
@@ -413,7 +413,7 @@ impl Shared {
                 for item in splits {
                     self.cache.insert_local(item);
                 }
-                self.qm.messages_taken.inc();
+                self.ctx.qm.messages_taken.inc();
                 (take::first_message(&candidate, items), None)
             },
             (Ready::Lease { prepared, .. }, how) => {
@@ -421,7 +421,7 @@ impl Shared {
                     Acquire::Lease(visibility) => visibility,
                     Acquire::Take => std::time::Duration::ZERO,
                 };
-                self.qm.messages_leased.inc();
+                self.ctx.qm.messages_leased.inc();
                 let (message, grant) = self.grant_lease(zk, prepared, visibility);
                 (message, Some(grant))
             },
@@ -436,7 +436,7 @@ impl Shared {
         let mut leased = Vec::new();
         for ready in chosen {
             self.cache.claim_ended(&ready.candidate().name);
-            self.qm.claim(ClaimOutcome::Lost).inc();
+            self.ctx.qm.claim(ClaimOutcome::Lost).inc();
             match ready {
                 Ready::Take { candidate, items, .. } => {
                     let message = take::first_message(&candidate, items);

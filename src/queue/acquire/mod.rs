@@ -90,14 +90,14 @@ impl Shared {
         max: usize,
         max_bytes: usize,
     ) -> Result<Vec<Delivery>, QueueError> {
-        if self.shutdown.is_cancelled() {
+        if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
         let (tx, rx) = oneshot::channel();
         let queue = self.clone();
         // The claim runs apart from the request; its log lines still carry the request's id.
         let span = tracing::Span::current();
-        self.background.spawn(tracing::Instrument::instrument(
+        self.ctx.background.spawn(tracing::Instrument::instrument(
             async move {
                 let mut tx = tx;
                 let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
@@ -155,11 +155,11 @@ impl Shared {
         how: Acquire,
         caller: &Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
-        if self.shutdown.is_cancelled() {
+        if self.ctx.shutdown.is_cancelled() {
             return Ok(Vec::new());
         }
-        let Some(zk) = self.session.current() else { return Ok(Vec::new()) };
-        let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let Some(zk) = self.ctx.session.current() else { return Ok(Vec::new()) };
+        let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
         let mut candidates = Vec::new();
         while candidates.len() < want
             && let Some(candidate) = self.cache.pop()
@@ -187,7 +187,7 @@ impl Shared {
     ) -> Result<Option<Delivery>, QueueError> {
         // Past its wait, a request still gets up to the request timeout to learn the queue's
         // state; then it answers 503, never a 204 it cannot vouch for.
-        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        let answer_by = wait_until.max(Instant::now() + self.ctx.session.request_timeout());
         let gone = CancellationToken::new();
         let mut first_wait = true;
         // Whether a barrier after the request arrived found the snapshot without a candidate.
@@ -196,17 +196,17 @@ impl Shared {
             if caller.is_closed() {
                 return Ok(None);
             }
-            if self.shutdown.is_cancelled() {
+            if self.ctx.shutdown.is_cancelled() {
                 return Err(QueueError::ShuttingDown);
             }
             let Some(candidate) = self.cache.pop() else {
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
-                    let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
+                    let _waiting = GaugeGuard::new(self.ctx.qm.waiting_takers.clone());
                     let refreshed = tokio::select! {
                         r = self.cache.refreshed(answer_by) => r,
                         _ = caller.closed() => return Ok(None),
-                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                        _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
                     // A refusal (the queue's ACL does not allow zkq) is the answer; waiting would not change it.
                     if refreshed? || !self.cache.is_dirty() {
@@ -221,7 +221,7 @@ impl Shared {
                     let confirmed = tokio::select! {
                         c = self.cache.barrier(answer_by) => c,
                         _ = caller.closed() => return Ok(None),
-                        _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                        _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
                     if !confirmed {
                         return Err(ZkError::Unavailable.into());
@@ -235,25 +235,25 @@ impl Shared {
                 tokio::select! {
                     _ = self.cache.wait_for_item(wait_until, &gone, first_wait) => {},
                     _ = caller.closed() => { gone.cancel(); return Ok(None) },
-                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                 };
                 first_wait = false;
                 continue;
             };
-            let Some(zk) = self.session.current() else {
+            let Some(zk) = self.ctx.session.current() else {
                 // Suspended: nothing is handed out from memory; wait for the session.
                 self.cache.push_front(candidate);
-                let _waiting = GaugeGuard::new(self.qm.waiting_takers.clone());
+                let _waiting = GaugeGuard::new(self.ctx.qm.waiting_takers.clone());
                 let connected = tokio::select! {
-                    c = self.session.connected(answer_by) => c,
+                    c = self.ctx.session.connected(answer_by) => c,
                     _ = caller.closed() => return Ok(None),
-                    _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                    _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                 };
                 connected?;
                 continue;
             };
             // Each claim gets the full request timeout, whatever is left of the taker's wait.
-            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
             match Box::pin(self.claim_now(&zk, vec![candidate], usize::MAX, how, caller)).await {
                 Ok(mut delivered) => {
                     if let Some(first) = delivered.pop() {

@@ -200,7 +200,7 @@ impl Shared {
                 None => Slot::Plain,
             })
             .collect();
-        if self.max_items.is_some() || self.idempotency.replaying() {
+        if self.ctx.max_items.is_some() || self.idempotency.replaying() {
             self.check_keys(&mut slots, None, deadline).await?;
             let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
             if count > 0 {
@@ -212,7 +212,7 @@ impl Shared {
             if slots.iter().all(|slot| matches!(slot, Slot::Done(_))) {
                 return Ok(receipts(slots));
             }
-            let zk = self.session.connected(deadline).await?;
+            let zk = self.ctx.session.connected(deadline).await?;
             let unit = self.unit(&creates, &contents, &slots);
             // The unit's own request, encoded as this session sends it (ACLs, chroot): group commit
             // joins it to other units only within its batch limit, and ZooKeeper answers a request
@@ -221,7 +221,7 @@ impl Shared {
             if size > MAX_REQUEST_BYTES {
                 return Err(QueueError::TransactionTooLarge { size, max: MAX_REQUEST_BYTES });
             }
-            let (failed, twins) = match self.group.submit_twins(&self.background, &zk, unit.ops.clone()).await {
+            let (failed, twins) = match self.ctx.group.submit_twins(&self.ctx.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
                     let names = unit.members.iter().map(|m| created_name(&results, m.create_op)).collect();
                     return self.unit_stored(unit, names, slots).await;
@@ -233,7 +233,7 @@ impl Shared {
             let lost_session = failed.error == ZkError::SessionLost && unit.evidence().is_some();
             if failed.error == ZkError::OutcomeUnknown || lost_session {
                 // The evidence gets its own request timeout, as a claim's does.
-                deadline = deadline.max(Instant::now() + self.session.request_timeout());
+                deadline = deadline.max(Instant::now() + self.ctx.session.request_timeout());
                 let written = match unit.evidence() {
                     Some(write) => self.written(write, deadline).await,
                     None => Written::Unknown,
@@ -250,7 +250,7 @@ impl Shared {
                     // Nothing was stored: say so (a retry is safe).
                     Written::NotApplied => return Err(ZkError::Unavailable.into()),
                     Written::Unknown => {
-                        self.qm.put_outcome_unknown.inc();
+                        self.ctx.qm.put_outcome_unknown.inc();
                         return Err(ZkError::OutcomeUnknown.into());
                     },
                 }
@@ -262,9 +262,10 @@ impl Shared {
             {
                 // A directory (the queue node, the records', a bucket) is missing: made the way
                 // Curator makes parents, then the unit goes again.
-                self.session
+                self.ctx
+                    .session
                     .retrying(deadline, |zk| async move {
-                        if dir == self.path { self.create_queue_node(&zk).await } else { zk.ensure_path(dir).await }
+                        if dir == self.ctx.path { self.create_queue_node(&zk).await } else { zk.ensure_path(dir).await }
                     })
                     .await?;
                 parents_made += 1;
@@ -319,11 +320,11 @@ impl Shared {
             };
             let create_op = unit.ops.len();
             unit.ops.push(TxnOp::Create {
-                path: format!("{}/{}", self.path, create.prefix),
+                path: format!("{}/{}", self.ctx.path, create.prefix),
                 data: create.data.clone(),
                 mode: NodeMode::PersistentSequential,
             });
-            unit.parents.push((create_op, self.path.clone()));
+            unit.parents.push((create_op, self.ctx.path.clone()));
             unit.members.push(Member { slot: index, first_op, create_op, write, copy });
         }
         unit
@@ -343,6 +344,7 @@ impl Shared {
         let keys_dir = self.idempotency.keys_dir();
         let reading: &[Slot] = slots;
         let found = self
+            .ctx
             .session
             .retrying(deadline, |zk| {
                 let keys_dir = keys_dir.as_str();
@@ -389,7 +391,7 @@ impl Shared {
             *self.idempotency.replayed_at() = Some(Instant::now());
         }
         if let Some((index, what)) = conflicts.first() {
-            self.qm.idempotent_conflicts.inc_by(conflicts.len() as u64);
+            self.ctx.qm.idempotent_conflicts.inc_by(conflicts.len() as u64);
             let which = if slots.len() > 1 {
                 format!("messages[{index}]: its idempotency key")
             } else {
@@ -398,7 +400,7 @@ impl Shared {
             return Err(QueueError::IdempotencyKeyReused(format!(
                 "{which} was used {what} on queue {:?} within its idempotency window ({}); use a \
                  new key for a new message",
-                self.name,
+                self.ctx.name,
                 humantime::format_duration(self.idempotency.window)
             )));
         }
@@ -411,6 +413,7 @@ impl Shared {
                 let Some(keyed) = keyed else { return (index, Ok(None)) };
                 let hash = keyed.hash.as_str();
                 let name = self
+                    .ctx
                     .session
                     .retrying(deadline, |zk| {
                         let record = record.clone();
@@ -423,7 +426,7 @@ impl Shared {
         .await;
         for (index, message_id) in replays {
             let message_id = message_id?;
-            self.qm.idempotent_replays.inc();
+            self.ctx.qm.idempotent_replays.inc();
             if let Some(slot) = slots.get_mut(index) {
                 *slot = Slot::Done(PutReceipt { message_id, replay: true });
             }
@@ -447,7 +450,7 @@ impl Shared {
                     .filter(|_| bucket_end(&record.bucket).is_some()),
             }),
             None => {
-                tracing::warn!(queue = %self.name, record = %path, "an idempotency record does not parse; the key is taken over");
+                tracing::warn!(queue = %self.ctx.name, record = %path, "an idempotency record does not parse; the key is taken over");
                 Found::Free(Free::Expired { version: stat.version, entry: None })
             },
         })

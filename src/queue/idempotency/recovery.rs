@@ -63,13 +63,13 @@ impl Shared {
                 *slot = Slot::Done(PutReceipt { message_id, replay: false });
             }
         }
-        let deadline = Instant::now() + self.session.request_timeout();
+        let deadline = Instant::now() + self.ctx.session.request_timeout();
         let named =
             futures::future::join_all(writes.iter().map(|(write, name)| self.record_name(write, name, deadline))).await;
         if let Some(err) = named.into_iter().find_map(Result::err) {
-            tracing::warn!(queue = %self.name, error = %err,
+            tracing::warn!(queue = %self.ctx.name, error = %err,
                 "stored a keyed message but could not write its name into its key's record in time; answering 504");
-            self.qm.put_outcome_unknown.inc();
+            self.ctx.qm.put_outcome_unknown.inc();
             return Err(match err {
                 err if err.is_transient() => ZkError::OutcomeUnknown,
                 err => err,
@@ -90,8 +90,8 @@ impl Shared {
         loop {
             let named = write.record.named(name);
             let op = TxnOp::SetData { path: write.path.clone(), data: named.to_bytes(), version: Some(version) };
-            let zk = self.session.connected(deadline).await?;
-            let error = match self.group.submit(&self.background, &zk, vec![op]).await {
+            let zk = self.ctx.session.connected(deadline).await?;
+            let error = match self.ctx.group.submit(&self.ctx.background, &zk, vec![op]).await {
                 Ok(_) => return Ok(()),
                 Err(err) => err.error,
             };
@@ -99,6 +99,7 @@ impl Shared {
                 ZkError::BadVersion | ZkError::NoNode => {
                     let path = write.path.as_str();
                     let read = self
+                        .ctx
                         .session
                         .retrying(deadline, |zk| async move {
                             match zk.get_data(path).await {
@@ -143,9 +144,9 @@ impl Shared {
         zxid: i64,
         deadline: Instant,
     ) -> Vec<Option<String>> {
-        let block = self.session.retrying(deadline, |zk| async move { self.created_by(&zk, zxid).await }).await;
+        let block = self.ctx.session.retrying(deadline, |zk| async move { self.created_by(&zk, zxid).await }).await;
         let block = block.unwrap_or_else(|err| {
-            tracing::debug!(queue = %self.name, error = %err, "could not find the names of messages stored by a lost answer");
+            tracing::debug!(queue = %self.ctx.name, error = %err, "could not find the names of messages stored by a lost answer");
             Vec::new()
         });
         unit.members
@@ -195,7 +196,7 @@ impl Shared {
                 _ = tokio::time::sleep_until(waited_until) => break,
             }
         }
-        if let Some(name) = record.message_id.as_ref().filter(|name| names::is_item_name(self.kind, name)) {
+        if let Some(name) = record.message_id.as_ref().filter(|name| names::is_item_name(self.ctx.kind, name)) {
             return Ok(Some(name.clone()));
         }
         let copy = Copy { content: record.content.clone(), copy: record.copy, copies: record.copies };
@@ -215,14 +216,14 @@ impl Shared {
     /// are the rest (one transaction's nodes under one parent have adjacent sequences). Nodes
     /// split from a putMulti node (named, not sequential) are left out.
     async fn created_by(&self, zk: &Zk, zxid: i64) -> Result<Vec<(String, String)>, ZkError> {
-        let children = match zk.get_children(&self.path).await {
+        let children = match zk.get_children(&self.ctx.path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(Vec::new()),
             Err(err) => return Err(err),
         };
         let mut items: Vec<ItemName> = children
             .iter()
-            .filter_map(|name| names::parse(self.kind, name))
+            .filter_map(|name| names::parse(self.ctx.kind, name))
             .filter(|item| item.sequence != i64::MAX && !names::is_split(&item.name))
             .collect();
         items.sort_by_key(|item| item.sequence);
@@ -231,7 +232,7 @@ impl Shared {
         while low < high {
             let middle = low + (high - low) / 2;
             let Some(item) = items.get(middle) else { break };
-            match zk.exists(&format!("{}/{}", self.path, item.name)).await? {
+            match zk.exists(&format!("{}/{}", self.ctx.path, item.name)).await? {
                 None => {
                     items.remove(middle);
                     high -= 1;
@@ -278,7 +279,7 @@ impl Shared {
         if *reads > MAX_BLOCK_READS {
             return Ok(None);
         }
-        match zk.get_data(&format!("{}/{}", self.path, item.name)).await {
+        match zk.get_data(&format!("{}/{}", self.ctx.path, item.name)).await {
             Err(ZkError::NoNode) => Ok(Some(None)),
             Err(err) => Err(err),
             Ok((data, stat)) if stat.czxid == zxid => {
@@ -295,6 +296,7 @@ impl Shared {
         let path = write.path.as_str();
         let token = write.record.token.as_str();
         let mine = self
+            .ctx
             .session
             .retrying(deadline, |zk| async move {
                 match zk.sync(path).await {

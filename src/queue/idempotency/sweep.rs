@@ -38,18 +38,19 @@ impl Shared {
     pub(in crate::queue) async fn run_idempotency_sweeper(self: std::sync::Arc<Self>, stop: CancellationToken) {
         let period = (self.idempotency.window / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let queue = &self;
-        self.session
+        self.ctx
+            .session
             .periodically(period, &stop, |zk| async move {
                 if !queue.idempotency.sweep_due() {
                     return;
                 }
                 let mut swept = 0;
                 let result = queue.idempotency.sweep(&zk, &mut swept).await;
-                queue.qm.idempotency_records_swept.inc_by(swept as u64);
+                queue.ctx.qm.idempotency_records_swept.inc_by(swept as u64);
                 match result {
                     Ok(()) if swept == 0 => {},
-                    Ok(()) => tracing::debug!(queue = %queue.name, swept, "swept expired idempotency records"),
-                    Err(err) => tracing::debug!(queue = %queue.name, error = %err, "idempotency sweep failed"),
+                    Ok(()) => tracing::debug!(queue = %queue.ctx.name, swept, "swept expired idempotency records"),
+                    Err(err) => tracing::debug!(queue = %queue.ctx.name, error = %err, "idempotency sweep failed"),
                 }
             })
             .await;

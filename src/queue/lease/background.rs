@@ -53,7 +53,7 @@ impl Shared {
             // others would wait as long), and try again in a second.
             let settling: Vec<u128> = self.leases.lock().settling.keys().copied().collect();
             for token in settling {
-                if !self.settle(token, Instant::now() + self.session.request_timeout()).await {
+                if !self.settle(token, Instant::now() + self.ctx.session.request_timeout()).await {
                     break;
                 }
             }
@@ -67,7 +67,7 @@ impl Shared {
                     Ok(()) | Err(QueueError::LeaseLost(_)) => {},
                     Err(err) => {
                         // No ZooKeeper now: keep the lease (its receipt is spent) and try again soon.
-                        tracing::debug!(queue = %self.name, error = %err, "could not release an expired lease; retrying");
+                        tracing::debug!(queue = %self.ctx.name, error = %err, "could not release an expired lease; retrying");
                         self.update_lease(token, |lease| lease.expires_at = Instant::now() + Duration::from_secs(1));
                     },
                 }
@@ -79,7 +79,7 @@ impl Shared {
     /// them (the cache of a queue with a dead-letter queue re-reads on every change): one read
     /// of each node this process did not put itself, no client request needed.
     pub(in crate::queue) async fn run_undecodable_mover(self: Arc<Self>, shutdown: CancellationToken) {
-        let Some(target) = self.dead_letter.clone() else { return };
+        let Some(target) = self.ctx.dead_letter.clone() else { return };
         let mut snapshots = self.cache.subscribe_snapshots();
         let mut pending: Vec<String> = Vec::new();
         loop {
@@ -91,17 +91,17 @@ impl Shared {
                 }
                 continue;
             }
-            let Some(zk) = self.session.current() else {
+            let Some(zk) = self.ctx.session.current() else {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_millis(200)) => {},
                 }
                 continue;
             };
-            let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+            let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
             while let Some(name) = pending.pop() {
-                let Some(item) = names::parse(self.kind, &name) else { continue };
-                let (data, stat) = match zk.get_data(&format!("{}/{}", self.path, name)).await {
+                let Some(item) = names::parse(self.ctx.kind, &name) else { continue };
+                let (data, stat) = match zk.get_data(&format!("{}/{}", self.ctx.path, name)).await {
                     Ok(found) => found,
                     Err(ZkError::NoNode) => continue,
                     Err(_) => {
@@ -114,7 +114,7 @@ impl Shared {
                 }
                 let counter = self.counter_path(&name);
                 if let Err(err) = self.dead_letter(&zk, &item, &data, stat.version, Some(&counter), &target).await {
-                    tracing::debug!(queue = %self.name, node = %name, error = %err,
+                    tracing::debug!(queue = %self.ctx.name, node = %name, error = %err,
                         "could not move an undecodable node to the dead-letter queue; a lease will");
                 }
             }
@@ -143,20 +143,21 @@ impl Shared {
         let stale = stale.len();
         drop(state);
         if stale > 0 {
-            self.qm.leases_in_flight.sub(i64::try_from(stale).unwrap_or(0));
-            tracing::warn!(queue = %self.name, leases = stale, "session lost: its leases are void");
+            self.ctx.qm.leases_in_flight.sub(i64::try_from(stale).unwrap_or(0));
+            tracing::warn!(queue = %self.ctx.name, leases = stale, "session lost: its leases are void");
         }
     }
 
     /// Removes delivery counts whose message is gone: once when the queue opens, then every minute.
     pub(in crate::queue) async fn run_delivery_count_sweeper(self: Arc<Self>, shutdown: CancellationToken) {
         let queue = &self;
-        self.session
+        self.ctx
+            .session
             .periodically(Duration::from_secs(60), &shutdown, |zk| async move {
                 match queue.sweep_delivery_counts(&zk).await {
                     Ok(0) => {},
-                    Ok(n) => tracing::debug!(queue = %queue.name, removed = n, "removed stale delivery counts"),
-                    Err(err) => tracing::debug!(queue = %queue.name, error = %err, "delivery count sweep failed"),
+                    Ok(n) => tracing::debug!(queue = %queue.ctx.name, removed = n, "removed stale delivery counts"),
+                    Err(err) => tracing::debug!(queue = %queue.ctx.name, error = %err, "delivery count sweep failed"),
                 }
             })
             .await;
@@ -165,7 +166,7 @@ impl Shared {
     /// Delivery counts whose message is gone (consumed by Curator, removed by hand) are removed,
     /// so nothing accumulates.
     async fn sweep_delivery_counts(&self, zk: &Zk) -> Result<usize, ZkError> {
-        let counted = match zk.get_children(&self.deliveries_path).await {
+        let counted = match zk.get_children(&self.ctx.deliveries_path).await {
             Ok((children, _)) => children,
             Err(ZkError::NoNode) => return Ok(0),
             Err(err) => return Err(err),
@@ -176,7 +177,7 @@ impl Shared {
             if held.contains(&name) {
                 continue;
             }
-            if zk.exists(&format!("{}/{}", self.path, name)).await?.is_none()
+            if zk.exists(&format!("{}/{}", self.ctx.path, name)).await?.is_none()
                 && zk.delete(&self.counter_path(&name), None).await.is_ok()
             {
                 removed += 1;

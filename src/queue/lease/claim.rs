@@ -91,7 +91,7 @@ impl LeaseClaim {
         version: i32,
     ) -> (Vec<TxnOp>, Vec<ItemName>, Option<Vec<u8>>) {
         let claim = self;
-        let item_path = format!("{}/{name}", queue.path);
+        let item_path = format!("{}/{name}", queue.ctx.path);
         let (split_ops, split_items) = queue.split_ops(name, items.get(1..).unwrap_or_default(), version);
         let (check, rewritten) = if split_ops.is_empty() {
             (TxnOp::Check { path: item_path, version }, None)
@@ -160,9 +160,9 @@ impl Shared {
             _ => (0, None),
         };
         let count = previous.saturating_add(1);
-        let undecodable = self.kind != crate::config::QueueKind::Simple
+        let undecodable = self.ctx.kind != crate::config::QueueKind::Simple
             && !envelope::decode(&data).is_ok_and(|items| !items.is_empty());
-        if let Some(dead_letter) = &self.dead_letter
+        if let Some(dead_letter) = &self.ctx.dead_letter
             && (undecodable || dead_letter.max_deliveries.is_some_and(|max| count > max))
         {
             let counter = counter_version.map(|_| counter.as_str());
@@ -252,7 +252,7 @@ impl Shared {
         };
         self.leases.lock().live.insert(token, lease);
         self.leases.changed.notify_one();
-        self.qm.leases_in_flight.inc();
+        self.ctx.qm.leases_in_flight.inc();
         (message, grant)
     }
 
@@ -262,15 +262,15 @@ impl Shared {
     /// tracker.
     pub(in crate::queue) fn release_unknown_claims_later(self: &Arc<Self>, zk: Zk, claims: Vec<LeasePrepared>) {
         let queue = self.clone();
-        self.background.spawn(async move {
+        self.ctx.background.spawn(async move {
             let mut pause = SETTLE_RETRIES.retries();
             for LeasePrepared { lock, claim_id, candidate: item, counter, count, counter_version, .. } in claims {
                 let uncount = uncount_op(&counter, count, counter_version);
                 loop {
-                    if queue.session.status().state == ConnectionState::Closed {
+                    if queue.ctx.session.status().state == ConnectionState::Closed {
                         return; // the session is closed: the locks, if any, are gone with it
                     }
-                    let zk = zk.with_deadline(Instant::now() + queue.session.request_timeout());
+                    let zk = zk.with_deadline(Instant::now() + queue.ctx.session.request_timeout());
                     match lock_is_ours(&zk, &lock, &claim_id).await {
                         Ok(true) => match release_uncounted(&zk, &lock, &uncount).await {
                             Ok(()) | Err(ZkError::NoNode | ZkError::BadVersion | ZkError::SessionLost) => {

@@ -21,7 +21,7 @@ impl Shared {
         counter: Option<&str>,
         target: &DeadLetter,
     ) -> Result<Declined, ZkError> {
-        let Some(lock_dir) = &self.lock_path else { return Ok(Declined::Lost) };
+        let Some(lock_dir) = &self.ctx.lock_path else { return Ok(Declined::Lost) };
         // Re-encode for the target's kind; undecodable bytes become one item, so Curator can read them.
         let items = envelope::decode(data).unwrap_or_else(|_| vec![data.to_vec()]);
         let moved = if target.kind == QueueKind::Simple {
@@ -32,12 +32,12 @@ impl Shared {
         let meta = match (&candidate.meta, target.kind) {
             (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),
             (ItemMeta::Id(id), QueueKind::Id) => ItemMeta::Id(id.clone()),
-            (_, QueueKind::Id) => ItemMeta::Id(self.name.clone()),
+            (_, QueueKind::Id) => ItemMeta::Id(self.ctx.name.clone()),
             (_, QueueKind::Priority) => ItemMeta::Priority(0),
             (_, QueueKind::Delay) => ItemMeta::DeliverAt(now_epoch_ms()),
             _ => ItemMeta::Plain,
         };
-        let marker = self.markers.next(zk);
+        let marker = self.ctx.markers.next(zk);
         let lock = format!("{lock_dir}/{}", candidate.name);
         let mut ops = vec![
             ClaimMarkers::create_op(&marker),
@@ -47,7 +47,7 @@ impl Shared {
                 data: moved,
                 mode: NodeMode::PersistentSequential,
             },
-            TxnOp::Delete { path: format!("{}/{}", self.path, candidate.name), version: Some(version) },
+            TxnOp::Delete { path: format!("{}/{}", self.ctx.path, candidate.name), version: Some(version) },
             TxnOp::Delete { path: lock, version: None },
         ];
         if let Some(counter) = counter {
@@ -57,13 +57,13 @@ impl Shared {
             // Its copy there with its removal here would pass ZooKeeper's request limit (a node
             // within a few hundred bytes of it, or a longer path there): left in place.
             if self.cache.mark_undecodable(&candidate.name) {
-                tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+                tracing::warn!(queue = %self.ctx.name, message = %candidate.name, dead_letter = %target.name,
                     bytes = data.len(), "a message too large to move to the dead-letter queue in one transaction \
                     is left in place");
             }
             return Ok(Declined::Undecodable);
         }
-        let parents = [(0, self.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
+        let parents = [(0, self.ctx.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
         let sent = tokio::time::Instant::now();
         let mut result = self.apply_txn(zk, &ops, &parents).await;
         if let Err(err) = &result
@@ -81,8 +81,8 @@ impl Shared {
                 (ZkError::NodeExists, Some(1)) => return Ok(Declined::Locked),
                 (ZkError::NoNode | ZkError::BadVersion, Some(3)) => return Ok(Declined::Lost),
                 (ZkError::OutcomeUnknown, _) => {
-                    let deadline = tokio::time::Instant::now() + self.session.request_timeout();
-                    match self.markers.outcome(&marker, sent, deadline).await {
+                    let deadline = tokio::time::Instant::now() + self.ctx.session.request_timeout();
+                    match self.ctx.markers.outcome(&marker, sent, deadline).await {
                         Outcome::Applied => {},
                         Outcome::NotApplied => return Err(ZkError::Unavailable),
                         // Either way nothing is lost (it is here or there); a later read tells.
@@ -95,10 +95,10 @@ impl Shared {
                 (error, _) => return Err(error),
             },
         }
-        self.markers.applied(marker);
+        self.ctx.markers.applied(marker);
         self.cache.removed_local();
-        self.qm.messages_dead_lettered.inc();
-        tracing::warn!(queue = %self.name, message = %candidate.name, dead_letter = %target.name,
+        self.ctx.qm.messages_dead_lettered.inc();
+        tracing::warn!(queue = %self.ctx.name, message = %candidate.name, dead_letter = %target.name,
             "moved a message to the dead-letter queue");
         Ok(Declined::Lost)
     }

@@ -357,10 +357,10 @@ pub(super) async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result
 
 impl Shared {
     fn lock_dir(&self) -> Result<&str, QueueError> {
-        self.lock_path.as_deref().ok_or_else(|| {
+        self.ctx.lock_path.as_deref().ok_or_else(|| {
             QueueError::NotForKind(format!(
                 "queue {:?} has no lock path, so it cannot lease (simple queues never lock); use take",
-                self.name
+                self.ctx.name
             ))
         })
     }
@@ -380,14 +380,14 @@ impl Shared {
     /// `lease.max_per_queue` out (leases being claimed count too).
     pub(super) fn check_leasable(&self) -> Result<(), QueueError> {
         self.lock_dir()?;
-        if self.leases_out() >= self.max_leases {
-            return Err(QueueError::TooManyLeases(self.max_leases));
+        if self.leases_out() >= self.ctx.max_leases {
+            return Err(QueueError::TooManyLeases(self.ctx.max_leases));
         }
         Ok(())
     }
 
     pub(super) fn counter_path(&self, item: &str) -> String {
-        format!("{}/{}", self.deliveries_path, item)
+        format!("{}/{}", self.ctx.deliveries_path, item)
     }
 
     /// Looks up a receipt: the lease if it can take a step, else 409 (ended, or from an older
@@ -410,7 +410,7 @@ impl Shared {
             state.live.remove(&token)
         };
         if lease.is_some() {
-            self.qm.leases_in_flight.dec();
+            self.ctx.qm.leases_in_flight.dec();
         }
         lease
     }

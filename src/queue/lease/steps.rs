@@ -114,7 +114,7 @@ impl Shared {
         let work = step(self.clone());
         // The step's log lines still carry the request's id.
         let span = tracing::Span::current();
-        self.background.spawn(tracing::Instrument::instrument(
+        self.ctx.background.spawn(tracing::Instrument::instrument(
             async move {
                 // The caller may have left: the step is done and recorded all the same.
                 let _ = answer.send(work.await);
@@ -138,7 +138,7 @@ impl Shared {
             Ok(token) => token,
             Err(err) => return self.as_retry_of(receipt, step, Err(err)).await,
         };
-        let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.kind != QueueKind::Delay);
+        let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.ctx.kind != QueueKind::Delay);
         if delay.is_zero() || !held {
             let result = self.run_step(token, step).await;
             return self.as_retry_of(receipt, step, result).await;
@@ -159,7 +159,7 @@ impl Shared {
         }
         // The client's step is done: its retry (the answer lost on the way) answers as it did.
         self.leases.memory.remember_completion(token, step);
-        self.qm.nacked(mode).inc();
+        self.ctx.qm.nacked(mode).inc();
         Ok(())
     }
 
@@ -169,7 +169,7 @@ impl Shared {
         let _turn = turn.lock().await;
         self.resolve_previous(token, None).await?;
         let lease = self.lease_snapshot(token)?;
-        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+        let zk = lease.zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
         // One transaction on the lease's session that checks its lock still exists.
         if let Err(err) = zk.multi(&[TxnOp::Check { path: lease.lock.clone(), version: LOCK_VERSION }]).await {
             return match err.error {
@@ -183,7 +183,7 @@ impl Shared {
         if !self.update_lease(token, |lease| lease.expires_at = Instant::now() + visibility) {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
-        self.qm.leases_extended.inc();
+        self.ctx.qm.leases_extended.inc();
         Ok(epoch_ms_after(visibility))
     }
 
@@ -199,7 +199,7 @@ impl Shared {
     ) -> Result<(), QueueError> {
         let Err(QueueError::LeaseLost(why)) = result else { return result };
         if self.is_settling(receipt) {
-            self.settle(receipt.token, Instant::now() + self.session.request_timeout()).await;
+            self.settle(receipt.token, Instant::now() + self.ctx.session.request_timeout()).await;
             if self.is_settling(receipt) {
                 return Err(QueueError::Zk(ZkError::OutcomeUnknown));
             }
@@ -233,7 +233,7 @@ impl Shared {
             self.end_lease(token);
             return true;
         };
-        match self.markers.outcome(&marker, sent, deadline).await {
+        match self.ctx.markers.outcome(&marker, sent, deadline).await {
             Outcome::Applied => self.step_applied(token, &lease, step, None).await,
             Outcome::NotApplied => {
                 self.end_lease(token);
@@ -248,8 +248,8 @@ impl Shared {
     /// whether it applied (a missing marker may have been swept as stale). The lease ends, as it
     /// would have had this process stopped; counted and logged, never guessed.
     fn give_up(&self, token: u128, lease: &Lease, step: Step, marker: &str) {
-        self.qm.settlements_given_up.inc();
-        tracing::error!(queue = %self.name, message = %lease.item.name, marker = %marker, step = step.describe(),
+        self.ctx.qm.settlements_given_up.inc();
+        tracing::error!(queue = %self.ctx.name, message = %lease.item.name, marker = %marker, step = step.describe(),
             "zkq could not learn within take.claim_marker_age whether a lease step applied; the lease ends");
         self.end_lease(token);
     }
@@ -308,25 +308,25 @@ impl Shared {
             return Ok(());
         }
         let lease = self.lease_snapshot(token)?;
-        let deadline = Instant::now() + self.session.request_timeout();
+        let deadline = Instant::now() + self.ctx.session.request_timeout();
         let effect = step.effect(lease.on_expiry);
         let mut attempts = 0;
         loop {
             attempts += 1;
             // A step that changes the message leaves evidence that outlives the session.
-            let marker = (!effect.releases()).then(|| self.markers.next(&lease.zk));
+            let marker = (!effect.releases()).then(|| self.ctx.markers.next(&lease.zk));
             let sent = Instant::now();
             match self.step_txn(&lease, effect, marker.as_deref(), deadline).await {
                 Ok(created) => {
                     if let Some(marker) = marker {
-                        self.markers.applied(marker);
+                        self.ctx.markers.applied(marker);
                     }
                     self.step_applied(token, &lease, step, created).await;
                     return Ok(());
                 },
                 // Its marker decides, whatever became of the session.
                 Err(ZkError::OutcomeUnknown | ZkError::SessionLost) if let Some(marker) = marker => {
-                    match self.markers.outcome(&marker, sent, deadline).await {
+                    match self.ctx.markers.outcome(&marker, sent, deadline).await {
                         Outcome::Applied => {
                             self.step_applied(token, &lease, step, None).await;
                             return Ok(());
@@ -404,10 +404,10 @@ impl Shared {
     async fn resolve_previous(&self, token: u128, step: Option<Step>) -> Result<bool, QueueError> {
         let lease = self.lease_snapshot(token)?;
         let Some(Unresolved { step: previous, marker, sent }) = lease.unresolved.clone() else { return Ok(false) };
-        let deadline = Instant::now() + self.session.request_timeout();
+        let deadline = Instant::now() + self.ctx.session.request_timeout();
         let zk = lease.zk.with_deadline(deadline);
         if let Some(marker) = marker {
-            return match self.markers.outcome(&marker, sent, deadline).await {
+            return match self.ctx.markers.outcome(&marker, sent, deadline).await {
                 Outcome::Applied => {
                     self.step_applied(token, &lease, previous, None).await;
                     if step == Some(previous) {
@@ -459,7 +459,7 @@ impl Shared {
         deadline: Instant,
     ) -> Result<Option<String>, ZkError> {
         let zk = lease.zk.with_deadline(deadline);
-        let item_path = lease.item_path(&self.path);
+        let item_path = lease.item_path(&self.ctx.path);
         // Only our lock: one created under the same name by someone else has another version.
         let lock = TxnOp::Delete { path: lease.lock.clone(), version: Some(LOCK_VERSION) };
         let counter = TxnOp::Delete { path: lease.counter.clone(), version: None };
@@ -474,13 +474,13 @@ impl Shared {
                     ItemMeta::DeliverAt(at) if !delay.is_zero() => {
                         ItemMeta::DeliverAt((*at).max(epoch_ms_after(delay)))
                     },
-                    _ if self.kind == QueueKind::Delay && !delay.is_zero() => {
+                    _ if self.ctx.kind == QueueKind::Delay && !delay.is_zero() => {
                         ItemMeta::DeliverAt(epoch_ms_after(delay))
                     },
                     other => other.clone(),
                 };
                 let create = TxnOp::Create {
-                    path: format!("{}/{}", self.path, names::put_prefix(self.kind, &meta)),
+                    path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &meta)),
                     data: lease.data.clone(),
                     mode: NodeMode::PersistentSequential,
                 };
@@ -495,21 +495,21 @@ impl Shared {
         // Through group commit: acks in flight together share one transaction.
         let (mut counted, mut marker_dir) = (true, marker.is_none());
         let results = loop {
-            match self.group.submit(&self.background, &zk, ops.clone()).await {
+            match self.ctx.group.submit(&self.ctx.background, &zk, ops.clone()).await {
                 Ok(results) => break results,
                 Err(err) if err.error == ZkError::NoNode && counted && err.index == Some(ops.len() - 1) => {
                     ops.pop();
                     counted = false;
                 },
                 Err(err) if err.error == ZkError::NoNode && !marker_dir && err.index == Some(0) => {
-                    zk.ensure_path(self.markers.dir()).await?;
+                    zk.ensure_path(self.ctx.markers.dir()).await?;
                     marker_dir = true;
                 },
                 Err(err) => return Err(err.error),
             }
         };
         // The requeued node (not the marker).
-        let queue_dir = format!("{}/", self.path);
+        let queue_dir = format!("{}/", self.ctx.path);
         Ok(results.into_iter().find_map(|r| match r {
             TxnResult::Created(path) if path.starts_with(&queue_dir) => path.rsplit('/').next().map(str::to_owned),
             _ => None,
@@ -526,10 +526,10 @@ impl Shared {
             Effect::Complete => self.cache.removed_local(),
             Effect::Requeue(_) => {
                 self.cache.removed_local();
-                match created.as_deref().and_then(|name| names::parse(self.kind, name)) {
+                match created.as_deref().and_then(|name| names::parse(self.ctx.kind, name)) {
                     Some(item) => {
                         // Keep the count with the message (best effort: a crash here resets it).
-                        let zk = lease.zk.with_deadline(Instant::now() + self.session.request_timeout());
+                        let zk = lease.zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
                         let count = counter_bytes(lease.delivery_count);
                         let _ = zk.create(&self.counter_path(&item.name), &count, NodeMode::Persistent).await;
                         self.cache.insert_local(item);
@@ -540,9 +540,9 @@ impl Shared {
             Effect::Release | Effect::Return => self.cache.released_local(lease.item.clone()),
         }
         match step {
-            Step::Ack => self.qm.messages_acked.inc(),
-            Step::Nack { mode, .. } => self.qm.nacked(mode).inc(),
-            Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => self.qm.messages_expired.inc(),
+            Step::Ack => self.ctx.qm.messages_acked.inc(),
+            Step::Nack { mode, .. } => self.ctx.qm.nacked(mode).inc(),
+            Step::Expire if lease.open && lease.on_expiry == OnExpiry::Release => self.ctx.qm.messages_expired.inc(),
             Step::Expire | Step::Abandon | Step::Shutdown => {},
         }
     }
