@@ -11,7 +11,7 @@ use super::claims::ClaimMarkers;
 use super::lease::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
-use crate::zk::{GroupCommit, ZkSession};
+use crate::zk::{GroupCommit, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
 
 /// One queue's identity, limits and services, shared by its components.
 pub(super) struct Context {
@@ -38,4 +38,31 @@ pub(super) struct Context {
     /// these before it closes the session.
     pub(super) background: TaskTracker,
     pub(super) shutdown: CancellationToken,
+}
+
+impl Context {
+    /// Runs `ops` as one transaction. When it fails because the parent of the operation at one
+    /// of `parents`' indexes is missing (first use, or removed by hand), creates that directory
+    /// like Curator does and runs it again.
+    pub(super) async fn apply_txn(
+        &self,
+        zk: &Zk,
+        ops: &[TxnOp],
+        parents: &[(usize, String)],
+    ) -> Result<Vec<TxnResult>, TxnError> {
+        let mut created = 0;
+        loop {
+            match zk.multi(ops).await {
+                Ok(results) => return Ok(results),
+                Err(err) if err.error == ZkError::NoNode && created < parents.len() => {
+                    let Some((_, dir)) = parents.iter().find(|(index, _)| Some(*index) == err.index) else {
+                        return Err(err);
+                    };
+                    zk.ensure_path(dir).await.map_err(|error| TxnError { index: None, error })?;
+                    created += 1;
+                },
+                Err(err) => return Err(err),
+            }
+        }
+    }
 }

@@ -79,8 +79,8 @@ impl Queue {
     pub(super) fn idle_for(&self, idle: Duration) -> bool {
         self.users.load(Ordering::SeqCst) == 0
             && self.shared.cache.waiting() == 0
-            && self.shared.leases_out() == 0
-            && !self.shared.settling_leases()
+            && self.shared.leases.leases_out() == 0
+            && !self.shared.leases.settling_leases()
             && !self.shared.idempotency.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
@@ -192,28 +192,28 @@ impl Queue {
     /// Whether a lease could be granted now: the queue has a lock path and fewer than
     /// `lease.max_per_queue` leases out.
     pub fn check_leasable(&self) -> Result<(), QueueError> {
-        self.shared.check_leasable()
+        self.shared.leases.check_leasable()
     }
 
     /// Ack: the message is done and deleted. Runs to its end whether or not the caller waits.
     pub async fn ack(&self, receipt: Receipt) -> Result<(), QueueError> {
-        self.shared.ack(receipt).await
+        self.shared.leases.ack(receipt).await
     }
 
     /// Nack: the consumer failed; `delay` postpones the next delivery. Runs to its end whether
     /// or not the caller waits.
     pub async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
-        self.shared.nack(receipt, mode, delay).await
+        self.shared.leases.nack(receipt, mode, delay).await
     }
 
     /// Extend: moves the lease's expiry; answers the new expiry (epoch ms).
     pub async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
-        self.shared.extend(receipt, visibility).await
+        self.shared.leases.extend(receipt, visibility).await
     }
 
     /// Releases every lease of the queue (shutdown); how many were released.
     pub async fn release_all_leases(&self) -> usize {
-        self.shared.release_all_leases().await
+        self.shared.leases.release_all_leases().await
     }
 
     /// The first `limit` messages in delivery order, without removing them.

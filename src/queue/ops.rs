@@ -464,7 +464,7 @@ impl Shared {
             },
             None => (vec![TxnOp::Delete { path: item_path, version: None }], Vec::new()),
         };
-        match self.apply_txn(zk, &ops, &parents).await.map_err(|e| e.error) {
+        match self.ctx.apply_txn(zk, &ops, &parents).await.map_err(|e| e.error) {
             Ok(_) => {
                 self.cache.removed_local();
                 Ok(true)

@@ -14,7 +14,7 @@ use super::claims::ClaimMarkers;
 use super::context::Context;
 use super::facade::{ParkedWatch, Queue, QueueRef};
 use super::idempotency::{self, Idempotency};
-use super::lease::{DeadLetter, LeaseMemories, LeaseTable};
+use super::lease::{DeadLetter, LeaseMemories, LeaseTable, Leases};
 use super::shared::Shared;
 use super::{HeadAge, QueueError, now_epoch_ms};
 use crate::config::{Config, QueueKind, check_name};
@@ -312,9 +312,9 @@ impl QueueService {
             shutdown: self.shutdown.clone(),
         });
         let shared = Arc::new(Shared {
-            ctx,
+            ctx: ctx.clone(),
             cache: cache.clone(),
-            leases: LeaseTable::new(self.lease_memories.open(name)),
+            leases: Arc::new(Leases::new(ctx.clone(), cache.clone(), LeaseTable::new(self.lease_memories.open(name)))),
             idempotency: Idempotency::new(
                 &Layout::new(&self.config.zookeeper.root),
                 name,
@@ -336,7 +336,7 @@ impl QueueService {
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
             let (shared, session, stop) = (shared.clone(), session.clone(), stop.clone());
-            move || shared.clone().run_lease_reaper(session.clone(), stop.clone())
+            move || shared.leases.clone().run_lease_reaper(session.clone(), stop.clone())
         }));
         if shared.ctx.dead_letter.is_some() && kind != QueueKind::Simple {
             self.tasks.spawn(supervise::until_shutdown(
@@ -346,7 +346,7 @@ impl QueueService {
                 stop.clone(),
                 {
                     let (shared, stop) = (shared.clone(), stop.clone());
-                    move || shared.clone().run_undecodable_mover(stop.clone())
+                    move || shared.leases.clone().run_undecodable_mover(stop.clone())
                 },
             ));
         }
@@ -357,7 +357,7 @@ impl QueueService {
             stop.clone(),
             {
                 let (shared, stop) = (shared.clone(), stop.clone());
-                move || shared.clone().run_delivery_count_sweeper(stop.clone())
+                move || shared.leases.clone().run_delivery_count_sweeper(stop.clone())
             },
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use super::cache::ChildrenCache;
 use super::context::Context;
 use super::idempotency::Idempotency;
-use super::lease::LeaseTable;
+use super::lease::Leases;
 
 /// One queue's context and components, shared by its protocols.
 pub(super) struct Shared {
     pub(super) ctx: Arc<Context>,
     pub(super) cache: Arc<ChildrenCache>,
-    pub(super) leases: LeaseTable,
+    pub(super) leases: Arc<Leases>,
     /// Records of idempotency keys: `{root}/idempotency/{queue}`.
     pub(super) idempotency: Idempotency,
     /// The head seen by the last age reading and since when it waits (epoch ms).

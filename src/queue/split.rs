@@ -20,6 +20,8 @@
 
 use tokio::time::Instant;
 
+use super::cache::ChildrenCache;
+use super::context::Context;
 use super::names::{self, ItemName};
 use super::{Shared, envelope};
 use crate::config::QueueKind;
@@ -38,26 +40,26 @@ pub(super) enum Fit {
     Unsplittable,
 }
 
-impl Shared {
-    /// The items of a node read for a claim; `None` (logged once, counted) when it is not a
-    /// Curator envelope or holds no item.
-    pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
-        if self.ctx.kind == QueueKind::Simple {
-            return Some(vec![data.to_vec()]);
-        }
-        match envelope::decode(data) {
-            Ok(items) if !items.is_empty() => Some(items),
-            decoded => {
-                if self.cache.mark_undecodable(name) {
-                    let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
-                    tracing::warn!(queue = %self.ctx.name, node = %name, reason = %why,
-                        "skipping a queue node that is not a Curator envelope (left in place)");
-                }
-                None
-            },
-        }
+/// The items of a node read for a claim; `None` (logged once, counted) when it is not a
+/// Curator envelope or holds no item.
+pub(super) fn items_of(ctx: &Context, cache: &ChildrenCache, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
+    if ctx.kind == QueueKind::Simple {
+        return Some(vec![data.to_vec()]);
     }
+    match envelope::decode(data) {
+        Ok(items) if !items.is_empty() => Some(items),
+        decoded => {
+            if cache.mark_undecodable(name) {
+                let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
+                tracing::warn!(queue = %ctx.name, node = %name, reason = %why,
+                    "skipping a queue node that is not a Curator envelope (left in place)");
+            }
+            None
+        },
+    }
+}
 
+impl Context {
     /// The creates that split `rest`, the items after the first of node `name` at `version`, into
     /// single-item nodes (Curator's envelope). They run in the transaction that claims the first.
     pub(super) fn split_ops(&self, name: &str, rest: &[Vec<u8>], version: i32) -> (Vec<TxnOp>, Vec<ItemName>) {
@@ -75,15 +77,17 @@ impl Shared {
         for (index, item) in items {
             let split_name = names::split_name_with_width(name, index, width);
             ops.push(TxnOp::Create {
-                path: format!("{}/{split_name}", self.ctx.path),
+                path: format!("{}/{split_name}", self.path),
                 data: envelope::encode([item]),
                 mode: NodeMode::Persistent,
             });
-            split.extend(names::parse(self.ctx.kind, &split_name));
+            split.extend(names::parse(self.kind, &split_name));
         }
         (ops, split)
     }
+}
 
+impl Shared {
     /// Makes node `name` (read as `data` at `stat`) small enough that its claim fits one request:
     /// while `claim_bytes(items, version)`, the encoded size of the claim the caller would send,
     /// is over [`MAX_REQUEST_BYTES`], moves the largest run of tail items that fits one request
@@ -116,7 +120,7 @@ impl Shared {
                 return Ok(Fit::Unsplittable);
             };
             let parents: Vec<(usize, String)> = self.ctx.lock_path.iter().map(|dir| (0, dir.clone())).collect();
-            match self.apply_txn(zk, &ops, &parents).await {
+            match self.ctx.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {
                     tracing::info!(queue = %self.ctx.name, node = %name, moved = split.len(), left = items.len() - split.len(),
                         "moved items of a large putMulti node into nodes of their own");
@@ -206,7 +210,7 @@ impl Shared {
             version: Some(version),
         });
         let tail = items.iter().enumerate().skip(kept).map(|(index, item)| (index, item.as_slice()));
-        let (creates, split) = self.split_creates(name, tail, names::WIDEST_SPLIT_INDEX);
+        let (creates, split) = self.ctx.split_creates(name, tail, names::WIDEST_SPLIT_INDEX);
         ops.extend(creates);
         if let Some([_, delete_lock]) = lock_pair {
             ops.push(delete_lock);

@@ -20,7 +20,7 @@ use super::claims::{ClaimMarkers, Outcome};
 use super::message::Message;
 use super::names::{self, ItemName};
 use crate::types::Backoff;
-use crate::zk::{ConnectionState, NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{ConnectionState, NodeMode, TxnOp, TxnResult, ZkError};
 
 /// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
 /// doubling, to 5 s.
@@ -33,7 +33,7 @@ impl Shared {
     /// marker's create.
     pub(super) fn take_ops(&self, name: &str, rest: &[Vec<u8>], version: i32) -> (Vec<TxnOp>, Vec<ItemName>) {
         let lock = self.ctx.lock_path.as_ref().map(|dir| format!("{dir}/{name}"));
-        let (split_ops, split_items) = self.split_ops(name, rest, version);
+        let (split_ops, split_items) = self.ctx.split_ops(name, rest, version);
         let mut ops = Vec::with_capacity(split_ops.len() + 3);
         if let Some(lock) = &lock {
             ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
@@ -54,31 +54,6 @@ impl Shared {
             parents.push((1, dir.clone()));
         }
         parents
-    }
-
-    /// Runs `ops` as one transaction. When it fails because the parent of the operation at one
-    /// of `parents`' indexes is missing (first use, or removed by hand), creates that directory
-    /// like Curator does and runs it again.
-    pub(super) async fn apply_txn(
-        &self,
-        zk: &Zk,
-        ops: &[TxnOp],
-        parents: &[(usize, String)],
-    ) -> Result<Vec<TxnResult>, TxnError> {
-        let mut created = 0;
-        loop {
-            match zk.multi(ops).await {
-                Ok(results) => return Ok(results),
-                Err(err) if err.error == ZkError::NoNode && created < parents.len() => {
-                    let Some((_, dir)) = parents.iter().find(|(index, _)| Some(*index) == err.index) else {
-                        return Err(err);
-                    };
-                    zk.ensure_path(dir).await.map_err(|error| TxnError { index: None, error })?;
-                    created += 1;
-                },
-                Err(err) => return Err(err),
-            }
-        }
     }
 
     /// Settles a claim transaction (sent at `sent`) whose outcome is still unknown once ZooKeeper
@@ -179,7 +154,7 @@ impl Shared {
             ];
             let parents = [(0, self.ctx.markers.dir().to_owned()), (1, self.ctx.path.clone())];
             let sent = Instant::now();
-            match self.apply_txn(&zk, &ops, &parents).await.map_err(|e| e.error) {
+            match self.ctx.apply_txn(&zk, &ops, &parents).await.map_err(|e| e.error) {
                 Ok(results) => {
                     self.ctx.markers.applied(marker);
                     let created = results.iter().find_map(|r| match r {

@@ -100,7 +100,7 @@ impl Shared {
         let mut over_limit = Vec::new();
         for candidate in candidates {
             match how {
-                Acquire::Lease(_) => match Claiming::begin(&self.leases, &candidate.name, self.ctx.max_leases) {
+                Acquire::Lease(_) => match self.leases.claiming(&candidate.name) {
                     Ok(claiming) => marked.push((candidate, Some(claiming))),
                     Err(NotNow::BeingClaimed) => self.declined(zk, candidate, Declined::Locked),
                     Err(NotNow::Full) => over_limit.push(candidate),
@@ -130,7 +130,7 @@ impl Shared {
                 let node = format!("{}/{}", self.ctx.path, c.name);
                 match how {
                     Acquire::Take => vec![node],
-                    Acquire::Lease(_) => vec![node, self.counter_path(&c.name)],
+                    Acquire::Lease(_) => vec![node, self.leases.counter_path(&c.name)],
                 }
             })
             .collect();
@@ -206,7 +206,7 @@ impl Shared {
                 },
             };
             let sent = Instant::now();
-            match self.apply_txn(zk, &ops, &parents).await {
+            match self.ctx.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {},
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
                     let deadline = Instant::now() + self.ctx.session.request_timeout();
@@ -352,9 +352,9 @@ impl Shared {
         let (data, stat) = if first {
             let fitted = match (how, lock_dir) {
                 (Acquire::Lease(_), Some(lock_dir)) => {
-                    let claim = self.lease_claim_template(zk, lock_dir, &candidate.name, &count);
+                    let claim = self.leases.lease_claim_template(zk, lock_dir, &candidate.name, &count);
                     let claim_bytes = |items: &[Vec<u8>], version| {
-                        zk.request_bytes(&claim.ops(self, &candidate.name, items, version).0)
+                        zk.request_bytes(&claim.ops(&self.ctx, &candidate.name, items, version).0)
                     };
                     self.fit_for_claim(zk, &candidate.name, read, claim_bytes).await?
                 },
@@ -378,12 +378,12 @@ impl Shared {
         };
         match (how, lock_dir, claiming) {
             (Acquire::Lease(_), Some(lock_dir), Some(claiming)) => {
-                let prepared = self.prepare_lease(zk, lock_dir, &candidate, (data, stat), count).await?;
+                let prepared = self.leases.prepare_lease(zk, lock_dir, &candidate, (data, stat), count).await?;
                 Ok(prepared.map(|prepared| Ready::Lease { prepared, _claiming: claiming }))
             },
             (Acquire::Lease(_), ..) => Ok(Err(Declined::Lost)),
             (Acquire::Take, ..) => {
-                let Some(items) = self.items_of(&candidate.name, &data) else {
+                let Some(items) = super::super::split::items_of(&self.ctx, &self.cache, &candidate.name, &data) else {
                     return Ok(Err(Declined::Undecodable));
                 };
                 let (ops, splits) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), stat.version);
@@ -422,7 +422,7 @@ impl Shared {
                     Acquire::Take => std::time::Duration::ZERO,
                 };
                 self.ctx.qm.messages_leased.inc();
-                let (message, grant) = self.grant_lease(zk, prepared, visibility);
+                let (message, grant) = self.leases.grant_lease(zk, prepared, visibility);
                 (message, Some(grant))
             },
         }
@@ -450,7 +450,7 @@ impl Shared {
             self.settle_claims_later(taken, marker, sent);
         }
         if !leased.is_empty() {
-            self.release_unknown_claims_later(zk.clone(), leased);
+            self.leases.release_unknown_claims_later(zk.clone(), leased);
         }
     }
 }

@@ -78,7 +78,7 @@ impl Shared {
         max: usize,
         max_bytes: usize,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
-        self.check_leasable()?;
+        self.leases.check_leasable()?;
         let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes).await?;
         Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
     }
@@ -107,7 +107,7 @@ impl Shared {
                     // only waits (10,000 waiting takes are 10,000 such tasks).
                     for (message, grant) in delivered {
                         match grant {
-                            Some(grant) => Box::pin(queue.abandon_lease(grant.receipt)).await,
+                            Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
                             None => Box::pin(queue.put_back(message)).await,
                         }
                     }

@@ -10,20 +10,21 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::names;
-use super::super::{QueueError, Shared, envelope};
+use super::super::{QueueError, envelope};
+use super::Leases;
 use super::{Step, due_leases};
 
 /// How often the reaper tries to settle leases of a lost session while ZooKeeper cannot say.
 const SETTLE_EVERY: Duration = Duration::from_secs(1);
 use crate::zk::{Zk, ZkError, ZkSession};
 
-impl Shared {
+impl Leases {
     /// Expires leases whose visibility passed, and forgets leases of a lost session.
     pub(in crate::queue) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
         let mut status = session.subscribe();
         loop {
             let next = {
-                let state = self.leases.lock();
+                let state = self.table.lock();
                 let now = Instant::now();
                 // A lease already due wakes the reaper at once; otherwise the next expiry does,
                 // or, while leases of a lost session wait to be settled, a second.
@@ -38,7 +39,7 @@ impl Shared {
             };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.leases.changed.notified() => continue,
+                _ = self.table.changed.notified() => continue,
                 changed = status.changed() => {
                     if changed.is_err() {
                         return;
@@ -51,7 +52,7 @@ impl Shared {
             }
             // Leases of a lost session: stop at the first that ZooKeeper cannot settle yet (the
             // others would wait as long), and try again in a second.
-            let settling: Vec<u128> = self.leases.lock().settling.keys().copied().collect();
+            let settling: Vec<u128> = self.table.lock().settling.keys().copied().collect();
             for token in settling {
                 if !self.settle(token, Instant::now() + self.ctx.session.request_timeout()).await {
                     break;
@@ -59,7 +60,7 @@ impl Shared {
             }
             let now = Instant::now();
             let due = {
-                let state = self.leases.lock();
+                let state = self.table.lock();
                 due_leases(state.live.iter().map(|(t, l)| (*t, l.expires_at)), now).0
             };
             for token in due {
@@ -130,7 +131,7 @@ impl Shared {
     /// Forgets the leases of sessions older than `generation`: their locks are gone. A lease
     /// whose last step's answer was lost is kept to be settled by that step's claim marker.
     fn forget_older_sessions(&self, generation: u64) {
-        let mut state = self.leases.lock();
+        let mut state = self.table.lock();
         let stale: Vec<u128> =
             state.live.iter().filter(|(_, lease)| lease.zk.generation() < generation).map(|(t, _)| *t).collect();
         for token in &stale {
@@ -171,7 +172,7 @@ impl Shared {
             Err(ZkError::NoNode) => return Ok(0),
             Err(err) => return Err(err),
         };
-        let held: HashSet<String> = self.leases.lock().live.values().map(|l| l.item.name.clone()).collect();
+        let held: HashSet<String> = self.table.lock().live.values().map(|l| l.item.name.clone()).collect();
         let mut removed = 0;
         for name in counted {
             if held.contains(&name) {

@@ -13,9 +13,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::candidate::{Declined, Read};
+use super::super::context::Context;
 use super::super::names::ItemName;
 use super::super::take::SETTLE_RETRIES;
-use super::super::{Message, Shared, envelope};
+use super::super::{Message, envelope};
+use super::Leases;
 use super::{
     Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, release_uncounted,
     uncount_op,
@@ -85,14 +87,14 @@ impl LeaseClaim {
     /// it; the split items; and the leased node's new data when it is rewritten.
     pub(in crate::queue) fn ops(
         &self,
-        queue: &Shared,
+        ctx: &Context,
         name: &str,
         items: &[Vec<u8>],
         version: i32,
     ) -> (Vec<TxnOp>, Vec<ItemName>, Option<Vec<u8>>) {
         let claim = self;
-        let item_path = format!("{}/{name}", queue.ctx.path);
-        let (split_ops, split_items) = queue.split_ops(name, items.get(1..).unwrap_or_default(), version);
+        let item_path = format!("{}/{name}", ctx.path);
+        let (split_ops, split_items) = ctx.split_ops(name, items.get(1..).unwrap_or_default(), version);
         let (check, rewritten) = if split_ops.is_empty() {
             (TxnOp::Check { path: item_path, version }, None)
         } else {
@@ -120,7 +122,7 @@ impl LeaseClaim {
     }
 }
 
-impl Shared {
+impl Leases {
     /// A lease claim of node `name` as it would be written, for measuring its transaction before
     /// the node is split to fit (the count is a placeholder of the same size).
     pub(in crate::queue) fn lease_claim_template(
@@ -136,7 +138,7 @@ impl Shared {
         };
         LeaseClaim {
             lock: format!("{lock_dir}/{name}"),
-            claim_id: self.leases.claim_id(zk),
+            claim_id: self.table.claim_id(zk),
             counter: self.counter_path(name),
             count: 0,
             counter_version,
@@ -168,13 +170,13 @@ impl Shared {
             let counter = counter_version.map(|_| counter.as_str());
             return self.dead_letter(zk, candidate, &data, stat.version, counter, dead_letter).await.map(Err);
         }
-        let Some(mut items) = self.items_of(&candidate.name, &data) else {
+        let Some(mut items) = super::super::split::items_of(&self.ctx, &self.cache, &candidate.name, &data) else {
             return Ok(Err(Declined::Undecodable));
         };
-        let claim_id = self.leases.claim_id(zk);
+        let claim_id = self.table.claim_id(zk);
         let lock = format!("{lock_dir}/{}", candidate.name);
         let claim = LeaseClaim { lock, claim_id, counter, count, counter_version };
-        let (ops, split_items, rewritten) = claim.ops(self, &candidate.name, &items, stat.version);
+        let (ops, split_items, rewritten) = claim.ops(&self.ctx, &candidate.name, &items, stat.version);
         let LeaseClaim { lock, claim_id, counter, counter_version, .. } = claim;
         // The leased node's data and version once the claim applied.
         let (data, data_version) = match rewritten {
@@ -226,7 +228,7 @@ impl Shared {
             self.cache.insert_local(item);
         }
         let expires_at_ms = epoch_ms_after(visibility);
-        let token = self.leases.issue(zk.session_id());
+        let token = self.table.issue(zk.session_id());
         let grant = LeaseGrant {
             receipt: Receipt::new(zk.session_id(), token),
             expires_at_ms,
@@ -250,8 +252,8 @@ impl Shared {
             turn: Arc::default(),
             unresolved: None,
         };
-        self.leases.lock().live.insert(token, lease);
-        self.leases.changed.notify_one();
+        self.table.lock().live.insert(token, lease);
+        self.table.changed.notify_one();
         self.ctx.qm.leases_in_flight.inc();
         (message, grant)
     }

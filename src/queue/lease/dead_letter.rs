@@ -6,12 +6,13 @@
 use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta, ItemName};
-use super::super::{Shared, envelope, now_epoch_ms};
+use super::super::{envelope, now_epoch_ms};
 use super::DeadLetter;
+use super::Leases;
 use crate::config::QueueKind;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
 
-impl Shared {
+impl Leases {
     pub(super) async fn dead_letter(
         &self,
         zk: &Zk,
@@ -65,7 +66,7 @@ impl Shared {
         }
         let parents = [(0, self.ctx.markers.dir().to_owned()), (1, lock_dir.clone()), (2, target.path.clone())];
         let sent = tokio::time::Instant::now();
-        let mut result = self.apply_txn(zk, &ops, &parents).await;
+        let mut result = self.ctx.apply_txn(zk, &ops, &parents).await;
         if let Err(err) = &result
             && err.error == ZkError::NoNode
             && counter.is_some()
@@ -73,7 +74,7 @@ impl Shared {
         {
             // The count was removed meanwhile (a sweep): move the message without it.
             ops.pop();
-            result = self.apply_txn(zk, &ops, &parents).await;
+            result = self.ctx.apply_txn(zk, &ops, &parents).await;
         }
         match result {
             Ok(_) => {},

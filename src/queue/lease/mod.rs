@@ -47,8 +47,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::cache::ChildrenCache;
+use super::context::Context;
 use super::names::ItemName;
-use super::{QueueError, Shared, now_epoch_ms};
+use super::{QueueError, now_epoch_ms};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
 use crate::zk::{TxnOp, Zk, ZkError};
@@ -264,6 +266,28 @@ impl LeaseTable {
     }
 }
 
+/// The leases of one queue and their protocol: leasing a candidate (`claim.rs`), the steps that
+/// end or extend a lease (`steps.rs`), the reaper and the delivery-count sweeper
+/// (`background.rs`), dead letters (`dead_letter.rs`). Its fields are private to `lease/`: the
+/// rest of the queue reaches a lease only through these methods.
+pub(super) struct Leases {
+    ctx: Arc<Context>,
+    cache: Arc<ChildrenCache>,
+    table: LeaseTable,
+}
+
+impl Leases {
+    pub(super) fn new(ctx: Arc<Context>, cache: Arc<ChildrenCache>, table: LeaseTable) -> Leases {
+        Leases { ctx, cache, table }
+    }
+
+    /// Marks `item` as being leased by this process while the [`Claiming`] lives, within
+    /// `lease.max_per_queue` (see [`Claiming::begin`]).
+    pub(super) fn claiming(&self, item: &str) -> Result<Claiming<'_>, NotNow> {
+        Claiming::begin(&self.table, item, self.ctx.max_leases)
+    }
+}
+
 /// Marks an item as being leased by this process for as long as it lives.
 pub(super) struct Claiming<'a> {
     table: &'a LeaseTable,
@@ -355,7 +379,7 @@ pub(super) async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result
     }
 }
 
-impl Shared {
+impl Leases {
     fn lock_dir(&self) -> Result<&str, QueueError> {
         self.ctx.lock_path.as_deref().ok_or_else(|| {
             QueueError::NotForKind(format!(
@@ -367,12 +391,12 @@ impl Shared {
 
     /// Whether leases of a lost session wait to be settled (the queue stays open for its reaper).
     pub(super) fn settling_leases(&self) -> bool {
-        !self.leases.lock().settling.is_empty()
+        !self.table.lock().settling.is_empty()
     }
 
     /// Leases out and being claimed.
     pub(super) fn leases_out(&self) -> usize {
-        let state = self.leases.lock();
+        let state = self.table.lock();
         state.live.len() + state.claiming.len()
     }
 
@@ -394,9 +418,9 @@ impl Shared {
     /// session of this process) or 404 (never issued by this process).
     fn open_lease(&self, receipt: Receipt) -> Result<u128, QueueError> {
         let Receipt { session_id, token } = receipt;
-        let state = self.leases.lock();
+        let state = self.table.lock();
         let lease = state.live.get(&token).filter(|lease| lease.zk.session_id() == session_id).map(Lease::view);
-        receipt_check(lease, self.leases.issued(session_id, token), Instant::now())
+        receipt_check(lease, self.table.issued(session_id, token), Instant::now())
             .map(|()| token)
             .map_err(|check| check.into_error(receipt))
     }
@@ -405,7 +429,7 @@ impl Shared {
     /// of a lost session.
     fn end_lease(&self, token: u128) -> Option<Lease> {
         let lease = {
-            let mut state = self.leases.lock();
+            let mut state = self.table.lock();
             state.settling.remove(&token);
             state.live.remove(&token)
         };
@@ -418,14 +442,14 @@ impl Shared {
     /// A copy of a live lease, to work on while it stays in the table (so a step that fails for
     /// want of ZooKeeper can be retried with the same receipt).
     fn lease_snapshot(&self, token: u128) -> Result<Lease, QueueError> {
-        self.leases.lock().live.get(&token).cloned().ok_or_else(|| QueueError::LeaseLost("the lease ended".to_owned()))
+        self.table.lock().live.get(&token).cloned().ok_or_else(|| QueueError::LeaseLost("the lease ended".to_owned()))
     }
 
     /// Changes a live lease in place; false when it has ended.
     fn update_lease(&self, token: u128, change: impl FnOnce(&mut Lease)) -> bool {
-        let changed = self.leases.lock().live.get_mut(&token).map(change).is_some();
+        let changed = self.table.lock().live.get_mut(&token).map(change).is_some();
         if changed {
-            self.leases.changed.notify_one();
+            self.table.changed.notify_one();
         }
         changed
     }

@@ -19,9 +19,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::super::QueueError;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta};
-use super::super::{QueueError, Shared};
+use super::Leases;
 use super::{
     LOCK_VERSION, Lease, NackMode, OnExpiry, Receipt, Step, Unresolved, counter_bytes, epoch_ms_after, lock_is_ours,
     release_uncounted,
@@ -73,10 +74,10 @@ impl Step {
 
 const LOCK_GONE: &str = "its ZooKeeper session ended, and its lock with it";
 
-impl Shared {
+impl Leases {
     /// Ack: the message is done and removed. Without ZooKeeper the lease stays held and the ack
     /// can be retried with the same receipt. Runs to its end whether or not the caller still
-    /// waits (see [`Shared::detached`]).
+    /// waits (see [`Leases::detached`]).
     pub(crate) async fn ack(self: &Arc<Self>, receipt: Receipt) -> Result<(), QueueError> {
         self.detached(move |queue| async move { queue.ack_now(receipt).await }).await
     }
@@ -107,7 +108,7 @@ impl Shared {
     async fn detached<T, F, Fut>(self: &Arc<Self>, step: F) -> Result<T, QueueError>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<Shared>) -> Fut,
+        F: FnOnce(Arc<Leases>) -> Fut,
         Fut: Future<Output = Result<T, QueueError>> + Send + 'static,
     {
         let (answer, answered) = oneshot::channel();
@@ -158,7 +159,7 @@ impl Shared {
             return Err(QueueError::LeaseLost("the lease ended".to_owned()));
         }
         // The client's step is done: its retry (the answer lost on the way) answers as it did.
-        self.leases.memory.remember_completion(token, step);
+        self.table.memory.remember_completion(token, step);
         self.ctx.qm.nacked(mode).inc();
         Ok(())
     }
@@ -209,9 +210,9 @@ impl Shared {
 
     /// Whether `receipt` names a lease of a lost session whose last step is being settled.
     fn is_settling(&self, receipt: Receipt) -> bool {
-        self.leases.issued(receipt.session_id, receipt.token)
+        self.table.issued(receipt.session_id, receipt.token)
             && self
-                .leases
+                .table
                 .lock()
                 .settling
                 .get(&receipt.token)
@@ -223,10 +224,10 @@ impl Shared {
     /// died with the session: the message is delivered again). Unknown, it stays to settle;
     /// false then.
     pub(super) async fn settle(&self, token: u128, deadline: Instant) -> bool {
-        let Some(lease) = self.leases.lock().settling.get(&token).cloned() else { return true };
+        let Some(lease) = self.table.lock().settling.get(&token).cloned() else { return true };
         let turn = lease.turn.clone();
         let _turn = turn.lock().await;
-        if !self.leases.lock().settling.contains_key(&token) {
+        if !self.table.lock().settling.contains_key(&token) {
             return true; // settled meanwhile
         }
         let Some(Unresolved { step, marker: Some(marker), sent }) = lease.unresolved.clone() else {
@@ -265,15 +266,15 @@ impl Shared {
         }
         let mut settling = lease.clone();
         settling.unresolved = Some(unresolved);
-        self.leases.lock().settling.insert(token, settling);
-        self.leases.changed.notify_one();
+        self.table.lock().settling.insert(token, settling);
+        self.table.changed.notify_one();
     }
 
     /// Whether `receipt` names a lease this process issued and that `step` completed
     /// (remembered for the last [`super::memory::REMEMBERED_COMPLETIONS`] completions of the queue).
     fn completed_by(&self, receipt: Receipt, step: Step) -> bool {
-        self.leases.issued(receipt.session_id, receipt.token)
-            && self.leases.memory.completed_by(receipt.token) == Some(step)
+        self.table.issued(receipt.session_id, receipt.token)
+            && self.table.memory.completed_by(receipt.token) == Some(step)
     }
 
     /// Releases a lease whose client left before it was handed over (not counted as a nack).
@@ -292,7 +293,7 @@ impl Shared {
     /// Releases every lease (shutdown): their messages are delivered again at once instead of
     /// after the session timeout. Returns how many were released.
     pub(crate) async fn release_all_leases(&self) -> usize {
-        let tokens: Vec<u128> = self.leases.lock().live.keys().copied().collect();
+        let tokens: Vec<u128> = self.table.lock().live.keys().copied().collect();
         let releases = tokens.into_iter().map(|token| self.run_step(token, Step::Shutdown));
         futures::future::join_all(releases).await.into_iter().filter(Result::is_ok).count()
     }
@@ -520,7 +521,7 @@ impl Shared {
     async fn step_applied(&self, token: u128, lease: &Lease, step: Step, created: Option<String>) {
         self.end_lease(token);
         if matches!(step, Step::Ack | Step::Nack { .. }) {
-            self.leases.memory.remember_completion(token, step);
+            self.table.memory.remember_completion(token, step);
         }
         match step.effect(lease.on_expiry) {
             Effect::Complete => self.cache.removed_local(),
