@@ -3,11 +3,15 @@
 //! background tracker, shutdown).
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::claims::ClaimMarkers;
+use super::envelope;
 use super::lease::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
@@ -64,5 +68,16 @@ impl Context {
                 Err(err) => return Err(err),
             }
         }
+    }
+
+    /// When a request that may wait `wait` must be answered: its wait, or at least a request
+    /// timeout.
+    pub(super) fn deadline_for(&self, wait: Duration) -> Instant {
+        Instant::now() + wait.max(self.session.request_timeout())
+    }
+
+    /// A message's node data: Curator's envelope, or the bare body in a simple queue.
+    pub(super) fn encode(&self, body: &[u8]) -> Vec<u8> {
+        if self.kind == QueueKind::Simple { body.to_vec() } else { envelope::encode([body]) }
     }
 }

@@ -81,7 +81,7 @@ impl Queue {
             && self.shared.cache.waiting() == 0
             && self.shared.leases.leases_out() == 0
             && !self.shared.leases.settling_leases()
-            && !self.shared.idempotency.holds_records()
+            && !self.shared.puts.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 
@@ -136,7 +136,7 @@ impl Queue {
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
-        self.shared.put(body, options).await
+        self.shared.puts.put(body, options).await
     }
 
     /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
@@ -146,7 +146,7 @@ impl Queue {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<Vec<PutReceipt>, QueueError> {
-        self.shared.put_many(messages, wait).await
+        self.shared.puts.put_many(messages, wait).await
     }
 
     /// Stores `messages` as ONE node holding all of them, as Curator's `putMulti` does.
@@ -155,7 +155,7 @@ impl Queue {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<PutReceipt, QueueError> {
-        self.shared.put_multi(messages, wait).await
+        self.shared.puts.put_multi(messages, wait).await
     }
 
     /// Removes the head message and returns it, waiting up to `wait` for one.
@@ -218,26 +218,26 @@ impl Queue {
 
     /// The first `limit` messages in delivery order, without removing them.
     pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
-        self.shared.peek(limit).await
+        self.shared.browse.peek(limit).await
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.
     pub async fn info(&self) -> Result<QueueInfo, QueueError> {
-        self.shared.info().await
+        self.shared.browse.info().await
     }
 
     /// Removes one message by its node name; respects locks held by others.
     pub async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
-        self.shared.remove(message_id).await
+        self.shared.browse.remove(message_id).await
     }
 
     /// Removes every message put with `id` (id queues); how many were removed.
     pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
-        self.shared.remove_by_id(id).await
+        self.shared.browse.remove_by_id(id).await
     }
 
     /// Since when the head message waits, read with `zk` (the metrics scrape).
     pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<super::HeadAge, QueueError> {
-        self.shared.head_waiting_since(zk).await
+        self.shared.browse.head_waiting_since(zk).await
     }
 }

@@ -5,30 +5,30 @@
 //! protocols behind it are methods of `shared::Shared` in their own files.
 
 mod acquire;
+mod browse;
 mod cache;
 mod candidate;
 mod claims;
 mod context;
 pub mod envelope;
 mod facade;
-mod idempotency;
 mod lease;
 mod message;
 pub(crate) mod names;
-mod ops;
+mod put;
 mod service;
 mod shared;
 mod split;
 mod take;
 
+pub use browse::{HeadAge, QueueInfo};
 pub use cache::now_epoch_ms;
 pub use facade::{Queue, QueueRef};
-pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 pub(crate) use lease::read_counter;
 pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
-pub use ops::{HeadAge, QueueInfo};
+pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 pub use service::QueueService;
 pub(crate) use service::queue_layout;
 

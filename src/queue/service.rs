@@ -9,12 +9,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::browse::Browse;
 use super::cache::ChildrenCache;
 use super::claims::ClaimMarkers;
 use super::context::Context;
 use super::facade::{ParkedWatch, Queue, QueueRef};
-use super::idempotency::{self, Idempotency};
 use super::lease::{DeadLetter, LeaseMemories, LeaseTable, Leases};
+use super::put::Puts;
+use super::put::idempotency;
 use super::shared::Shared;
 use super::{HeadAge, QueueError, now_epoch_ms};
 use crate::config::{Config, QueueKind, check_name};
@@ -315,12 +317,13 @@ impl QueueService {
             ctx: ctx.clone(),
             cache: cache.clone(),
             leases: Arc::new(Leases::new(ctx.clone(), cache.clone(), LeaseTable::new(self.lease_memories.open(name)))),
-            idempotency: Idempotency::new(
+            puts: Arc::new(Puts::new(
+                ctx.clone(),
+                cache.clone(),
                 &Layout::new(&self.config.zookeeper.root),
-                name,
                 self.config.idempotency_window(name),
-            ),
-            head_seen: Mutex::new(None),
+            )),
+            browse: Browse::new(ctx.clone(), cache.clone()),
         });
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
@@ -362,7 +365,7 @@ impl QueueService {
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
             let (shared, stop) = (shared.clone(), stop.clone());
-            move || shared.clone().run_idempotency_sweeper(stop.clone())
+            move || shared.puts.clone().run_idempotency_sweeper(stop.clone())
         }));
         Ok(Arc::new(Queue::new(shared, stop)))
     }
@@ -440,7 +443,7 @@ impl QueueService {
         let reads = self.opened().into_iter().map(|queue| {
             let zk = zk.clone();
             async move {
-                let keys = queue.shared().idempotency.keys_dir();
+                let keys = queue.shared().puts.records_dir();
                 let (depth, records) = futures::join!(zk.exists(queue.path()), zk.exists(&keys));
                 let qm = queue.metrics();
                 if let Ok(Some(stat)) = depth {

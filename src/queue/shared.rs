@@ -5,20 +5,19 @@
 //! [`Shared`] in their own files. What only the facade needs (who uses the queue, when it was last
 //! used, the watches it keeps, its stop token) is not here: it lives in `facade.rs`, private to it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::browse::Browse;
 use super::cache::ChildrenCache;
 use super::context::Context;
-use super::idempotency::Idempotency;
 use super::lease::Leases;
+use super::put::Puts;
 
 /// One queue's context and components, shared by its protocols.
 pub(super) struct Shared {
     pub(super) ctx: Arc<Context>,
     pub(super) cache: Arc<ChildrenCache>,
     pub(super) leases: Arc<Leases>,
-    /// Records of idempotency keys: `{root}/idempotency/{queue}`.
-    pub(super) idempotency: Idempotency,
-    /// The head seen by the last age reading and since when it waits (epoch ms).
-    pub(super) head_seen: Mutex<Option<(String, i64)>>,
+    pub(super) puts: Arc<Puts>,
+    pub(super) browse: Browse,
 }

@@ -115,7 +115,7 @@ impl Shared {
         tracing::warn!(queue = %self.ctx.name, message = %message.message_id,
             "taker disconnected after the message was removed; putting it back");
         let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &message.meta));
-        let data = self.encode(&message.body);
+        let data = self.ctx.encode(&message.body);
         let mut pause = SETTLE_RETRIES.retries();
         // A put-back whose answer was lost: its marker, and when it was sent.
         let mut unresolved: Option<(String, Instant)> = None;

@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Idempotency;
 use super::record::{Record, bucket_end};
-use crate::queue::{Shared, now_epoch_ms};
+use crate::queue::now_epoch_ms;
+use crate::queue::put::Puts;
 use crate::zk::{TxnOp, Zk, ZkError};
 
 /// Records (with their index entries) deleted per sweep transaction.
@@ -32,7 +33,7 @@ const ORPHANS_PER_PASS: usize = 100;
 /// Children of `{root}/idempotency` listed at most (more would not fit one ZooKeeper answer).
 const MAX_ORPHAN_LIST: i32 = 50_000;
 
-impl Shared {
+impl Puts {
     /// Deletes expired records of this queue, in batches: every period (a tenth of the window,
     /// between 1 s and 1 min) while records may exist, else every [`IDLE_CHECK`].
     pub(in crate::queue) async fn run_idempotency_sweeper(self: std::sync::Arc<Self>, stop: CancellationToken) {

@@ -25,9 +25,10 @@ use tokio::time::Instant;
 
 use super::protocol::{RecordWrite, Slot, Unit, Written, receipts};
 use super::record::{Copy, Record, content_of, created_prefix, pick};
+use crate::queue::QueueError;
 use crate::queue::message::PutReceipt;
 use crate::queue::names::{self, ItemName};
-use crate::queue::{QueueError, Shared};
+use crate::queue::put::Puts;
 use crate::zk::{NodeStat, Twins, TxnOp, Zk, ZkError};
 
 /// How long a replay waits for the put in flight to record its message's name before it looks
@@ -37,9 +38,9 @@ const NAME_WAIT: Duration = Duration::from_secs(1);
 /// 1,000 ops; the rest allows for nodes consumed since).
 const MAX_BLOCK_READS: usize = 2_048;
 
-impl Shared {
+impl Puts {
     /// The receipts of a unit that applied, its messages named `names` (in the order of its
-    /// members), once each record holds its message's name ([`Shared::record_name`], all at once,
+    /// members), once each record holds its message's name ([`Puts::record_name`], all at once,
     /// within a request timeout): a replay then answers the same id, also after the message was
     /// consumed. The cache and the counter learn of the messages at once, as they are stored
     /// whatever happens next; a name that could not be written in time answers 504
@@ -265,7 +266,7 @@ impl Shared {
         Ok(block.into())
     }
 
-    /// Reads `item` for [`Shared::created_by`]: `Some(Some((name, content)))` when transaction
+    /// Reads `item` for [`Puts::created_by`]: `Some(Some((name, content)))` when transaction
     /// `zxid` created it, `Some(None)` when it is gone, `None` when another transaction created it
     /// (or [`MAX_BLOCK_READS`] were made: the search ends there).
     async fn created_node(

@@ -1,51 +1,49 @@
-//! Put, take, peek, remove and introspection on one queue.
+//! Puts: one message, a batch (all or none), a Curator `putMulti` node, and keyed puts stored
+//! once per idempotency key (`idempotency/`). Every put is a unit of group commit
+//! (`zk/group.rs`): puts in flight together go to ZooKeeper as one transaction.
 
-use std::collections::{HashMap, HashSet};
+pub(super) mod idempotency;
+
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::message::{NodeCreate, PeekedItem, PutOptions, PutReceipt};
-use super::names::{self, ItemMeta, ItemName};
-use super::{QueueError, Shared, envelope};
+use super::cache::ChildrenCache;
+use super::context::Context;
+use super::message::{NodeCreate, PutOptions, PutReceipt};
+use super::names::{self, ItemMeta};
+use super::{QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
+use crate::types::Layout;
 use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
+use idempotency::Idempotency;
 
-/// What `GET /v1/queues/{queue}` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueInfo {
-    pub depth: i64,
-    pub in_flight: i64,
-    pub waiting_takers: usize,
-    pub head: HeadAge,
+/// The puts of one queue, with the records of its idempotency keys. Its fields are private to
+/// `put/`: the rest of the queue puts only through these methods.
+pub(super) struct Puts {
+    ctx: Arc<Context>,
+    cache: Arc<ChildrenCache>,
+    /// Records of idempotency keys: `{root}/idempotency/{queue}`.
+    idempotency: Idempotency,
 }
 
-/// What zkq knows of the age of a queue's next message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadAge {
-    /// The next message has waited since this time (epoch milliseconds).
-    Since(i64),
-    /// The queue's child list was read and no message is waiting (empty, all in flight or not due).
-    NoneWaiting,
-    /// Not known: the child list was not read yet (a deep queue right after it opened, or a read
-    /// refused), or the head was taken while zkq looked at it.
-    NotKnownYet,
-}
-
-impl HeadAge {
-    /// The age in milliseconds, when a message is known to wait.
-    pub fn age_ms(self) -> Option<i64> {
-        match self {
-            HeadAge::Since(since) => Some((super::now_epoch_ms() - since).max(0)),
-            HeadAge::NoneWaiting | HeadAge::NotKnownYet => None,
-        }
+impl Puts {
+    pub(super) fn new(ctx: Arc<Context>, cache: Arc<ChildrenCache>, layout: &Layout, window: Duration) -> Puts {
+        let idempotency = Idempotency::new(layout, &ctx.name, window);
+        Puts { ctx, cache, idempotency }
     }
-}
 
-impl Shared {
-    fn deadline_for(&self, wait: Duration) -> Instant {
-        Instant::now() + wait.max(self.ctx.session.request_timeout())
+    /// Whether idempotency records of this queue wait for its sweeper (the queue stays open).
+    pub(super) fn holds_records(&self) -> bool {
+        self.idempotency.holds_records()
+    }
+
+    /// Where the records of this queue's keys live.
+    pub(super) fn records_dir(&self) -> String {
+        self.idempotency.keys_dir()
     }
 
     fn meta_for(&self, options: &PutOptions) -> Result<ItemMeta, QueueError> {
@@ -82,10 +80,6 @@ impl Shared {
         })
     }
 
-    pub(super) fn encode(&self, body: &[u8]) -> Vec<u8> {
-        if self.ctx.kind == QueueKind::Simple { body.to_vec() } else { envelope::encode([body]) }
-    }
-
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub(super) async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
         let wait = options.wait;
@@ -113,7 +107,7 @@ impl Shared {
                 return Err(QueueError::TooLarge { size: body.len(), max: self.ctx.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.kind, &meta), data: self.encode(body) });
+            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.kind, &meta), data: self.ctx.encode(body) });
             keys.push(match options.idempotency_key.as_deref() {
                 Some(key) => Some(self.keyed_put(key, body, options)?),
                 None => None,
@@ -130,7 +124,7 @@ impl Shared {
             }
         }
         let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
-        let deadline = self.deadline_for(wait);
+        let deadline = self.ctx.deadline_for(wait);
         if !seen.is_empty() {
             return self.put_keyed(creates, keys, wait, deadline).await;
         }
@@ -218,7 +212,7 @@ impl Shared {
         };
         let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         self.wait_for_room(1, wait).await?;
-        let mut created = self.create_nodes(vec![op], self.deadline_for(wait)).await?;
+        let mut created = self.create_nodes(vec![op], self.ctx.deadline_for(wait)).await?;
         let name = created.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))?;
         self.cache.learn_bytes(&name, len);
         if let Some(item) = names::parse(self.ctx.kind, &name) {
@@ -288,190 +282,6 @@ impl Shared {
         }
         self.ctx.qm.messages_put.inc();
         name.to_owned()
-    }
-
-    /// The first `limit` messages in delivery order, without removing them; stops before the
-    /// bodies would exceed `api.max_peek_bytes`, but always shows the first message.
-    ///
-    /// The order comes from the children cache while it is live (no child list is read), and
-    /// only the nodes shown are read. When the cache is not live, one full read of the child list
-    /// serves it, one at a time per queue.
-    pub(super) async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
-        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        let mut out = Vec::new();
-        let mut bytes = 0usize;
-        let mut read: HashSet<String> = HashSet::new();
-        // A few more than asked, for nodes taken between the order and their read.
-        let mut want = limit.saturating_add(8);
-        loop {
-            let (order, complete) = match self.cache.peek_order(want) {
-                Some(order) => {
-                    let complete = order.len() < want;
-                    (order, complete)
-                },
-                None => (self.peek_order_from_zookeeper(&zk).await?, true),
-            };
-            for item in order {
-                if out.len() >= limit || bytes >= self.ctx.max_peek_bytes {
-                    return Ok(out);
-                }
-                if !read.insert(item.name.clone()) {
-                    continue;
-                }
-                let data = match zk.get_data(&format!("{}/{}", self.ctx.path, item.name)).await {
-                    Ok((data, _)) => data,
-                    Err(ZkError::NoNode) => continue,
-                    Err(err) => return Err(err.into()),
-                };
-                let bodies = if self.ctx.kind == QueueKind::Simple {
-                    vec![data]
-                } else {
-                    match envelope::decode(&data) {
-                        Ok(bodies) => bodies,
-                        Err(_) => continue,
-                    }
-                };
-                for (index, body) in bodies.into_iter().enumerate() {
-                    let within_budget = bytes.saturating_add(body.len()) <= self.ctx.max_peek_bytes;
-                    if out.len() >= limit || !(within_budget || out.is_empty()) {
-                        return Ok(out);
-                    }
-                    bytes = bytes.saturating_add(body.len());
-                    out.push(PeekedItem {
-                        message_id: item.name.clone(),
-                        item_index: index,
-                        body,
-                        meta: item.meta.clone(),
-                    });
-                }
-            }
-            if complete || out.len() >= limit {
-                return Ok(out);
-            }
-            // Nodes vanished under us: look further.
-            want = want.saturating_mul(4);
-        }
-    }
-
-    /// Every child in delivery order, from one full read (one such read at a time per queue).
-    async fn peek_order_from_zookeeper(&self, zk: &Zk) -> Result<Vec<ItemName>, QueueError> {
-        let _permit = self.cache.full_read_permit().await;
-        let children = match zk.get_children(&self.ctx.path).await {
-            Ok((children, _)) => children,
-            Err(ZkError::NoNode) => return Ok(Vec::new()),
-            Err(err) => return Err(err.into()),
-        };
-        let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.ctx.kind, c)).collect();
-        items.sort_by(|a, b| names::compare(self.ctx.kind, a, b));
-        Ok(items)
-    }
-
-    /// Depth, messages in flight, waiting takers and the age of the head message.
-    pub(super) async fn info(&self) -> Result<QueueInfo, QueueError> {
-        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        let depth = zk.exists(&self.ctx.path).await?.map_or(0, |s| i64::from(s.num_children));
-        let in_flight = match &self.ctx.lock_path {
-            Some(lock_path) => zk.exists(lock_path).await?.map_or(0, |s| i64::from(s.num_children)),
-            None => 0,
-        };
-        if depth > 0 && !self.cache.has_snapshot() {
-            // Right after the queue opened: the head is known after the first read.
-            // Refused (an ACL that does not allow zkq to read the queue): the head stays unknown.
-            let _ = self.cache.refreshed(self.deadline_for(Duration::ZERO)).await;
-        }
-        let head = if depth == 0 { HeadAge::NoneWaiting } else { self.head_waiting_since(&zk).await? };
-        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), head })
-    }
-
-    /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay
-    /// queue the time it became due; `None` when no message is waiting. The head's time is read
-    /// once per head (one `exists`), so scrapes of a queue whose head does not move cost nothing.
-    pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<HeadAge, QueueError> {
-        if !self.cache.has_snapshot() {
-            return Ok(HeadAge::NotKnownYet);
-        }
-        let Some(head) = self.cache.head_candidate() else { return Ok(HeadAge::NoneWaiting) };
-        {
-            let seen = self.head_seen.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((name, since)) = &*seen
-                && *name == head.name
-            {
-                return Ok(HeadAge::Since(*since));
-            }
-        }
-        let Some(stat) = zk.exists(&format!("{}/{}", self.ctx.path, head.name)).await? else {
-            // Taken or removed since the cache proposed it: the next one's age is not known.
-            return Ok(HeadAge::NotKnownYet);
-        };
-        let since = stat.ctime.max(names::due_time(&head));
-        *self.head_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((head.name, since));
-        Ok(HeadAge::Since(since))
-    }
-
-    /// Removes one message by its node name; respects locks held by others.
-    pub(super) async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
-        if !names::is_item_name(self.ctx.kind, message_id) {
-            return Err(QueueError::MessageNotFound(message_id.to_owned()));
-        }
-        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        if self.remove_node(&zk, message_id).await? {
-            Ok(())
-        } else {
-            Err(QueueError::MessageNotFound(message_id.to_owned()))
-        }
-    }
-
-    /// Removes every message with this id (Curator's `DistributedIdQueue.remove`); the id is
-    /// matched after Curator's `fixId`, so the id given to the put finds its messages.
-    pub(super) async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
-        if self.ctx.kind != QueueKind::Id {
-            return Err(QueueError::NotForKind(format!(
-                "`id` does not apply to {} queue {:?}",
-                self.ctx.kind.as_str(),
-                self.ctx.name
-            )));
-        }
-        let wanted = names::fix_id(id);
-        let zk = self.ctx.session.connected(self.deadline_for(Duration::ZERO)).await?;
-        let children = match zk.get_children(&self.ctx.path).await {
-            Ok((children, _)) => children,
-            Err(ZkError::NoNode) => return Ok(0),
-            Err(err) => return Err(err.into()),
-        };
-        let mut removed = 0;
-        for child in children {
-            let matches = names::parse(self.ctx.kind, &child).is_some_and(|i| i.meta == ItemMeta::Id(wanted.clone()));
-            if matches && self.remove_node(&zk, &child).await? {
-                removed += 1;
-            }
-        }
-        Ok(removed)
-    }
-
-    async fn remove_node(&self, zk: &Zk, name: &str) -> Result<bool, QueueError> {
-        let item_path = format!("{}/{}", self.ctx.path, name);
-        // As in a take's claim: the lock node is created and deleted in the same transaction, so
-        // an item a consumer holds a lock on is never removed.
-        let (ops, parents) = match &self.ctx.lock_path {
-            Some(dir) => {
-                let lock = format!("{dir}/{name}");
-                let ops = vec![
-                    TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral },
-                    TxnOp::Delete { path: item_path, version: None },
-                    TxnOp::Delete { path: lock, version: None },
-                ];
-                (ops, vec![(0, dir.clone())])
-            },
-            None => (vec![TxnOp::Delete { path: item_path, version: None }], Vec::new()),
-        };
-        match self.ctx.apply_txn(zk, &ops, &parents).await.map_err(|e| e.error) {
-            Ok(_) => {
-                self.cache.removed_local();
-                Ok(true)
-            },
-            Err(ZkError::NoNode | ZkError::NodeExists) => Ok(false),
-            Err(err) => Err(err.into()),
-        }
     }
 }
 

@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use record::{MAX_KEY_LEN, is_valid_key};
-pub(super) use sweep::{IDLE_CHECK, sweep_queues_not_open};
+pub(in crate::queue) use sweep::{IDLE_CHECK, sweep_queues_not_open};
 
 /// How long after a put found a used key the queue's keyed puts read their records first.
 const READ_FIRST_AFTER_REPLAY: Duration = Duration::from_secs(1);
