@@ -15,7 +15,12 @@ use super::envelope;
 use super::lease::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
+use crate::types::Backoff;
 use crate::zk::{GroupCommit, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
+
+/// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
+/// doubling, to 5 s.
+pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 0.0);
 
 /// One queue's identity, limits and services, shared by its components.
 pub(super) struct Context {

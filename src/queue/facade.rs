@@ -1,7 +1,9 @@
 //! [`Queue`], the one door to a queue: what HTTP, push delivery and the service see. Its fields
-//! are private to this file; each call goes to the protocol behind it (methods of
-//! [`Shared`](super::shared::Shared) in their own files), and the facade keeps only what decides
-//! when an idle dynamic queue may close.
+//! are private to this file. Each call goes to the component that owns the protocol: puts
+//! ([`Puts`], `put/`), takes and lease claims ([`Claims`], `acquire/`), lease steps
+//! ([`Leases`], `lease/`), peek, info and removal ([`Browse`], `browse.rs`); they share one
+//! [`Context`] and the children cache. The facade itself keeps only what decides when an idle
+//! dynamic queue may close.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +14,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::shared::Shared;
+use super::acquire::Claims;
+use super::browse::Browse;
+use super::cache::ChildrenCache;
+use super::context::Context;
+use super::lease::Leases;
+use super::put::Puts;
 use super::{
     DeadLetter, LeaseGrant, Message, NackMode, PeekedItem, PutOptions, PutReceipt, QueueError, QueueInfo, Receipt,
 };
@@ -23,9 +30,24 @@ use crate::zk::{WatchEvent, Zk};
 /// A one-shot watch kept registered without anyone waiting on it.
 pub(super) type ParkedWatch = Pin<Box<dyn Future<Output = WatchEvent> + Send>>;
 
+/// The components of a queue, built by the service (`service.rs`).
+pub(super) struct Parts {
+    pub(super) ctx: Arc<Context>,
+    pub(super) cache: Arc<ChildrenCache>,
+    pub(super) puts: Arc<Puts>,
+    pub(super) claims: Arc<Claims>,
+    pub(super) leases: Arc<Leases>,
+    pub(super) browse: Browse,
+}
+
 /// One queue: where it lives, how its nodes are named, and the protocols that read and write it.
 pub struct Queue {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
+    cache: Arc<ChildrenCache>,
+    puts: Arc<Puts>,
+    claims: Arc<Claims>,
+    leases: Arc<Leases>,
+    browse: Browse,
     /// Ends this queue's own tasks (refresher, reaper, sweeper, lock watches) when it is closed.
     stop: CancellationToken,
     /// Requests using the queue right now ([`QueueRef`]s alive).
@@ -58,9 +80,15 @@ impl Drop for QueueRef {
 }
 
 impl Queue {
-    pub(super) fn new(shared: Arc<Shared>, stop: CancellationToken) -> Queue {
+    pub(super) fn new(parts: Parts, stop: CancellationToken) -> Queue {
+        let Parts { ctx, cache, puts, claims, leases, browse } = parts;
         Queue {
-            shared,
+            ctx,
+            cache,
+            puts,
+            claims,
+            leases,
+            browse,
             stop,
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
@@ -78,10 +106,10 @@ impl Queue {
     /// its sweeper has no idempotency record left to delete.
     pub(super) fn idle_for(&self, idle: Duration) -> bool {
         self.users.load(Ordering::SeqCst) == 0
-            && self.shared.cache.waiting() == 0
-            && self.shared.leases.leases_out() == 0
-            && !self.shared.leases.settling_leases()
-            && !self.shared.puts.holds_records()
+            && self.cache.waiting() == 0
+            && self.leases.leases_out() == 0
+            && !self.leases.settling_leases()
+            && !self.puts.holds_records()
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 
@@ -95,48 +123,49 @@ impl Queue {
         self.parked_watches.lock().unwrap_or_else(|p| p.into_inner()).push(watch);
     }
 
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// Where the records of this queue's idempotency keys live.
+    pub(super) fn records_dir(&self) -> String {
+        self.puts.records_dir()
     }
 
     pub fn name(&self) -> &str {
-        &self.shared.ctx.name
+        &self.ctx.name
     }
 
     pub fn kind(&self) -> QueueKind {
-        self.shared.ctx.kind
+        self.ctx.kind
     }
 
     /// The queue node's path.
     pub fn path(&self) -> &str {
-        &self.shared.ctx.path
+        &self.ctx.path
     }
 
     /// Where consumers lock its messages (Curator's lock path), if they do.
     pub fn lock_path(&self) -> Option<&str> {
-        self.shared.ctx.lock_path.as_deref()
+        self.ctx.lock_path.as_deref()
     }
 
     pub fn max_items(&self) -> Option<u32> {
-        self.shared.ctx.max_items
+        self.ctx.max_items
     }
 
     /// Whether the configuration declares it (else it is dynamic).
     pub fn declared(&self) -> bool {
-        self.shared.ctx.declared
+        self.ctx.declared
     }
 
     pub fn dead_letter(&self) -> Option<&DeadLetter> {
-        self.shared.ctx.dead_letter.as_ref()
+        self.ctx.dead_letter.as_ref()
     }
 
     pub(crate) fn metrics(&self) -> &QueueMetrics {
-        &self.shared.ctx.qm
+        &self.ctx.qm
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
     pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
-        self.shared.puts.put(body, options).await
+        self.puts.put(body, options).await
     }
 
     /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
@@ -146,7 +175,7 @@ impl Queue {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<Vec<PutReceipt>, QueueError> {
-        self.shared.puts.put_many(messages, wait).await
+        self.puts.put_many(messages, wait).await
     }
 
     /// Stores `messages` as ONE node holding all of them, as Curator's `putMulti` does.
@@ -155,18 +184,18 @@ impl Queue {
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<PutReceipt, QueueError> {
-        self.shared.puts.put_multi(messages, wait).await
+        self.puts.put_multi(messages, wait).await
     }
 
     /// Removes the head message and returns it, waiting up to `wait` for one.
     pub async fn take(&self, wait: Duration) -> Result<Option<Message>, QueueError> {
-        self.shared.take(wait).await
+        self.claims.take(wait).await
     }
 
     /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
     /// head: waits up to `wait` for the first, then takes whatever else is there at once.
     pub async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Vec<Message>, QueueError> {
-        self.shared.take_many(wait, max, max_bytes).await
+        self.claims.take_many(wait, max, max_bytes).await
     }
 
     /// Leases the head message for `visibility`, waiting up to `wait` for one.
@@ -175,7 +204,7 @@ impl Queue {
         wait: Duration,
         visibility: Duration,
     ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
-        self.shared.lease(wait, visibility).await
+        self.claims.lease(wait, visibility).await
     }
 
     /// Leases up to `max` messages, like [`Queue::take_many`].
@@ -186,58 +215,58 @@ impl Queue {
         max: usize,
         max_bytes: usize,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
-        self.shared.lease_many(wait, visibility, max, max_bytes).await
+        self.claims.lease_many(wait, visibility, max, max_bytes).await
     }
 
     /// Whether a lease could be granted now: the queue has a lock path and fewer than
     /// `lease.max_per_queue` leases out.
     pub fn check_leasable(&self) -> Result<(), QueueError> {
-        self.shared.leases.check_leasable()
+        self.leases.check_leasable()
     }
 
     /// Ack: the message is done and deleted. Runs to its end whether or not the caller waits.
     pub async fn ack(&self, receipt: Receipt) -> Result<(), QueueError> {
-        self.shared.leases.ack(receipt).await
+        self.leases.ack(receipt).await
     }
 
     /// Nack: the consumer failed; `delay` postpones the next delivery. Runs to its end whether
     /// or not the caller waits.
     pub async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
-        self.shared.leases.nack(receipt, mode, delay).await
+        self.leases.nack(receipt, mode, delay).await
     }
 
     /// Extend: moves the lease's expiry; answers the new expiry (epoch ms).
     pub async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
-        self.shared.leases.extend(receipt, visibility).await
+        self.leases.extend(receipt, visibility).await
     }
 
     /// Releases every lease of the queue (shutdown); how many were released.
     pub async fn release_all_leases(&self) -> usize {
-        self.shared.leases.release_all_leases().await
+        self.leases.release_all_leases().await
     }
 
     /// The first `limit` messages in delivery order, without removing them.
     pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
-        self.shared.browse.peek(limit).await
+        self.browse.peek(limit).await
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.
     pub async fn info(&self) -> Result<QueueInfo, QueueError> {
-        self.shared.browse.info().await
+        self.browse.info().await
     }
 
     /// Removes one message by its node name; respects locks held by others.
     pub async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
-        self.shared.browse.remove(message_id).await
+        self.browse.remove(message_id).await
     }
 
     /// Removes every message put with `id` (id queues); how many were removed.
     pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
-        self.shared.browse.remove_by_id(id).await
+        self.browse.remove_by_id(id).await
     }
 
     /// Since when the head message waits, read with `zk` (the metrics scrape).
     pub(super) async fn head_waiting_since(&self, zk: &Zk) -> Result<super::HeadAge, QueueError> {
-        self.shared.browse.head_waiting_since(zk).await
+        self.browse.head_waiting_since(zk).await
     }
 }

@@ -2,7 +2,7 @@
 //! waiters, put, take, peek and remove.
 //!
 //! The door is [`Queue`] (`facade.rs`), opened through [`QueueService`] (`service.rs`); the
-//! protocols behind it are methods of `shared::Shared` in their own files.
+//! components behind it (puts, claims, leases, browse) own their protocols and their state.
 
 mod acquire;
 mod browse;
@@ -17,9 +17,6 @@ mod message;
 pub(crate) mod names;
 mod put;
 mod service;
-mod shared;
-mod split;
-mod take;
 
 pub use browse::{HeadAge, QueueInfo};
 pub use cache::now_epoch_ms;
@@ -33,7 +30,6 @@ pub use service::QueueService;
 pub(crate) use service::queue_layout;
 
 use crate::zk::ZkError;
-use shared::Shared;
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,15 +9,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::acquire::Claims;
 use super::browse::Browse;
 use super::cache::ChildrenCache;
 use super::claims::ClaimMarkers;
 use super::context::Context;
-use super::facade::{ParkedWatch, Queue, QueueRef};
+use super::facade::{ParkedWatch, Parts, Queue, QueueRef};
 use super::lease::{DeadLetter, LeaseMemories, LeaseTable, Leases};
 use super::put::Puts;
 use super::put::idempotency;
-use super::shared::Shared;
 use super::{HeadAge, QueueError, now_epoch_ms};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::Metrics;
@@ -313,18 +313,21 @@ impl QueueService {
             background: self.background.clone(),
             shutdown: self.shutdown.clone(),
         });
-        let shared = Arc::new(Shared {
+        let leases = Arc::new(Leases::new(ctx.clone(), cache.clone(), LeaseTable::new(self.lease_memories.open(name))));
+        let puts = Arc::new(Puts::new(
+            ctx.clone(),
+            cache.clone(),
+            &Layout::new(&self.config.zookeeper.root),
+            self.config.idempotency_window(name),
+        ));
+        let parts = Parts {
+            claims: Arc::new(Claims::new(ctx.clone(), cache.clone(), leases.clone())),
+            browse: Browse::new(ctx.clone(), cache.clone()),
             ctx: ctx.clone(),
             cache: cache.clone(),
-            leases: Arc::new(Leases::new(ctx.clone(), cache.clone(), LeaseTable::new(self.lease_memories.open(name)))),
-            puts: Arc::new(Puts::new(
-                ctx.clone(),
-                cache.clone(),
-                &Layout::new(&self.config.zookeeper.root),
-                self.config.idempotency_window(name),
-            )),
-            browse: Browse::new(ctx.clone(), cache.clone()),
-        });
+            puts: puts.clone(),
+            leases: leases.clone(),
+        };
         let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
         self.tasks.spawn(supervise::until_shutdown(
             Task::CacheRefresher,
@@ -338,18 +341,18 @@ impl QueueService {
             },
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
-            let (shared, session, stop) = (shared.clone(), session.clone(), stop.clone());
-            move || shared.leases.clone().run_lease_reaper(session.clone(), stop.clone())
+            let (leases, session, stop) = (leases.clone(), session.clone(), stop.clone());
+            move || leases.clone().run_lease_reaper(session.clone(), stop.clone())
         }));
-        if shared.ctx.dead_letter.is_some() && kind != QueueKind::Simple {
+        if ctx.dead_letter.is_some() && kind != QueueKind::Simple {
             self.tasks.spawn(supervise::until_shutdown(
                 Task::UndecodableMover,
                 owner.clone(),
                 metrics.clone(),
                 stop.clone(),
                 {
-                    let (shared, stop) = (shared.clone(), stop.clone());
-                    move || shared.leases.clone().run_undecodable_mover(stop.clone())
+                    let (leases, stop) = (leases.clone(), stop.clone());
+                    move || leases.clone().run_undecodable_mover(stop.clone())
                 },
             ));
         }
@@ -359,15 +362,15 @@ impl QueueService {
             metrics.clone(),
             stop.clone(),
             {
-                let (shared, stop) = (shared.clone(), stop.clone());
-                move || shared.leases.clone().run_delivery_count_sweeper(stop.clone())
+                let (leases, stop) = (leases.clone(), stop.clone());
+                move || leases.clone().run_delivery_count_sweeper(stop.clone())
             },
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
-            let (shared, stop) = (shared.clone(), stop.clone());
-            move || shared.puts.clone().run_idempotency_sweeper(stop.clone())
+            let (puts, stop) = (puts.clone(), stop.clone());
+            move || puts.clone().run_idempotency_sweeper(stop.clone())
         }));
-        Ok(Arc::new(Queue::new(shared, stop)))
+        Ok(Arc::new(Queue::new(parts, stop)))
     }
 
     /// Closes dynamic queues nobody used for `queue_idle_close`: their tasks end, their cache is
@@ -443,7 +446,7 @@ impl QueueService {
         let reads = self.opened().into_iter().map(|queue| {
             let zk = zk.clone();
             async move {
-                let keys = queue.shared().puts.records_dir();
+                let keys = queue.records_dir();
                 let (depth, records) = futures::join!(zk.exists(queue.path()), zk.exists(&keys));
                 let qm = queue.metrics();
                 if let Ok(Some(stat)) = depth {

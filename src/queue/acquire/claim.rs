@@ -22,12 +22,14 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::super::QueueError;
 use super::super::candidate::{Declined, Read};
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::lease::{Claiming, LeasePrepared, NotNow, lock_is_ours};
 use super::super::names::ItemName;
-use super::super::split::Fit;
-use super::super::{QueueError, Shared, take};
+use super::Claims;
+use super::split::Fit;
+use super::take;
 use super::{Acquire, Caller, Delivery};
 use crate::metrics::ClaimOutcome;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
@@ -72,7 +74,7 @@ impl Ready<'_> {
     }
 }
 
-impl Shared {
+impl Claims {
     /// Claims `candidates` (popped from the cache, in order) within about `byte_budget` of bodies,
     /// the first always tried, in as few round trips as it can (see the module). Candidates not
     /// claimed are booked (lost, gone, locked: `zkq_claims_total`) or given back to the cache.
@@ -383,7 +385,7 @@ impl Shared {
             },
             (Acquire::Lease(_), ..) => Ok(Err(Declined::Lost)),
             (Acquire::Take, ..) => {
-                let Some(items) = super::super::split::items_of(&self.ctx, &self.cache, &candidate.name, &data) else {
+                let Some(items) = self.cache.items_of(&candidate.name, &data) else {
                     return Ok(Err(Declined::Undecodable));
                 };
                 let (ops, splits) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), stat.version);

@@ -13,6 +13,8 @@
 //!   session.
 
 mod claim;
+mod split;
+mod take;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +23,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::QueueError;
+use super::cache::ChildrenCache;
+use super::context::Context;
 use super::lease::LeaseGrant;
+use super::lease::Leases;
 use super::message::Message;
 use super::names::ItemName;
-use super::{QueueError, Shared};
 use crate::metrics::GaugeGuard;
 use crate::zk::ZkError;
 
@@ -34,6 +39,20 @@ pub(super) type Delivery = (Message, Option<LeaseGrant>);
 /// Where the answer of an acquisition goes; closed when the HTTP client went away.
 pub(super) type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
 
+/// Takes and lease claims of one queue: the one acquire pipeline. Its fields are private to
+/// `acquire/`; a lease's own operations are asked of [`Leases`].
+pub(super) struct Claims {
+    ctx: Arc<Context>,
+    cache: Arc<ChildrenCache>,
+    leases: Arc<Leases>,
+}
+
+impl Claims {
+    pub(super) fn new(ctx: Arc<Context>, cache: Arc<ChildrenCache>, leases: Arc<Leases>) -> Claims {
+        Claims { ctx, cache, leases }
+    }
+}
+
 /// What kind of consumption is asked for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Acquire {
@@ -41,7 +60,7 @@ pub(super) enum Acquire {
     Lease(Duration),
 }
 
-impl Shared {
+impl Claims {
     /// Removes the head message and returns it, waiting up to `wait` for one.
     pub(super) async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
         Ok(self.take_many(wait, 1, usize::MAX).await?.into_iter().next())
@@ -70,7 +89,7 @@ impl Shared {
         Ok(self.lease_many(wait, visibility, 1, usize::MAX).await?.into_iter().next())
     }
 
-    /// Leases up to `max` messages, like [`Shared::take_many`].
+    /// Leases up to `max` messages, like [`Claims::take_many`].
     pub(super) async fn lease_many(
         self: &Arc<Self>,
         wait: Duration,

@@ -176,6 +176,25 @@ impl ChildrenCache {
         self.apply(&mut state, effects);
     }
 
+    /// The items of node `name` read for a claim; `None` (logged once, and not proposed again)
+    /// when it is not a Curator envelope or holds no item.
+    pub(super) fn items_of(&self, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
+        if self.lock().kind() == QueueKind::Simple {
+            return Some(vec![data.to_vec()]);
+        }
+        match super::envelope::decode(data) {
+            Ok(items) if !items.is_empty() => Some(items),
+            decoded => {
+                if self.mark_undecodable(name) {
+                    let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
+                    tracing::warn!(queue = %self.label, node = %name, reason = %why,
+                        "skipping a queue node that is not a Curator envelope (left in place)");
+                }
+                None
+            },
+        }
+    }
+
     /// Remembers the data length of a child this process wrote or read, so that a claim of
     /// several need not ask ZooKeeper for it.
     pub(super) fn learn_bytes(&self, name: &str, bytes: usize) {

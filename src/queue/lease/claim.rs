@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use super::super::candidate::{Declined, Read};
 use super::super::context::Context;
+use super::super::context::SETTLE_RETRIES;
 use super::super::names::ItemName;
-use super::super::take::SETTLE_RETRIES;
 use super::super::{Message, envelope};
 use super::Leases;
 use super::{
@@ -170,7 +170,7 @@ impl Leases {
             let counter = counter_version.map(|_| counter.as_str());
             return self.dead_letter(zk, candidate, &data, stat.version, counter, dead_letter).await.map(Err);
         }
-        let Some(mut items) = super::super::split::items_of(&self.ctx, &self.cache, &candidate.name, &data) else {
+        let Some(mut items) = self.cache.items_of(&candidate.name, &data) else {
             return Ok(Err(Declined::Undecodable));
         };
         let claim_id = self.table.claim_id(zk);

@@ -11,22 +11,17 @@
 //!   message is never dropped while the process runs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Shared;
-use super::claims::{ClaimMarkers, Outcome};
-use super::message::Message;
-use super::names::{self, ItemName};
-use crate::types::Backoff;
+use super::Claims;
+use crate::queue::claims::{ClaimMarkers, Outcome};
+use crate::queue::context::SETTLE_RETRIES;
+use crate::queue::message::Message;
+use crate::queue::names::{self, ItemName};
 use crate::zk::{ConnectionState, NodeMode, TxnOp, TxnResult, ZkError};
 
-/// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
-/// doubling, to 5 s.
-pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 0.0);
-
-impl Shared {
+impl Claims {
     /// The operations that take node `name` at `version` whose items after the first are `rest`:
     /// Curator's lock created and deleted around the delete (when the queue has a lock path), and
     /// the creates that split `rest` off; and the split items. A claim sends them after its

@@ -20,14 +20,14 @@
 
 use tokio::time::Instant;
 
-use super::cache::ChildrenCache;
-use super::context::Context;
-use super::names::{self, ItemName};
-use super::{Shared, envelope};
+use super::Claims;
 use crate::config::QueueKind;
+use crate::queue::context::Context;
+use crate::queue::envelope;
+use crate::queue::names::{self, ItemName};
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
-/// A candidate node made ready for a claim by [`Shared::fit_for_claim`].
+/// A candidate node made ready for a claim by [`Claims::fit_for_claim`].
 pub(super) enum Fit {
     /// The node as it is now: its claim's transaction fits.
     Ready(Vec<u8>, NodeStat),
@@ -40,29 +40,15 @@ pub(super) enum Fit {
     Unsplittable,
 }
 
-/// The items of a node read for a claim; `None` (logged once, counted) when it is not a
-/// Curator envelope or holds no item.
-pub(super) fn items_of(ctx: &Context, cache: &ChildrenCache, name: &str, data: &[u8]) -> Option<Vec<Vec<u8>>> {
-    if ctx.kind == QueueKind::Simple {
-        return Some(vec![data.to_vec()]);
-    }
-    match envelope::decode(data) {
-        Ok(items) if !items.is_empty() => Some(items),
-        decoded => {
-            if cache.mark_undecodable(name) {
-                let why = decoded.err().map_or("holds no items".to_owned(), |e| e.to_string());
-                tracing::warn!(queue = %ctx.name, node = %name, reason = %why,
-                    "skipping a queue node that is not a Curator envelope (left in place)");
-            }
-            None
-        },
-    }
-}
-
 impl Context {
     /// The creates that split `rest`, the items after the first of node `name` at `version`, into
     /// single-item nodes (Curator's envelope). They run in the transaction that claims the first.
-    pub(super) fn split_ops(&self, name: &str, rest: &[Vec<u8>], version: i32) -> (Vec<TxnOp>, Vec<ItemName>) {
+    pub(in crate::queue) fn split_ops(
+        &self,
+        name: &str,
+        rest: &[Vec<u8>],
+        version: i32,
+    ) -> (Vec<TxnOp>, Vec<ItemName>) {
         let width = if version > 0 { names::WIDEST_SPLIT_INDEX } else { names::split_width(rest.len()) };
         self.split_creates(name, rest.iter().enumerate().map(|(at, item)| (at + 1, item.as_slice())), width)
     }
@@ -87,7 +73,7 @@ impl Context {
     }
 }
 
-impl Shared {
+impl Claims {
     /// Makes node `name` (read as `data` at `stat`) small enough that its claim fits one request:
     /// while `claim_bytes(items, version)`, the encoded size of the claim the caller would send,
     /// is over [`MAX_REQUEST_BYTES`], moves the largest run of tail items that fits one request
@@ -146,7 +132,7 @@ impl Shared {
         }
     }
 
-    /// One step of [`Shared::fit_for_claim`]: the transaction that moves the largest run of tail
+    /// One step of [`Claims::fit_for_claim`]: the transaction that moves the largest run of tail
     /// items that fits one request out of the node (at `version`) into nodes of their own, and
     /// the split items; `None` when not even one item fits.
     fn tail_step(
