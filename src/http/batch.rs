@@ -141,7 +141,7 @@ pub async fn put_batch(
     }
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     // One "now" for every message: the same `delay` gives the same delivery time.
-    let now = crate::queue::now_epoch_ms();
+    let now = crate::types::now_epoch_ms();
     let mut bodies = Vec::with_capacity(request.messages.len());
     let mut options = Vec::with_capacity(request.messages.len());
     let mut total = 0usize;

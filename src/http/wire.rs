@@ -68,7 +68,7 @@ pub struct KindFields {
 /// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
 /// "not before" bounds: given together, the later one applies.
 pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
-    put_options_at(state, fields, wait, crate::queue::now_epoch_ms())
+    put_options_at(state, fields, wait, crate::types::now_epoch_ms())
 }
 
 /// [`put_options`] with `delay` counted from `now` (epoch ms).

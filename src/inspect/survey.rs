@@ -19,7 +19,8 @@ use tokio::time::Instant;
 
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES, QueueKind};
 use crate::queue::names::{self, ItemName, QUEUE_PREFIX, SIMPLE_PREFIX};
-use crate::queue::{envelope, now_epoch_ms, queue_layout, read_counter};
+use crate::queue::{envelope, queue_layout, read_counter};
+use crate::types::now_epoch_ms;
 use crate::zk::{Zk, ZkError};
 
 /// Node reads in flight at once, per queue: with nodes of at most 1 MiB, the data held at any time.

@@ -19,10 +19,8 @@ use crate::http::wire::{
     HEADER_QUEUE,
 };
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
-use crate::queue::{
-    ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms,
-};
-use crate::types::Backoff;
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt};
+use crate::types::{Backoff, now_epoch_ms};
 
 /// How long one lease call waits for a message; the worker simply asks again.
 const LEASE_WAIT: Duration = Duration::from_secs(30);

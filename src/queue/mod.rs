@@ -24,7 +24,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use cache::ChildrenCache;
-pub use cache::now_epoch_ms;
 use claims::ClaimMarkers;
 use idempotency::Idempotency;
 pub use idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
@@ -38,7 +37,7 @@ pub use ops::{HeadAge, QueueInfo};
 use crate::config::{Config, QueueKind, check_name};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
-use crate::types::Layout;
+use crate::types::{Layout, now_epoch_ms};
 use crate::zk::{GroupCommit, WatchEvent, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.

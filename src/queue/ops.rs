@@ -10,6 +10,7 @@ use super::names::{self, ItemMeta, ItemName};
 use super::{Queue, QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
+use crate::types::now_epoch_ms;
 use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
 
 /// What `GET /v1/queues/{queue}` reports.
@@ -37,7 +38,7 @@ impl HeadAge {
     /// The age in milliseconds, when a message is known to wait.
     pub fn age_ms(self) -> Option<i64> {
         match self {
-            HeadAge::Since(since) => Some((super::now_epoch_ms() - since).max(0)),
+            HeadAge::Since(since) => Some((now_epoch_ms() - since).max(0)),
             HeadAge::NoneWaiting | HeadAge::NotKnownYet => None,
         }
     }
@@ -64,7 +65,7 @@ impl Queue {
         }
         Ok(match self.kind {
             QueueKind::Priority => ItemMeta::Priority(options.priority.unwrap_or(0)),
-            QueueKind::Delay => ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(super::now_epoch_ms).max(1)),
+            QueueKind::Delay => ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(now_epoch_ms).max(1)),
             QueueKind::Id => {
                 let id = options.id.clone().ok_or_else(|| {
                     QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.name))
@@ -176,7 +177,7 @@ impl Queue {
             )));
         }
         // A delay queue's message without a delivery time is due now: the same "now" for all.
-        let now = super::now_epoch_ms();
+        let now = now_epoch_ms();
         let mut shared: Option<ItemMeta> = None;
         for (index, (body, options)) in messages.iter().enumerate() {
             if body.len() > self.max_message_bytes {

@@ -6,6 +6,7 @@
 pub mod acl;
 mod app_url;
 mod backoff;
+mod clock;
 mod layout;
 mod nack_mode;
 mod name;
@@ -16,6 +17,7 @@ mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
 pub use backoff::{Backoff, Retries};
+pub use clock::now_epoch_ms;
 pub use layout::Layout;
 pub use nack_mode::NackMode;
 pub use name::{MAX_NAME_LEN, check_name};

@@ -151,7 +151,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(got, ["min", "minus-one", "five", "five-again", "ten"]);
 
     // Delay: by delivery time numerically; not before it is due.
-    let now = zkq::queue::now_epoch_ms();
+    let now = zkq::types::now_epoch_ms();
     for (at, body) in [(now - 1000, "past-b"), (0x1_0000_0000_i64, "past-a"), (now + 1500, "soon")] {
         let url = zkq.url(&format!("/v1/queues/d/messages?deliver_at={at}"));
         assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
@@ -161,7 +161,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(zkq.take_body("d", "0").await, None, "not due yet");
     let started = Instant::now();
     assert_eq!(zkq.take_body("d", "10s").await.as_deref(), Some(b"soon".as_slice()));
-    assert!(zkq::queue::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
+    assert!(zkq::types::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

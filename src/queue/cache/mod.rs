@@ -28,7 +28,6 @@ mod state;
 mod waiters;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -39,11 +38,6 @@ use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
 use state::{Effects, JUTE_MAXBUFFER, State};
 use waiters::Barriers;
-
-/// Milliseconds since the Unix epoch, the unit of delay-queue names.
-pub fn now_epoch_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
-}
 
 /// Shared between the refresher task and the takers.
 pub(super) struct ChildrenCache {
@@ -279,6 +273,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::types::now_epoch_ms;
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {

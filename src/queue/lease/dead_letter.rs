@@ -6,9 +6,10 @@
 use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::names::{self, ItemMeta, ItemName};
-use super::super::{Queue, envelope, now_epoch_ms};
+use super::super::{Queue, envelope};
 use super::DeadLetter;
 use crate::config::QueueKind;
+use crate::types::now_epoch_ms;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
 
 impl Queue {

@@ -48,9 +48,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::names::ItemName;
-use super::{Queue, QueueError, now_epoch_ms};
+use super::{Queue, QueueError};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
+use crate::types::now_epoch_ms;
 use crate::zk::{TxnOp, Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
