@@ -190,7 +190,7 @@ pub async fn put_batch(
     let every_one_replayed = receipts.iter().all(|r| r.replay);
     let replayed = receipts.iter().map(|r| r.replay).collect();
     let message_ids = receipts.into_iter().map(|r| r.message_id).collect();
-    let body = BatchPutResponse { queue: queue.name.clone(), message_ids, replayed };
+    let body = BatchPutResponse { queue: queue.name.to_string(), message_ids, replayed };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     if every_one_replayed {
         response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));

@@ -34,22 +34,20 @@ pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
 pub use ops::{HeadAge, QueueInfo};
 
-use crate::config::{Config, QueueKind, check_name};
+use crate::config::{Config, QueueKind};
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::supervise::{self, Task};
-use crate::types::{Layout, now_epoch_ms};
+use crate::types::{Layout, QueueName, now_epoch_ms};
 use crate::zk::{GroupCommit, WatchEvent, ZkError, ZkSession};
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
-    #[error("{0}")]
-    InvalidName(String),
     #[error("queue {0:?} is not declared and dynamic queues are disabled (queues_dynamic = false)")]
-    UnknownQueue(String),
+    UnknownQueue(QueueName),
     /// A dynamic queue whose node does not exist: nobody has put to it yet.
     #[error("queue {0:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)")]
-    NoSuchQueue(String),
+    NoSuchQueue(QueueName),
     #[error("this zkq already serves {0} dynamic queues (max_dynamic_queues); declare the queue")]
     TooManyQueues(usize),
     #[error("{0}")]
@@ -94,7 +92,7 @@ impl From<ZkError> for QueueError {
 
 /// One queue: where it lives, how its nodes are named, and its cache.
 pub struct Queue {
-    pub name: String,
+    pub name: QueueName,
     pub kind: QueueKind,
     pub path: String,
     pub lock_path: Option<String>,
@@ -201,7 +199,7 @@ pub struct QueueService {
     config: Arc<Config>,
     session: ZkSession,
     metrics: Arc<Metrics>,
-    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    queues: Mutex<HashMap<QueueName, Arc<Queue>>>,
     dynamic_count: Mutex<usize>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -252,7 +250,7 @@ impl QueueService {
             async move { QueueService::run_idle_closer(service, shutdown).await }
         });
         // Declared queues start their caches at once, so their metrics exist from the start.
-        let declared: Vec<String> = service.config.queues.keys().cloned().collect();
+        let declared: Vec<QueueName> = service.config.queues.keys().cloned().collect();
         for name in declared {
             if let Err(err) = service.open(&name) {
                 tracing::error!(queue = %name, error = %err, "cannot open declared queue");
@@ -298,23 +296,21 @@ impl QueueService {
 
     /// The queue called `name` for a write (a put), opening it on first use: the put creates the
     /// queue's node when it does not exist (nothing else does).
-    pub fn open(&self, name: &str) -> Result<QueueRef, QueueError> {
-        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+    pub fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(name) {
             return Ok(Self::use_queue(queue));
         }
         let queue = self.start_queue(name)?;
         let used = Self::use_queue(&queue);
-        queues.insert(name.to_owned(), queue);
+        queues.insert(name.clone(), queue);
         Ok(used)
     }
 
     /// The queue called `name` if this process has it open (declared queues always are), or a
     /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
     /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
-    pub fn open_only(&self, name: &str) -> Result<QueueRef, QueueError> {
-        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+    pub fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get(name) {
             Some(queue) => Ok(Self::use_queue(queue)),
@@ -346,7 +342,7 @@ impl QueueService {
     ///   applies to every watch on the path (ZOOKEEPER-4466), the cache's persistent one too. An
     ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
     ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
-    pub async fn existing(&self, name: &str, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+    pub async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         match self.open_only(name) {
             Err(QueueError::NoSuchQueue(_)) => {},
             other => return other.map(Some),
@@ -408,7 +404,7 @@ impl QueueService {
     }
 
     /// Builds a queue and starts its tasks (the caller inserts it into the map).
-    fn start_queue(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
+    fn start_queue(&self, name: &QueueName) -> Result<Arc<Queue>, QueueError> {
         let declared = self.config.queues.contains_key(name);
         if !declared {
             if !self.config.queues_dynamic {
@@ -437,14 +433,14 @@ impl QueueService {
         let cache = ChildrenCache::new(
             kind,
             path.clone(),
-            name.to_owned(),
+            name.clone(),
             self.metrics.clone(),
             stop.clone(),
             self.tasks.clone(),
             dead_letter.is_some() && kind != QueueKind::Simple,
         );
         let queue = Arc::new(Queue {
-            name: name.to_owned(),
+            name: name.clone(),
             kind,
             path,
             lock_path: lock_path.clone(),
@@ -540,7 +536,7 @@ impl QueueService {
         // Under the map lock: `open` counts a new user under it too, so no request can start
         // using a queue between the check and its removal.
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let idle_names: Vec<String> =
+        let idle_names: Vec<QueueName> =
             queues.values().filter(|q| !q.declared && q.idle_for(idle)).map(|q| q.name.clone()).collect();
         for name in idle_names {
             let Some(queue) = queues.remove(&name) else { continue };

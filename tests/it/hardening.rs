@@ -665,14 +665,14 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
     let root = unique_root("prompt-dlq");
     let mut config = test_config(zk, &root);
     config.queues.insert(
-        "src".into(),
+        "src".parse().expect("a valid name"),
         zkq::config::QueueConfig {
             kind: QueueKind::Fifo,
             path: None,
             lock_path: None,
             max_items: None,
             max_deliveries: None,
-            dead_letter: Some("src-dlq".into()),
+            dead_letter: Some("src-dlq".parse().expect("a valid name")),
             push: None,
             idempotency_window: None,
         },

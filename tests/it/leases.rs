@@ -312,14 +312,14 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
     let root = unique_root("dlq");
     let mut config = test_config(zk, &root);
     config.queues.insert(
-        "poison".into(),
+        "poison".parse().expect("a valid name"),
         QueueConfig {
             kind: QueueKind::Fifo,
             path: None,
             lock_path: None,
             max_items: None,
             max_deliveries: Some(3),
-            dead_letter: Some("poison-dlq".into()),
+            dead_letter: Some("poison-dlq".parse().expect("a valid name")),
             push: None,
             idempotency_window: None,
         },

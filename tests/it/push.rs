@@ -400,7 +400,7 @@ async fn a_message_the_app_keeps_refusing_moves_to_the_dead_letter_queue() {
     let mut config = config_pushing(zk, &root, "q", push_to(&app.url("/work")));
     let queue = config.queues.get_mut("q").expect("declared");
     queue.max_deliveries = Some(3);
-    queue.dead_letter = Some("q.dlq".to_owned());
+    queue.dead_letter = Some("q.dlq".parse().expect("a valid name"));
     let zkq = TestZkq::start_ready(config).await;
     for body in ["before", "poison", "after"] {
         zkq.put_ok("q", body.as_bytes()).await;

@@ -36,13 +36,14 @@ use tokio_util::task::TaskTracker;
 use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
+use crate::types::QueueName;
 use state::{Effects, JUTE_MAXBUFFER, State};
 use waiters::Barriers;
 
 /// Shared between the refresher task and the takers.
 pub(super) struct ChildrenCache {
     path: String,
-    label: String,
+    label: QueueName,
     metrics: Arc<Metrics>,
     /// This queue's series, resolved once.
     qm: QueueMetrics,
@@ -71,7 +72,7 @@ impl ChildrenCache {
     pub(super) fn new(
         kind: QueueKind,
         path: String,
-        label: String,
+        label: QueueName,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         tasks: TaskTracker,
@@ -257,7 +258,8 @@ impl ChildrenCache {
 #[cfg(test)]
 fn test_cache(kind: QueueKind) -> Arc<ChildrenCache> {
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new(), false)
+    let name = "q".parse().expect("a valid name");
+    ChildrenCache::new(kind, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new(), false)
 }
 
 #[cfg(test)]

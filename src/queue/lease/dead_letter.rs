@@ -33,7 +33,7 @@ impl Queue {
         let meta = match (&candidate.meta, target.kind) {
             (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),
             (ItemMeta::Id(id), QueueKind::Id) => ItemMeta::Id(id.clone()),
-            (_, QueueKind::Id) => ItemMeta::Id(self.name.clone()),
+            (_, QueueKind::Id) => ItemMeta::Id(self.name.to_string()),
             (_, QueueKind::Priority) => ItemMeta::Priority(0),
             (_, QueueKind::Delay) => ItemMeta::DeliverAt(now_epoch_ms()),
             _ => ItemMeta::Plain,

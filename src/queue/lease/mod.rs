@@ -51,7 +51,7 @@ use super::names::ItemName;
 use super::{Queue, QueueError};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
-use crate::types::now_epoch_ms;
+use crate::types::{QueueName, now_epoch_ms};
 use crate::zk::{TxnOp, Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
@@ -73,7 +73,7 @@ pub struct LeaseGrant {
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
     pub max_deliveries: Option<u32>,
-    pub name: String,
+    pub name: QueueName,
     pub kind: QueueKind,
     pub path: String,
 }
