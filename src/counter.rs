@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, check_name};
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::supervise::{self, Task};
-use crate::types::{Backoff, Layout};
+use crate::types::{Backoff, CounterName, Layout};
 use crate::zk::{NodeMode, WatchEvent, Zk, ZkError, ZkSession};
 
 /// How many compare-and-set attempts an `add` makes before giving up with `Contention`.
@@ -32,13 +32,11 @@ pub struct Versioned {
 /// Why a counter operation failed. The wording is the domain's; `http/` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CounterError {
-    #[error("{0}")]
-    InvalidName(String),
     #[error("counter {0:?} is not declared and dynamic counters are disabled (counters_dynamic = false)")]
-    UnknownCounter(String),
+    UnknownCounter(CounterName),
     /// A dynamic counter whose node does not exist: nobody has set it yet.
     #[error("counter {0:?} does not exist: nothing set it yet (a set or an add creates it)")]
-    NoSuchCounter(String),
+    NoSuchCounter(CounterName),
     #[error("this zkq already serves {0} dynamic counters; declare the counter")]
     TooManyCounters(usize),
     /// The node does not hold 4 bytes: not a SharedCount; never overwritten.
@@ -85,7 +83,7 @@ pub(crate) fn decode(data: &[u8]) -> Result<i32, CounterError> {
 
 /// One counter: its path, seed, and the shared watch that feeds long-polls.
 pub struct Counter {
-    pub name: String,
+    pub name: CounterName,
     pub path: String,
     pub seed: i32,
     session: ZkSession,
@@ -377,7 +375,7 @@ pub struct CounterService {
     config: Arc<Config>,
     session: ZkSession,
     metrics: Arc<Metrics>,
-    counters: Mutex<HashMap<String, Arc<Counter>>>,
+    counters: Mutex<HashMap<CounterName, Arc<Counter>>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -395,8 +393,7 @@ impl CounterService {
 
     /// The counter called `name` for a read: never creates anything. A dynamic counter this
     /// process has not open is opened only if its node exists (one `exists` read).
-    pub async fn existing(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
-        check_name(name).map_err(|why| CounterError::InvalidName(format!("counter name {name:?} {why}")))?;
+    pub async fn existing(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
         let known = self.config.counters.contains_key(name)
             || self.counters.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name);
         if known || !self.config.counters_dynamic {
@@ -406,14 +403,13 @@ impl CounterService {
         let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
         match zk.exists(&path).await? {
             Some(_) => self.open(name),
-            None => Err(CounterError::NoSuchCounter(name.to_owned())),
+            None => Err(CounterError::NoSuchCounter(name.clone())),
         }
     }
 
     /// The counter called `name` for a write, opening it on first use (a dynamic counter's node
     /// is created with seed 0 by its first write).
-    pub fn open(&self, name: &str) -> Result<Arc<Counter>, CounterError> {
-        check_name(name).map_err(|why| CounterError::InvalidName(format!("counter name {name:?} {why}")))?;
+    pub fn open(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(counter) = counters.get(name) {
             return Ok(counter.clone());
@@ -423,7 +419,7 @@ impl CounterService {
             Some(declared) => (declared.path.clone().unwrap_or_else(|| layout.counter(name)), declared.seed),
             None => {
                 if !self.config.counters_dynamic {
-                    return Err(CounterError::UnknownCounter(name.to_owned()));
+                    return Err(CounterError::UnknownCounter(name.clone()));
                 }
                 let dynamic = counters.keys().filter(|n| !self.config.counters.contains_key(*n)).count();
                 if dynamic >= self.config.max_dynamic_queues {
@@ -433,7 +429,7 @@ impl CounterService {
             },
         };
         let counter = Arc::new(Counter {
-            name: name.to_owned(),
+            name: name.clone(),
             path,
             seed,
             session: self.session.clone(),
@@ -444,7 +440,7 @@ impl CounterService {
             tasks: self.tasks.clone(),
         });
         self.metrics.counter_operations.with_label_values(&["open", "ok"]).inc();
-        counters.insert(name.to_owned(), counter.clone());
+        counters.insert(name.clone(), counter.clone());
         Ok(counter)
     }
 }

@@ -6,7 +6,7 @@
 
 #![allow(clippy::disallowed_types, reason = "src/metrics.rs owns the metrics registry")]
 
-use crate::types::NackMode;
+use crate::types::{NackMode, QueueName};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
@@ -443,7 +443,8 @@ impl Metrics {
 
     /// The series of `queue`, resolved once when the queue opens; each exists (at 0) from then
     /// on, so `rate()` and absent-series alerts work before the first event.
-    pub fn queue(&self, queue: &str) -> QueueMetrics {
+    pub fn queue(&self, queue: &QueueName) -> QueueMetrics {
+        let queue = queue.as_str();
         let q = &[queue];
         QueueMetrics {
             puts_in_flight: self.puts_in_flight.with_label_values(q),
@@ -475,7 +476,8 @@ impl Metrics {
 
     /// Drops every per-queue series of `queue` (its queue was closed), so names that come and
     /// go do not grow the export.
-    pub fn forget_queue(&self, queue: &str) {
+    pub fn forget_queue(&self, queue: &QueueName) {
+        let queue = queue.as_str();
         for gauge in [
             &self.puts_in_flight,
             &self.queue_children,
@@ -677,7 +679,8 @@ impl PushMetrics {
 
 impl Metrics {
     /// The push series of `queue`.
-    pub fn push(&self, queue: &str) -> PushMetrics {
+    pub fn push(&self, queue: &QueueName) -> PushMetrics {
+        let queue = queue.as_str();
         let q = &[queue];
         let probes = &self.push.app_probes;
         PushMetrics {

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::types::{CounterName, NameError, QueueName};
+
 /// A configuration that cannot be used, with enough detail to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -37,6 +39,7 @@ fn allowed_for(key: &str) -> &'static str {
         "acl" => "entries scheme:id:perms, like world:anyone:r, auth::cdrwa or digest:app:<hash>:cdrwa",
         "format" => "one of: text, json",
         "kind" => "one of: fifo, priority, delay, id, simple",
+        "dead_letter" => "the name of another queue",
         "listen" => "a socket address like 127.0.0.1:8080 or 0.0.0.0:9090",
         "queues_dynamic" | "allow_remote" => "true or false",
         "concurrency" => "a whole number like 1 or 8",
@@ -56,6 +59,21 @@ fn allowed_for(key: &str) -> &'static str {
         },
         _ => "see docs/reference/configuration.md (or `zkq reference config`)",
     }
+}
+
+/// The first name of table `table` (`queues` or `counters`) that its name type refuses: serde
+/// names only the table when a key of it fails, so the key is found here, to be named as
+/// `queues.NAME`.
+fn refused_name(merged: &config::Config, table: &str) -> Option<ConfigError> {
+    let mut names: Vec<String> = merged.get_table(table).ok()?.into_keys().collect();
+    names.sort();
+    let mut names = names.into_iter();
+    let refused: NameError = match table {
+        "queues" => names.find_map(|name| QueueName::parse(name).err()),
+        "counters" => names.find_map(|name| CounterName::parse(name).err()),
+        _ => None,
+    }?;
+    Some(invalid(format!("{table}.{}", refused.text()), refused.text(), refused.why()))
 }
 
 pub(super) fn from_config_error(err: config::ConfigError, merged: Option<&config::Config>) -> ConfigError {
@@ -93,6 +111,9 @@ pub(super) fn from_config_error(err: config::ConfigError, merged: Option<&config
             return ConfigError { key: "--config".to_owned(), value: file, allowed: format!("not valid TOML: {text}") };
         },
         _ => {},
+    }
+    if let Some(refused) = merged.and_then(|merged| refused_name(merged, &key)) {
+        return refused;
     }
     let value =
         merged.and_then(|m| m.get_string(&key).ok()).map_or_else(|| "(unreadable)".to_owned(), |v| format!("{v:?}"));

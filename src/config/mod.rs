@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 // The vocabulary lives on the ground floor; these paths keep working for the modules that name it here.
 pub use crate::types::AppUrl;
 pub use crate::types::acl::{AclEntry, NodeAcl, acl_perms};
-pub use crate::types::{JUTE_MAXBUFFER_BYTES, MAX_NAME_LEN, MAX_PUSH_URL_LEN, QueueKind, Secret, check_name};
+pub use crate::types::{
+    CounterName, JUTE_MAXBUFFER_BYTES, MAX_NAME_LEN, MAX_PUSH_URL_LEN, QueueKind, QueueName, Secret,
+};
 pub use error::ConfigError;
 pub use load::Overrides;
 pub use secrets::{FileSecrets, read_secret_files};
@@ -52,11 +54,11 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub queue_idle_close: Duration,
     /// Declared queues, by name.
-    pub queues: BTreeMap<String, QueueConfig>,
+    pub queues: BTreeMap<QueueName, QueueConfig>,
     /// Whether counters that are not declared under `[counters]` are created on first use.
     pub counters_dynamic: bool,
     /// Declared shared counters, by name.
-    pub counters: BTreeMap<String, CounterConfig>,
+    pub counters: BTreeMap<CounterName, CounterConfig>,
 }
 
 /// A shared counter (Curator `SharedCount`).
@@ -279,7 +281,7 @@ pub struct QueueConfig {
     /// Deliveries (leases) after which a message moves to `dead_letter` instead.
     pub max_deliveries: Option<u32>,
     /// Queue that receives messages past `max_deliveries`, and undecodable nodes.
-    pub dead_letter: Option<String>,
+    pub dead_letter: Option<QueueName>,
     /// Push delivery to the app (`[queues.NAME.push]`); none: the app pulls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushConfig>,
@@ -510,7 +512,7 @@ impl Config {
     /// `zkq check-config` advice: declared queues without `max_items`, with a value that keeps
     /// their child list readable by Curator consumers.
     pub fn max_items_recommendations(&self) -> Vec<String> {
-        let mut names: Vec<&String> = self.queues.keys().collect();
+        let mut names: Vec<&QueueName> = self.queues.keys().collect();
         names.sort();
         names
             .into_iter()

@@ -307,12 +307,23 @@ fn queue_paths_among_the_idempotency_records_are_refused() {
 }
 
 #[test]
-fn names_follow_the_url_segment_rule() {
-    assert!(check_name("orders.v2_high-prio").is_ok());
-    for bad in ["", ".", "..", "a/b", "a b", "ü", &"x".repeat(201)] {
-        assert!(check_name(bad).is_err(), "{bad:?} must be refused");
+fn a_bad_name_is_refused_at_load_naming_its_key() {
+    let cases = [
+        ("[queues.\"a b\"]\n", r#"queues.a b = "a b": may contain only A-Z a-z 0-9 . _ -"#),
+        ("[queues.ok]\n[queues.\"..\"]\n", r#"queues... = "..": must not be . or .."#),
+        (&format!("[queues.{}]\n", "x".repeat(201)), "must be 1 to 200 characters"),
+        ("[counters.\"ü\"]\n", "counters.ü = \"ü\": may contain only A-Z a-z 0-9 . _ -"),
+        (
+            "[queues.orders]\nmax_deliveries = 3\ndead_letter = \"bad/dlq\"\n",
+            r#"queues.orders.dead_letter = "bad/dlq": the name of another queue (queue name "bad/dlq" may contain only"#,
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = load_toml(text).expect_err(text);
+        assert!(err.to_string().contains(expected), "{text:?}: {err}");
     }
-    assert!(check_name(&"x".repeat(200)).is_ok());
+    let config = load_toml("[queues.\"orders.v2_high-prio\"]\n[counters.hits]\n").expect("valid names");
+    assert!(config.queues.contains_key("orders.v2_high-prio") && config.counters.contains_key("hits"));
 }
 
 fn load_toml(text: &str) -> Result<Config, ConfigError> {
@@ -401,7 +412,7 @@ fn check_config_recommends_max_items_for_declared_queues_without_one() {
         [("f", QueueKind::Fifo, None), ("p", QueueKind::Priority, None), ("capped", QueueKind::Fifo, Some(10))]
     {
         config.queues.insert(
-            name.to_owned(),
+            name.parse().expect("a valid name"),
             QueueConfig {
                 kind,
                 path: None,

@@ -10,7 +10,6 @@ use super::{
     SaslMechanism,
 };
 use crate::types::acl::{AclEntry, acl_perms, digest_hash};
-use crate::types::check_name;
 
 impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
@@ -146,9 +145,6 @@ impl Config {
         }
         for (name, queue) in &self.queues {
             let key = format!("queues.{name}");
-            if let Err(why) = check_name(name) {
-                return Err(invalid(key, name, why));
-            }
             // zkq keeps idempotency records there and its sweepers delete what they find.
             let records = crate::types::Layout::new(&self.zookeeper.root).idempotency();
             let among_records = |path: &str| path == records || path.starts_with(&format!("{records}/"));
@@ -192,9 +188,6 @@ impl Config {
                 return Err(invalid(format!("{key}.max_deliveries"), 0, "at least 1, or leave it out for no limit"));
             }
             if let Some(dead_letter) = &queue.dead_letter {
-                if let Err(why) = check_name(dead_letter) {
-                    return Err(invalid(format!("{key}.dead_letter"), dead_letter, why));
-                }
                 if dead_letter == name {
                     return Err(invalid(format!("{key}.dead_letter"), dead_letter, "must be another queue"));
                 }
@@ -227,9 +220,6 @@ impl Config {
         }
         for (name, counter) in &self.counters {
             let key = format!("counters.{name}");
-            if let Err(why) = check_name(name) {
-                return Err(invalid(key, name, why));
-            }
             if let Some(path) = &counter.path {
                 check_zk_path(&format!("{key}.path"), path)?;
             }

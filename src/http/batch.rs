@@ -141,7 +141,7 @@ pub async fn put_batch(
     }
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     // One "now" for every message: the same `delay` gives the same delivery time.
-    let now = crate::queue::now_epoch_ms();
+    let now = crate::types::now_epoch_ms();
     let mut bodies = Vec::with_capacity(request.messages.len());
     let mut options = Vec::with_capacity(request.messages.len());
     let mut total = 0usize;
@@ -190,7 +190,7 @@ pub async fn put_batch(
     let every_one_replayed = receipts.iter().all(|r| r.replay);
     let replayed = receipts.iter().map(|r| r.replay).collect();
     let message_ids = receipts.into_iter().map(|r| r.message_id).collect();
-    let body = BatchPutResponse { queue: queue.name().to_owned(), message_ids, replayed };
+    let body = BatchPutResponse { queue: queue.name().to_string(), message_ids, replayed };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     if every_one_replayed {
         response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));

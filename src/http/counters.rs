@@ -11,14 +11,15 @@ use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
 use super::state::AppState;
 use crate::counter::{CounterError, Versioned};
+use crate::types::CounterName;
 
 /// Path parameter: a counter name.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct CounterPath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
-    pub name: String,
+    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub name: CounterName,
 }
 
 /// Query parameters of a read.
@@ -111,7 +112,6 @@ fn counter_error(err: CounterError) -> Response {
 impl From<CounterError> for ApiError {
     fn from(err: CounterError) -> Self {
         let code = match &err {
-            CounterError::InvalidName(_) => ErrorCode::InvalidName,
             CounterError::UnknownCounter(_) | CounterError::NoSuchCounter(_) | CounterError::TooManyCounters(_) => {
                 ErrorCode::CounterNotFound
             },

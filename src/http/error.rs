@@ -263,7 +263,6 @@ impl From<ZkError> for ApiError {
 impl From<QueueError> for ApiError {
     fn from(err: QueueError) -> Self {
         let code = match &err {
-            QueueError::InvalidName(_) => ErrorCode::InvalidQueueName,
             QueueError::UnknownQueue(_) | QueueError::NoSuchQueue(_) | QueueError::TooManyQueues(_) => {
                 ErrorCode::QueueNotFound
             },

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use axum::Json;
+use axum::extract::path::ErrorKind;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
@@ -27,18 +28,32 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
-/// `Path<T>` with JSON errors.
+/// `Path<T>` with JSON errors. A `{queue}` segment that is not a queue name answers 400
+/// `invalid_queue_name`, a counter's `{name}` that is not a counter name 400 `invalid_name`
+/// (`QueueName` and `CounterName` refuse it as they are read, so axum says which segment);
+/// any other bad segment 400 `bad_request`.
 pub struct ApiPath<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Path(v)| ApiPath(v))
-            .map_err(|e: PathRejection| ApiError::new(ErrorCode::BadRequest, format!("bad path: {}", e.body_text())))
+        Path::<T>::from_request_parts(parts, state).await.map(|Path(v)| ApiPath(v)).map_err(path_rejection)
     }
+}
+
+fn path_rejection(rejection: PathRejection) -> ApiError {
+    if let PathRejection::FailedToDeserializePathParams(failed) = &rejection
+        && let ErrorKind::DeserializeError { key, message, .. } = failed.kind()
+    {
+        // The routes' names for a queue and a counter: `/v1/queues/{queue}`, `/v1/counters/{name}`.
+        match key.as_str() {
+            "queue" => return ApiError::new(ErrorCode::InvalidQueueName, message.clone()),
+            "name" => return ApiError::new(ErrorCode::InvalidName, message.clone()),
+            _ => {},
+        }
+    }
+    ApiError::new(ErrorCode::BadRequest, format!("bad path: {}", rejection.body_text()))
 }
 
 /// The raw request body, with JSON errors (413 when over the limit).
@@ -173,5 +188,61 @@ mod tests {
         for bad in ["", "s", "1d", "1 s", "-1s", "1.5s", "soon"] {
             assert!(parse_duration("w", bad).is_err(), "{bad:?} must be refused");
         }
+    }
+
+    /// The status, code and message a router with the API's path types answers to `uri`.
+    async fn path_answer(method: &str, uri: &str) -> (StatusCode, String, String) {
+        use axum::routing::{get, post};
+        use http_body_util::BodyExt;
+
+        use crate::http::counters::CounterPath;
+        use crate::http::leases::LeasePath;
+        use crate::http::wire::QueuePath;
+
+        let router = axum::Router::new()
+            .route("/v1/queues/{queue}", get(|ApiPath(path): ApiPath<QueuePath>| async move { path.queue.to_string() }))
+            .route(
+                "/v1/queues/{queue}/leases/{lease}",
+                post(|ApiPath(path): ApiPath<LeasePath>| async move { format!("{} {}", path.queue, path.lease) }),
+            )
+            .route(
+                "/v1/counters/{name}",
+                get(|ApiPath(path): ApiPath<CounterPath>| async move { path.name.to_string() }),
+            );
+        let request = Request::builder().method(method).uri(uri).body(axum::body::Body::empty()).expect("a request");
+        let response = tower::ServiceExt::oneshot(router, request).await.expect("infallible");
+        let status = response.status();
+        let body = response.into_body().collect().await.expect("a body").to_bytes();
+        let Ok(error) = serde_json::from_slice::<super::super::error::ErrorBody>(&body) else {
+            return (status, String::new(), String::from_utf8_lossy(&body).into_owned());
+        };
+        (status, error.code, error.message)
+    }
+
+    #[tokio::test]
+    async fn a_bad_name_in_the_path_answers_as_a_refused_name() {
+        let refused = |code: &str, message: &str| (StatusCode::BAD_REQUEST, code.to_owned(), message.to_owned());
+        assert_eq!(
+            path_answer("GET", "/v1/queues/a%20b").await,
+            refused("invalid_queue_name", r#"queue name "a b" may contain only A-Z a-z 0-9 . _ -"#)
+        );
+        assert_eq!(
+            path_answer("POST", "/v1/queues/%2E%2E/leases/r1").await,
+            refused("invalid_queue_name", r#"queue name ".." must not be . or .."#)
+        );
+        assert_eq!(
+            path_answer("GET", &format!("/v1/counters/{}", "x".repeat(201))).await,
+            refused("invalid_name", &format!("counter name {:?} must be 1 to 200 characters", "x".repeat(201)))
+        );
+        // Valid names pass, typed.
+        assert_eq!(
+            path_answer("GET", "/v1/queues/orders.v2").await,
+            (StatusCode::OK, String::new(), "orders.v2".into())
+        );
+        assert_eq!(path_answer("POST", "/v1/queues/q/leases/r1").await, (StatusCode::OK, String::new(), "q r1".into()));
+        assert_eq!(path_answer("GET", "/v1/counters/hits").await, (StatusCode::OK, String::new(), "hits".into()));
+        // A segment that is not UTF-8 is no name at all: a malformed path.
+        let (status, code, _) = path_answer("GET", "/v1/queues/%FF").await;
+        assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "bad_request"));
     }
 }

@@ -18,13 +18,14 @@ use super::wire::{
     message_response, receipt_of,
 };
 use crate::queue::NackMode;
+use crate::types::QueueName;
 
 /// Path parameters: a queue and a lease receipt.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct LeasePath {
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
-    pub queue: String,
+    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: QueueName,
     /// The `zkq-lease` header of the lease response.
     #[param(min_length = 1, max_length = 200)]
     pub lease: String,

@@ -20,13 +20,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef};
+use crate::types::QueueName;
 
 /// Path parameters: a queue name and a message id.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct MessagePath {
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
-    pub queue: String,
+    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: QueueName,
     /// The message's node name, as returned by put (`zkq-message-id`). Characters ZooKeeper refuses in
     /// node names are refused (400).
     #[param(min_length = 1, max_length = 400)]
@@ -196,10 +197,10 @@ fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
 }
 
 /// A queue to read: 404 `queue_not_found` for a dynamic queue that does not exist (nothing is created).
-async fn existing(state: &AppState, name: &str) -> Result<QueueRef, ApiError> {
+async fn existing(state: &AppState, name: &QueueName) -> Result<QueueRef, ApiError> {
     match state.queues.existing(name, Duration::ZERO).await? {
         Some(queue) => Ok(queue),
-        None => Err(QueueError::NoSuchQueue(name.to_owned()).into()),
+        None => Err(QueueError::NoSuchQueue(name.clone()).into()),
     }
 }
 
@@ -263,7 +264,7 @@ pub async fn put_message(
         KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
     let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
     let receipt = queue.put(&body, options).await?;
-    let body = PutResponse { queue: queue.name().to_owned(), message_id: receipt.message_id };
+    let body = PutResponse { queue: queue.name().to_string(), message_id: receipt.message_id };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     if receipt.replay {
         response.headers_mut().insert(HEADER_IDEMPOTENT_REPLAY, HeaderValue::from_static("true"));
@@ -358,7 +359,7 @@ pub async fn peek_messages(
             },
         })
         .collect();
-    Ok(Json(PeekResponse { queue: queue.name().to_owned(), messages }))
+    Ok(Json(PeekResponse { queue: queue.name().to_string(), messages }))
 }
 
 /// Remove one message by id.
@@ -411,7 +412,7 @@ pub async fn remove_by_id(
 async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
     let info = queue.info().await?;
     Ok(QueueSummary {
-        name: queue.name().to_owned(),
+        name: queue.name().to_string(),
         kind: queue.kind().as_str().to_owned(),
         path: queue.path().to_owned(),
         lock_path: queue.lock_path().map(str::to_owned),
@@ -482,8 +483,8 @@ async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
     let zk = state.session.connected(deadline).await.map_err(QueueError::from)?.with_deadline(deadline);
     let limits = SurveyLimits::default();
     let located = survey::locate(&zk, &state.config, &limits).await.map_err(QueueError::from)?;
-    let open: std::collections::HashMap<String, std::sync::Arc<Queue>> =
-        state.queues.opened().into_iter().map(|q| (q.name().to_owned(), q)).collect();
+    let open: std::collections::HashMap<QueueName, std::sync::Arc<Queue>> =
+        state.queues.opened().into_iter().map(|q| (q.name().clone(), q)).collect();
     enum Listed {
         Shown(QueueSummary),
         /// Not read before the deadline (or a read failed).
@@ -495,7 +496,7 @@ async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
         .map(|location| {
             let (zk, open) = (&zk, &open);
             async move {
-                if let Some(queue) = open.get(&location.name) {
+                if let Some(queue) = open.get(location.name.as_str()) {
                     return summary(queue).await.map(Listed::Shown);
                 }
                 // Read as zkq serves it: an undeclared queue is fifo, whatever its names say.

@@ -17,6 +17,7 @@ use super::error::ApiError;
 use super::extract::parse_duration;
 use super::state::AppState;
 use crate::queue::{ItemMeta, LeaseGrant, MalformedReceipt, Message, NackMode, PutOptions, QueueError, Receipt};
+use crate::types::QueueName;
 
 /// Headers a take or lease answers with.
 pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
@@ -43,8 +44,8 @@ pub const HEADER_QUEUE: &str = "zkq-queue";
 #[into_params(parameter_in = Path)]
 pub struct QueuePath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
-    pub queue: String,
+    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    pub queue: QueueName,
 }
 
 /// A message's kind fields as a client gives them (query parameters of a put, or one message
@@ -68,7 +69,7 @@ pub struct KindFields {
 /// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
 /// "not before" bounds: given together, the later one applies.
 pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
-    put_options_at(state, fields, wait, crate::queue::now_epoch_ms())
+    put_options_at(state, fields, wait, crate::types::now_epoch_ms())
 }
 
 /// [`put_options`] with `delay` counted from `now` (epoch ms).

@@ -13,8 +13,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, JUTE_MAXBUFFER_BYTES, check_name};
+use crate::config::{Config, JUTE_MAXBUFFER_BYTES};
 use crate::metrics::Metrics;
+use crate::types::QueueName;
 pub mod survey;
 
 use crate::zk::ZkSession;
@@ -34,7 +35,7 @@ pub struct InspectArgs {
     pub json: bool,
     /// Look at this queue only, with its first messages.
     #[arg(long, value_name = "NAME", value_parser = queue_name)]
-    pub queue: Option<String>,
+    pub queue: Option<QueueName>,
     /// With --queue: how many of its first messages to show.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(0..=1000))]
     pub messages: u16,
@@ -49,8 +50,8 @@ pub struct InspectArgs {
     pub max_reads: u32,
 }
 
-fn queue_name(name: &str) -> Result<String, String> {
-    check_name(name).map(|()| name.to_owned()).map_err(|why| format!("a queue name {why}"))
+fn queue_name(name: &str) -> Result<QueueName, String> {
+    QueueName::parse(name).map_err(|err| format!("a queue name {}", err.why()))
 }
 
 fn timeout(text: &str) -> Result<Duration, String> {

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES, QueueKind};
 use crate::queue::names::{self, ItemName, QUEUE_PREFIX, SIMPLE_PREFIX};
-use crate::queue::{envelope, now_epoch_ms, queue_layout, read_counter};
+use crate::queue::{envelope, queue_layout, read_counter};
+use crate::types::{QueueName, now_epoch_ms};
 use crate::zk::{Zk, ZkError};
 
 /// Node reads in flight at once, per queue: with nodes of at most 1 MiB, the data held at any time.
@@ -101,7 +102,7 @@ pub fn location(config: &Config, name: &str) -> QueueLocation {
 /// Every declared queue and every child of `{root}/queues` (one stat and one child list), sorted
 /// by name, at most `limits.max_queues` (declared ones first).
 pub async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<Located, ZkError> {
-    let mut names: Vec<String> = config.queues.keys().cloned().collect();
+    let mut names: Vec<String> = config.queues.keys().map(QueueName::to_string).collect();
     let mut declared_paths: HashSet<String> = names.iter().map(|n| location(config, n).path).collect();
     let directory = Layout::new(&config.zookeeper.root).queues();
     let mut found = Vec::new();
@@ -127,7 +128,7 @@ pub async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<L
     for name in found {
         let path = format!("{directory}/{name}");
         // A declared queue can live at the default path of its name: list it once.
-        if declared_paths.insert(path) && !config.queues.contains_key(&name) {
+        if declared_paths.insert(path) && !config.queues.contains_key(name.as_str()) {
             names.push(name);
         }
     }

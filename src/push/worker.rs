@@ -19,17 +19,15 @@ use crate::http::wire::{
     HEADER_QUEUE,
 };
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
-use crate::queue::{
-    ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt, now_epoch_ms,
-};
-use crate::types::Backoff;
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt};
+use crate::types::{Backoff, QueueName, now_epoch_ms};
 
 /// How long one lease call waits for a message; the worker simply asks again.
 const LEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// One queue's push subscription, shared by its workers.
 pub(super) struct Subscription {
-    name: String,
+    name: QueueName,
     queue: QueueRef,
     config: PushConfig,
     client: AppClient,
@@ -54,7 +52,7 @@ enum Exchange {
 
 impl Subscription {
     pub(super) fn new(
-        name: &str,
+        name: &QueueName,
         config: &PushConfig,
         queues: &Arc<QueueService>,
         metrics: &Arc<Metrics>,
@@ -75,7 +73,7 @@ impl Subscription {
             (HeaderName::from_static("ce-type"), header_text(&config.event_type)),
         ];
         Ok(Subscription {
-            name: name.to_owned(),
+            name: name.clone(),
             queue,
             client: AppClient::new(url, connect_timeout, tasks.clone(), abort.clone()),
             readiness: readiness.map(|url| AppClient::new(url, connect_timeout, tasks.clone(), abort.clone())),

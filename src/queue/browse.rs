@@ -37,7 +37,7 @@ impl HeadAge {
     /// The age in milliseconds, when a message is known to wait.
     pub fn age_ms(self) -> Option<i64> {
         match self {
-            HeadAge::Since(since) => Some((super::now_epoch_ms() - since).max(0)),
+            HeadAge::Since(since) => Some((crate::types::now_epoch_ms() - since).max(0)),
             HeadAge::NoneWaiting | HeadAge::NotKnownYet => None,
         }
     }

@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::now_epoch_ms;
+use crate::types::now_epoch_ms;
 use crate::zk::{ConnectionState, NodeMode, TxnOp, Zk, ZkError, ZkSession};
 
 /// Markers deleted per transaction.

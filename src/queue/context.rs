@@ -15,7 +15,7 @@ use super::envelope;
 use super::lease::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
-use crate::types::Backoff;
+use crate::types::{Backoff, QueueName};
 use crate::zk::{GroupCommit, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
 
 /// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
@@ -24,7 +24,7 @@ pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(10
 
 /// One queue's identity, limits and services, shared by its components.
 pub(super) struct Context {
-    pub(super) name: String,
+    pub(super) name: QueueName,
     pub(super) kind: QueueKind,
     pub(super) path: String,
     pub(super) lock_path: Option<String>,

@@ -25,6 +25,7 @@ use super::{
 };
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
+use crate::types::QueueName;
 use crate::zk::{WatchEvent, Zk};
 
 /// A one-shot watch kept registered without anyone waiting on it.
@@ -128,7 +129,7 @@ impl Queue {
         self.puts.records_dir()
     }
 
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> &QueueName {
         &self.ctx.name
     }
 

@@ -19,7 +19,6 @@ mod put;
 mod service;
 
 pub use browse::{HeadAge, QueueInfo};
-pub use cache::now_epoch_ms;
 pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
 pub use lease::{DeadLetter, LeaseGrant, MalformedReceipt, NackMode, Receipt};
@@ -29,18 +28,17 @@ pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key 
 pub use service::QueueService;
 pub(crate) use service::queue_layout;
 
+use crate::types::QueueName;
 use crate::zk::ZkError;
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
-    #[error("{0}")]
-    InvalidName(String),
     #[error("queue {0:?} is not declared and dynamic queues are disabled (queues_dynamic = false)")]
-    UnknownQueue(String),
+    UnknownQueue(QueueName),
     /// A dynamic queue whose node does not exist: nobody has put to it yet.
     #[error("queue {0:?} does not exist: nothing was put to it yet (a put creates a dynamic queue)")]
-    NoSuchQueue(String),
+    NoSuchQueue(QueueName),
     #[error("this zkq already serves {0} dynamic queues (max_dynamic_queues); declare the queue")]
     TooManyQueues(usize),
     #[error("{0}")]

@@ -18,11 +18,11 @@ use super::facade::{ParkedWatch, Parts, Queue, QueueRef};
 use super::lease::{DeadLetter, LeaseMemories, LeaseTable, Leases};
 use super::put::Puts;
 use super::put::idempotency;
-use super::{HeadAge, QueueError, now_epoch_ms};
-use crate::config::{Config, QueueKind, check_name};
+use super::{HeadAge, QueueError};
+use crate::config::{Config, QueueKind};
 use crate::metrics::Metrics;
 use crate::supervise::{self, Task};
-use crate::types::Layout;
+use crate::types::{Layout, QueueName, now_epoch_ms};
 use crate::zk::{GroupCommit, ZkSession};
 
 /// Where a queue lives and how its nodes are named.
@@ -57,7 +57,7 @@ pub struct QueueService {
     config: Arc<Config>,
     session: ZkSession,
     metrics: Arc<Metrics>,
-    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    queues: Mutex<HashMap<QueueName, Arc<Queue>>>,
     dynamic_count: Mutex<usize>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -108,7 +108,7 @@ impl QueueService {
             async move { QueueService::run_idle_closer(service, shutdown).await }
         });
         // Declared queues start their caches at once, so their metrics exist from the start.
-        let declared: Vec<String> = service.config.queues.keys().cloned().collect();
+        let declared: Vec<QueueName> = service.config.queues.keys().cloned().collect();
         for name in declared {
             if let Err(err) = service.open(&name) {
                 tracing::error!(queue = %name, error = %err, "cannot open declared queue");
@@ -154,23 +154,21 @@ impl QueueService {
 
     /// The queue called `name` for a write (a put), opening it on first use: the put creates the
     /// queue's node when it does not exist (nothing else does).
-    pub fn open(&self, name: &str) -> Result<QueueRef, QueueError> {
-        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+    pub fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(name) {
             return Ok(queue.used());
         }
         let queue = self.start_queue(name)?;
         let used = queue.used();
-        queues.insert(name.to_owned(), queue);
+        queues.insert(name.clone(), queue);
         Ok(used)
     }
 
     /// The queue called `name` if this process has it open (declared queues always are), or a
     /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
     /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
-    pub fn open_only(&self, name: &str) -> Result<QueueRef, QueueError> {
-        check_name(name).map_err(|why| QueueError::InvalidName(format!("queue name {name:?} {why}")))?;
+    pub fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get(name) {
             Some(queue) => Ok(queue.used()),
@@ -202,7 +200,7 @@ impl QueueService {
     ///   applies to every watch on the path (ZOOKEEPER-4466), the cache's persistent one too. An
     ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
     ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
-    pub async fn existing(&self, name: &str, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+    pub async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         match self.open_only(name) {
             Err(QueueError::NoSuchQueue(_)) => {},
             other => return other.map(Some),
@@ -259,7 +257,7 @@ impl QueueService {
     }
 
     /// Builds a queue and starts its tasks (the caller inserts it into the map).
-    fn start_queue(&self, name: &str) -> Result<Arc<Queue>, QueueError> {
+    fn start_queue(&self, name: &QueueName) -> Result<Arc<Queue>, QueueError> {
         let declared = self.config.queues.contains_key(name);
         if !declared {
             if !self.config.queues_dynamic {
@@ -295,7 +293,7 @@ impl QueueService {
             dead_letter.is_some() && kind != QueueKind::Simple,
         );
         let ctx = Arc::new(Context {
-            name: name.to_owned(),
+            name: name.clone(),
             kind,
             path,
             lock_path: lock_path.clone(),
@@ -394,8 +392,8 @@ impl QueueService {
         // Under the map lock: `open` counts a new user under it too, so no request can start
         // using a queue between the check and its removal.
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let idle_names: Vec<String> =
-            queues.values().filter(|q| !q.declared() && q.idle_for(idle)).map(|q| q.name().to_owned()).collect();
+        let idle_names: Vec<QueueName> =
+            queues.values().filter(|q| !q.declared() && q.idle_for(idle)).map(|q| q.name().clone()).collect();
         for name in idle_names {
             let Some(queue) = queues.remove(&name) else { continue };
             queue.close();

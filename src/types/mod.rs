@@ -6,6 +6,7 @@
 pub mod acl;
 mod app_url;
 mod backoff;
+mod clock;
 mod layout;
 mod nack_mode;
 mod name;
@@ -16,9 +17,10 @@ mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
 pub use backoff::{Backoff, Retries};
+pub use clock::now_epoch_ms;
 pub use layout::Layout;
 pub use nack_mode::NackMode;
-pub use name::{MAX_NAME_LEN, check_name};
+pub use name::{CounterName, MAX_NAME_LEN, NameError, QueueName};
 pub use queue_kind::QueueKind;
 pub use secret::Secret;
 pub use task::Task;

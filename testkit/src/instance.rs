@@ -34,7 +34,7 @@ pub fn test_config(zk: &(impl ConnectTarget + ?Sized), root: &str) -> Config {
 /// Declares a queue in a test configuration.
 pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&str>, lock_path: Option<&str>) {
     config.queues.insert(
-        name.to_owned(),
+        name.parse().expect("a test declares a valid queue name"),
         QueueConfig {
             kind,
             path: path.map(str::to_owned),

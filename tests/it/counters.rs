@@ -9,7 +9,9 @@ use zkq_testkit::*;
 /// while a read of an undeclared one that does not exist is 404 and creates nothing.
 fn with_counters(mut config: zkq::config::Config, names: &[&str]) -> zkq::config::Config {
     for name in names {
-        config.counters.insert((*name).to_owned(), zkq::config::CounterConfig { path: None, seed: 0 });
+        config
+            .counters
+            .insert(name.parse().expect("a valid counter name"), zkq::config::CounterConfig { path: None, seed: 0 });
     }
     config
 }
@@ -39,6 +41,17 @@ async fn zkq_and_curator_shared_count_see_each_others_values() {
 
     let (status, body, _) = counter(&zkq, "unknown").await;
     assert_eq!((status, body["code"].as_str()), (404, Some("counter_not_found")), "a read creates nothing");
+    for name in ["a%20b", &"x".repeat(201)] {
+        let (status, body, _) = counter(&zkq, name).await;
+        assert_eq!((status, body["code"].as_str()), (400, Some("invalid_name")), "{name}: {body}");
+        assert_eq!(set(&zkq, name, 1, None).await.0, 400, "{name}");
+    }
+    // Sent as written (a URL library would resolve the dot segment).
+    let (status, body) = zkq_testkit::raw_request(&zkq.api, "GET", "/v1/counters/%2E%2E").await;
+    assert_eq!(
+        (status, body["code"].as_str(), body["message"].as_str()),
+        (400, Some("invalid_name"), Some(r#"counter name ".." must not be . or .."#))
+    );
     let (status, body, etag) = counter(&zkq, "hits").await;
     assert_eq!((status, body["value"].as_i64(), body["version"].as_i64()), (200, Some(0), Some(0)), "seeded with 0");
     assert_eq!(etag.as_deref(), Some("\"0\""));

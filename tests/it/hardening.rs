@@ -148,7 +148,7 @@ async fn characters_zookeeper_refuses_and_far_delays_are_bad_input() {
     let put = zkq.http.post(zkq.url("/v1/queues/ids/messages?id=caf%C3%A9%20%E2%82%AC")).body("ok").send().await;
     assert_eq!(put.expect("put").status(), 201, "ordinary non-ASCII ids are fine");
 
-    let far = zkq::queue::now_epoch_ms() + 31 * 24 * 3600 * 1000;
+    let far = zkq::types::now_epoch_ms() + 31 * 24 * 3600 * 1000;
     let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=744h")).body("x").send().await;
     expect_400(put.expect("put"), "delay of 31 days").await;
     let put = zkq.http.post(zkq.url(&format!("/v1/queues/later/messages?deliver_at={far}"))).body("x").send().await;
@@ -665,14 +665,14 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
     let root = unique_root("prompt-dlq");
     let mut config = test_config(zk, &root);
     config.queues.insert(
-        "src".into(),
+        "src".parse().expect("a valid name"),
         zkq::config::QueueConfig {
             kind: QueueKind::Fifo,
             path: None,
             lock_path: None,
             max_items: None,
             max_deliveries: None,
-            dead_letter: Some("src-dlq".into()),
+            dead_letter: Some("src-dlq".parse().expect("a valid name")),
             push: None,
             idempotency_window: None,
         },

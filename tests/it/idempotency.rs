@@ -74,7 +74,7 @@ fn config_via(proxy: &ZkProxy, root: &str) -> Config {
 /// first try that finds its bucket missing.
 async fn prepare_buckets(direct: &zookeeper_client::Client, root: &str, queue: &str) {
     let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let now = zkq::queue::now_epoch_ms();
+    let now = zkq::types::now_epoch_ms();
     for second in 0..20 {
         let end = ((now + 300_000) / 1000 + 1 + second) * 1000;
         let bucket = format!("{root}/idempotency/{queue}/expiry/{end:015}");
@@ -408,7 +408,7 @@ async fn expired_records_of_queues_nobody_opens_are_swept_at_start() {
     let root = unique_root("idem-orphans");
     let direct = zk_client(zk).await;
     let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let now = zkq::queue::now_epoch_ms();
+    let now = zkq::types::now_epoch_ms();
     let mut live = Vec::new();
     for (queue, records) in [("ghost", 70), ("other.ghost", 3)] {
         for i in 0..records {

@@ -155,7 +155,7 @@ async fn every_dashboard_expression_returns_data_from_a_real_prometheus_after_a_
     declare(&mut config, "poison", QueueKind::Fifo, None, None);
     if let Some(poison) = config.queues.get_mut("poison") {
         poison.max_deliveries = Some(1);
-        poison.dead_letter = Some("poison.dlq".to_owned());
+        poison.dead_letter = Some("poison.dlq".parse().expect("a valid name"));
     }
     declare(&mut config, "slow", QueueKind::Fifo, None, None);
     let zkq = TestZkq::start_ready(config).await;

@@ -190,12 +190,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let app = TestApp::start(move |r| answer(if fails(&r) { 503 } else { 200 })).await;
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push_to(&app.url("/orders")))).await;
     let mut ids = HashMap::new();
-    let put_from = zkq::queue::now_epoch_ms();
+    let put_from = zkq::types::now_epoch_ms();
     for i in 0..10 {
         let body = format!("m{i}");
         ids.insert(body.clone(), zkq.put_ok("q", body.as_bytes()).await);
     }
-    let put_until = zkq::queue::now_epoch_ms();
+    let put_until = zkq::types::now_epoch_ms();
     eventually(Duration::from_secs(30), "ten messages acked", || async {
         deliveries(&zkq, "q", "success").await == 10.0
     })
@@ -213,7 +213,7 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     assert_eq!(first.header("zkq-queue"), "q");
     assert_eq!(first.header("zkq-delivery-count"), "1");
     let expires: i64 = first.header("zkq-lease-expires-at").parse().expect("epoch ms");
-    let delivered_ms = zkq::queue::now_epoch_ms();
+    let delivered_ms = zkq::types::now_epoch_ms();
     assert!(expires > delivered_ms - 60_000 && expires < delivered_ms + 31_000, "expiry {expires}");
     assert_eq!(first.header("content-type"), "application/octet-stream");
     assert_eq!(first.header("ce-specversion"), "1.0");
@@ -400,7 +400,7 @@ async fn a_message_the_app_keeps_refusing_moves_to_the_dead_letter_queue() {
     let mut config = config_pushing(zk, &root, "q", push_to(&app.url("/work")));
     let queue = config.queues.get_mut("q").expect("declared");
     queue.max_deliveries = Some(3);
-    queue.dead_letter = Some("q.dlq".to_owned());
+    queue.dead_letter = Some("q.dlq".parse().expect("a valid name"));
     let zkq = TestZkq::start_ready(config).await;
     for body in ["before", "poison", "after"] {
         zkq.put_ok("q", body.as_bytes()).await;

@@ -72,7 +72,7 @@ async fn bad_inputs_get_documented_json_errors() {
     let mut config = test_config(zk, &unique_root("errors"));
     declare(&mut config, "ids", QueueKind::Id, None, None);
     config.queues.insert(
-        "tiny".into(),
+        "tiny".parse().expect("a valid name"),
         zkq::config::QueueConfig {
             kind: QueueKind::Fifo,
             path: None,
@@ -94,6 +94,21 @@ async fn bad_inputs_get_documented_json_errors() {
     for trick in ["/v1/queues/%2E%2E/messages", "/v1/queues/..%2Fzookeeper/messages", "/v1/queues/a%00b/messages"] {
         let (status, body) = raw_request(&zkq.api, "POST", trick).await;
         assert_eq!((status, body["code"].as_str()), (400, Some("invalid_queue_name")), "{trick}: {body}");
+    }
+    // Every route that names a queue refuses a bad name alike, saying which name and why.
+    for (method, path) in [
+        ("POST", "/v1/queues/a%20b/take"),
+        ("GET", "/v1/queues/a%20b/messages"),
+        ("GET", "/v1/queues/a%20b"),
+        ("POST", "/v1/queues/a%20b/batch"),
+        ("POST", "/v1/queues/a%20b/leases"),
+        ("DELETE", "/v1/queues/a%20b/leases/r1"),
+        ("POST", "/v1/queues/a%20b/acks"),
+    ] {
+        let (status, body) = raw_request(&zkq.api, method, path).await;
+        let expected =
+            (400, Some("invalid_queue_name"), Some(r#"queue name "a b" may contain only A-Z a-z 0-9 . _ -"#));
+        assert_eq!((status, body["code"].as_str(), body["message"].as_str()), expected, "{method} {path}");
     }
     assert_error(post("/v1/queues/f/messages?priority=1").send().await.expect("r"), 409, "parameter_not_for_kind")
         .await;
@@ -151,7 +166,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(got, ["min", "minus-one", "five", "five-again", "ten"]);
 
     // Delay: by delivery time numerically; not before it is due.
-    let now = zkq::queue::now_epoch_ms();
+    let now = zkq::types::now_epoch_ms();
     for (at, body) in [(now - 1000, "past-b"), (0x1_0000_0000_i64, "past-a"), (now + 1500, "soon")] {
         let url = zkq.url(&format!("/v1/queues/d/messages?deliver_at={at}"));
         assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
@@ -161,7 +176,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(zkq.take_body("d", "0").await, None, "not due yet");
     let started = Instant::now();
     assert_eq!(zkq.take_body("d", "10s").await.as_deref(), Some(b"soon".as_slice()));
-    assert!(zkq::queue::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
+    assert!(zkq::types::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

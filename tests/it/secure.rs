@@ -633,7 +633,10 @@ async fn nodes_of_another_identity_answer_zookeeper_refused() {
     let mut config = test_config(zk, &root);
     config.zookeeper.auth_digest = Some(Secret::new("app:app-secret"));
     declare(&mut config, "theirs", QueueKind::Fifo, Some(&path), Some(&lock));
-    config.counters.insert("theirs".to_owned(), zkq::config::CounterConfig { path: Some(counter.clone()), seed: 0 });
+    config.counters.insert(
+        "theirs".parse().expect("a valid name"),
+        zkq::config::CounterConfig { path: Some(counter.clone()), seed: 0 },
+    );
     let zkq = TestZkq::start_ready(config).await;
     let refused = |what: &'static str| {
         move |response: reqwest::Response| async move {

@@ -28,7 +28,6 @@ mod state;
 mod waiters;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -37,20 +36,16 @@ use tokio_util::task::TaskTracker;
 use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
+use crate::types::QueueName;
 #[cfg(test)]
 use state::KNOWN_BYTES_SLACK;
 use state::{Effects, JUTE_MAXBUFFER, State};
 use waiters::Barriers;
 
-/// Milliseconds since the Unix epoch, the unit of delay-queue names.
-pub fn now_epoch_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
-}
-
 /// Shared between the refresher task and the takers.
 pub(super) struct ChildrenCache {
     path: String,
-    label: String,
+    label: QueueName,
     metrics: Arc<Metrics>,
     /// This queue's series, resolved once.
     qm: QueueMetrics,
@@ -79,7 +74,7 @@ impl ChildrenCache {
     pub(super) fn new(
         kind: QueueKind,
         path: String,
-        label: String,
+        label: QueueName,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         tasks: TaskTracker,
@@ -296,7 +291,8 @@ impl ChildrenCache {
 #[cfg(test)]
 fn test_cache(kind: QueueKind) -> Arc<ChildrenCache> {
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    ChildrenCache::new(kind, "/q".into(), "q".into(), metrics, CancellationToken::new(), TaskTracker::new(), false)
+    let name = "q".parse().expect("a valid name");
+    ChildrenCache::new(kind, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new(), false)
 }
 
 #[cfg(test)]
@@ -312,6 +308,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::types::now_epoch_ms;
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_snapshot_is_re_read_once_a_quarter_of_it_is_consumed() {

@@ -15,9 +15,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::ChildrenCache;
 use super::state::Snapshot;
-use super::{ChildrenCache, now_epoch_ms};
 use crate::queue::names::ItemName;
+use crate::types::now_epoch_ms;
 use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
 
 /// How often a live cache re-reads its child list anyway, in case an event was ever missed.

@@ -5,11 +5,12 @@
 
 use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
+use super::super::envelope;
 use super::super::names::{self, ItemMeta, ItemName};
-use super::super::{envelope, now_epoch_ms};
 use super::DeadLetter;
 use super::Leases;
 use crate::config::QueueKind;
+use crate::types::now_epoch_ms;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
 
 impl Leases {
@@ -33,7 +34,7 @@ impl Leases {
         let meta = match (&candidate.meta, target.kind) {
             (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),
             (ItemMeta::Id(id), QueueKind::Id) => ItemMeta::Id(id.clone()),
-            (_, QueueKind::Id) => ItemMeta::Id(self.ctx.name.clone()),
+            (_, QueueKind::Id) => ItemMeta::Id(self.ctx.name.to_string()),
             (_, QueueKind::Priority) => ItemMeta::Priority(0),
             (_, QueueKind::Delay) => ItemMeta::DeliverAt(now_epoch_ms()),
             _ => ItemMeta::Plain,

@@ -47,12 +47,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
 use super::names::ItemName;
-use super::{QueueError, now_epoch_ms};
 use crate::config::QueueKind;
 pub use crate::types::NackMode;
+use crate::types::{QueueName, now_epoch_ms};
 use crate::zk::{TxnOp, Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
@@ -74,7 +75,7 @@ pub struct LeaseGrant {
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
     pub max_deliveries: Option<u32>,
-    pub name: String,
+    pub name: QueueName,
     pub kind: QueueKind,
     pub path: String,
 }

@@ -62,7 +62,9 @@ impl Puts {
         }
         Ok(match self.ctx.kind {
             QueueKind::Priority => ItemMeta::Priority(options.priority.unwrap_or(0)),
-            QueueKind::Delay => ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(super::now_epoch_ms).max(1)),
+            QueueKind::Delay => {
+                ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(crate::types::now_epoch_ms).max(1))
+            },
             QueueKind::Id => {
                 let id = options.id.clone().ok_or_else(|| {
                     QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.ctx.name))
@@ -175,7 +177,7 @@ impl Puts {
             )));
         }
         // A delay queue's message without a delivery time is due now: the same "now" for all.
-        let now = super::now_epoch_ms();
+        let now = crate::types::now_epoch_ms();
         let mut shared: Option<ItemMeta> = None;
         for (index, (body, options)) in messages.iter().enumerate() {
             if body.len() > self.ctx.max_message_bytes {

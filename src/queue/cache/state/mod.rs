@@ -11,9 +11,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::now_epoch_ms;
 use crate::config::QueueKind;
 use crate::queue::names::{self, ItemName};
+use crate::types::now_epoch_ms;
 use crate::zk::ZkError;
 
 mod reports;

@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::record::{Copy, MAX_KEY_LEN, Record, bucket_end, content_of, fingerprint, is_valid_key, key_hash, millis};
+use crate::queue::QueueError;
 use crate::queue::message::{NodeCreate, PutOptions, PutReceipt};
 use crate::queue::put::Puts;
-use crate::queue::{QueueError, now_epoch_ms};
+use crate::types::now_epoch_ms;
 use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
 
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one

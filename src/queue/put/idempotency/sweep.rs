@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Idempotency;
 use super::record::{Record, bucket_end};
-use crate::queue::now_epoch_ms;
 use crate::queue::put::Puts;
+use crate::types::now_epoch_ms;
 use crate::zk::{TxnOp, Zk, ZkError};
 
 /// Records (with their index entries) deleted per sweep transaction.
