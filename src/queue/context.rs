@@ -12,11 +12,19 @@ use tokio_util::task::TaskTracker;
 
 use super::claims::ClaimMarkers;
 use super::envelope;
-use super::lease::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
 use crate::types::{Backoff, QueueName};
 use crate::zk::{GroupCommit, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
+
+/// Where dead letters of a queue go.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub max_deliveries: Option<u32>,
+    pub name: QueueName,
+    pub kind: QueueKind,
+    pub path: String,
+}
 
 /// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
 /// doubling, to 5 s.

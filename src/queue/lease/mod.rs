@@ -51,9 +51,8 @@ use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
 use super::names::ItemName;
-use crate::config::QueueKind;
 pub use crate::types::NackMode;
-use crate::types::{QueueName, now_epoch_ms};
+use crate::types::now_epoch_ms;
 use crate::zk::{TxnOp, Zk, ZkError};
 
 pub(super) use claim::LeasePrepared;
@@ -69,15 +68,6 @@ pub struct LeaseGrant {
     /// its put, or for an item split from a Curator `putMulti` node, the split. The same on every
     /// delivery of the node.
     pub created_at_ms: i64,
-}
-
-/// Where dead letters of a queue go.
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    pub max_deliveries: Option<u32>,
-    pub name: QueueName,
-    pub kind: QueueKind,
-    pub path: String,
 }
 
 /// What happens when a lease's time is up.
