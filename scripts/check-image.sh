@@ -3,6 +3,8 @@
 # container, then the zkq-demo chart's pod.
 #
 #   scripts/check-image.sh     # build, run, report; idempotent, cached under target/image-check/
+#   scripts/check-image.sh --build-only   # steps 1 and 2 alone (test.sh: check-deploy then checks
+#                              # target/image-check/zkq, the image's binary, instead of building its own)
 #
 #   ZKQ_IMAGE_CHECK=skip       # skip at once (prints why)
 #   ZKQ_IMAGE_CHECK=require    # a missing container capability fails instead of skipping
@@ -23,6 +25,7 @@
 #    `cargo install cargo-chef` and the crate downloads of `cargo chef cook` go wherever this
 #    machine's cargo goes (nothing is preinstalled: the Dockerfile's own step installs cargo-chef).
 #    The image's layers are cached in target/image-check/storage (a source edit rebuilds zkq alone).
+#    The image's /usr/local/bin/zkq is copied to target/image-check/zkq.
 # 3. The image, in one pod with the ZooKeeper container (they share the pod's loopback; requests go
 #    from the host into the pod's network namespace with nsenter, nothing is published): user 65532,
 #    `--read-only`, `--cap-drop=all`; /readyz turns 200 (time printed); the README's curl
@@ -56,6 +59,16 @@ source scripts/lib.sh
 work="$PWD/target/image-check"
 prefix="zkq-image-check"
 t_begin=$(date +%s)
+build_only=false
+for arg in "$@"; do
+  case "$arg" in
+    --build-only) build_only=true ;;
+    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "check-image.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+# No binary from an earlier run may stand for this one's (test.sh hands it to check-deploy).
+rm -f "$work/zkq"
 
 skip() {
   echo "check-image: SKIPPED: $*"
@@ -308,6 +321,16 @@ done
   [ "$(cfg '{{index .Labels "org.opencontainers.image.base.name"}}')" = "$stand_in/distroless-cc-debian12:nonroot" ] &&
   ok "OCI labels (version $version, revision $(cfg '{{index .Labels "org.opencontainers.image.revision"}}' | cut -c1-12), base.name = the runtime base)" ||
   fail "labels: $labels"
+
+# The image's binary, for scripts/check-deploy.sh (ZKQ_BIN): the build the Dockerfile ships.
+cid=$(podman create "$image")
+podman cp "$cid:/usr/local/bin/zkq" "$work/zkq"
+podman rm "$cid" > /dev/null 2>&1
+ok "the image's binary copied to $work/zkq ($("$work/zkq" --version))"
+if $build_only; then
+  echo "check-image: image built (--build-only) in $(($(date +%s) - t_begin))s"
+  exit 0
+fi
 
 # --- 3. the image beside ZooKeeper --------------------------------------------------------------
 echo

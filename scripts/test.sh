@@ -19,10 +19,17 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
-# Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools).
-./scripts/check-deploy.sh
-# The image built from the Dockerfile and run beside ZooKeeper, the demo chart's pod played with podman
-# (reuses check-deploy's renders; skips, saying why, where containers cannot run).
+# The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
+# where containers cannot run). Its binary is the one check-deploy then checks.
+./scripts/check-image.sh --build-only
+# Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools; builds
+# target/release/zkq itself when the image could not be built).
+if [ -x target/image-check/zkq ]; then
+  ZKQ_BIN=target/image-check/zkq ./scripts/check-deploy.sh
+else
+  ./scripts/check-deploy.sh
+fi
+# The image run beside ZooKeeper, the demo chart's pod played with podman (check-deploy's renders).
 ./scripts/check-image.sh
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
 # The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in

@@ -4,7 +4,8 @@ Used by scripts/check-image.sh. Rewrites only what podman cannot model, and prin
 rewrite ("rewrite: ...") so that the check's output says what was played instead of the render:
 
 - a native sidecar (an initContainer with restartPolicy: Always) becomes the first regular container:
-  podman runs initContainers to completion before the containers, so the app would never start;
+  podman runs initContainers to completion before the containers, so the app would never start (the
+  sidecar's ordering, ready before the app starts and stopped after it exits, is not modelled);
 - the ZooKeeper hosts of zkq's connect string (cluster DNS names) get a hostAliases entry for the
   address of the ZooKeeper container;
 - the probes are taken out of the copy: podman turns an httpGet probe into `curl` run inside the
@@ -78,7 +79,8 @@ def main() -> int:
             del c["restartPolicy"]
         spec["containers"] = sidecars + spec["containers"]
         names = ", ".join(c["name"] for c in sidecars)
-        print(f"rewrite: native sidecar {names} (initContainer, restartPolicy: Always) -> first regular container")
+        print(f"rewrite: native sidecar {names} (initContainer, restartPolicy: Always) -> first regular container"
+              " (podman starts and stops a pod's containers together: the sidecar's ordering is not modelled)")
 
     if hosts:
         spec.setdefault("hostAliases", []).append({"ip": args.zk_ip, "hostnames": hosts})
