@@ -13,8 +13,15 @@
 # their own layer, then the source) -> runtime (distroless, smoke-tested during the build).
 # Dependencies are rebuilt only when Cargo.toml/Cargo.lock change; a source edit rebuilds zkq alone.
 # The binary links only glibc, libm and libgcc_s, which distroless/cc provides.
+#
+# The two base images are build arguments, so that a registry mirror (or a local stand-in: see
+# scripts/check-image.sh) can take their place without editing this file:
+#   --build-arg RUST_IMAGE=mirror.example/rust:1-bookworm
+#   --build-arg RUNTIME_IMAGE=mirror.example/distroless/cc-debian12:nonroot
+ARG RUST_IMAGE=rust:1-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-FROM rust:1-bookworm AS chef
+FROM ${RUST_IMAGE} AS chef
 ARG CARGO_CHEF_VERSION=0.1.78
 ENV CARGO_TERM_COLOR=never \
     CARGO_INCREMENTAL=0
@@ -36,7 +43,8 @@ RUN cargo build --release --locked --bin zkq \
  && /src/target/release/zkq --version \
  && /src/target/release/zkq check-config > /dev/null
 
-FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
+ARG RUNTIME_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG SOURCE=""
@@ -46,7 +54,7 @@ LABEL org.opencontainers.image.title="zkq" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 COPY --from=build /src/target/release/zkq /usr/local/bin/zkq
 # 65532 is distroless's `nonroot` user. The numeric form lets Kubernetes verify runAsNonRoot
 # (a user *name* in the image makes the kubelet refuse runAsNonRoot without an explicit runAsUser).

@@ -2,7 +2,8 @@
 # Installs what the tests need (ZooKeeper 3.8 and, for the three-server ensemble, ZooKeeper 3.9
 # from Debian 13; the Curator jars, kazoo, Prometheus, openssl for the test certificates,
 # schemathesis, the deploy-check tools) and runs the whole suite: the
-# deployment checks, then `cargo test` against real servers. Extra arguments go to `cargo test`
+# deployment checks, the image built and run (scripts/check-image.sh), then `cargo test` against real
+# servers. Extra arguments go to `cargo test`
 # (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +19,18 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
-# Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools).
-./scripts/check-deploy.sh
+# The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
+# where containers cannot run). Its binary is the one check-deploy then checks.
+./scripts/check-image.sh --build-only
+# Deployment artefacts: Dockerfile, helm charts, rendered manifests (installs its own tools; builds
+# target/release/zkq itself when the image could not be built).
+if [ -x target/image-check/zkq ]; then
+  ZKQ_BIN=target/image-check/zkq ./scripts/check-deploy.sh
+else
+  ./scripts/check-deploy.sh
+fi
+# The image run beside ZooKeeper, the demo chart's pod played with podman (check-deploy's renders).
+./scripts/check-image.sh
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
 # The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
 # tests/tiers.rs fail should the feature ever be missing.
