@@ -31,6 +31,9 @@ else
 fi
 # The image run beside ZooKeeper, the demo chart's pod played with podman (check-deploy's renders).
 ./scripts/check-image.sh
+# The release build that dev.sh (the README's first command) makes, made here first, so that the
+# test running dev.sh waits for zkq and not for a compiler on a loaded machine.
+cargo build --release --locked --quiet
 # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
 # The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
 # tests/tiers.rs fail should the feature ever be missing.
