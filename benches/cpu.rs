@@ -113,8 +113,9 @@ impl Floor {
         Floor { child, url: format!("http://{addr}") }
     }
 
-    fn cpu_time(&self) -> Duration {
-        process_cpu_time(self.child.id())
+    fn cpu(&self) -> Cpu {
+        let pid = self.child.id();
+        Cpu { server: process_cpu_time(pid), zookeeper: Duration::ZERO, switches: context_switches(pid) }
     }
 }
 
@@ -240,11 +241,29 @@ async fn client_load(
 
 // ------------------------------------------------------------------ CPU
 
-/// CPU time of the measured processes at one moment.
+/// CPU time of the measured processes at one moment, and the server's context switches.
 #[derive(Clone, Copy)]
 struct Cpu {
     server: Duration,
     zookeeper: Duration,
+    switches: u64,
+}
+
+/// Context switches (voluntary and not) of every thread of a process so far: each time one of
+/// its threads went to sleep (a worker parking, a task woken on another thread) or was preempted.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(Result::ok)
+        .map(|task| std::fs::read_to_string(task.path().join("status")).unwrap_or_default())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// CPU per unit, in microseconds, of what two readings span.
@@ -263,6 +282,8 @@ struct Figure {
     zookeeper_us: Option<f64>,
     /// HTTP requests per unit (lease+ack: 2 per message; `?max=100`: about 0.01).
     requests_per_unit: f64,
+    /// Per unit: the server's context switches.
+    switches: f64,
 }
 
 impl Figure {
@@ -274,6 +295,7 @@ impl Figure {
             server_us: micros_per(before.server, after.server, units),
             zookeeper_us: zookeeper.then(|| micros_per(before.zookeeper, after.zookeeper, units)),
             requests_per_unit: 1.0,
+            switches: after.switches.saturating_sub(before.switches) as f64 / units.max(1.0),
         }
     }
 
@@ -289,12 +311,14 @@ impl Figure {
             String::new()
         };
         println!(
-            "{:<46} {:>8.0} in {:>5.2}s = {:>7.0}/s; CPU per unit: server {:.1} µs{per_request}{zookeeper}",
+            "{:<46} {:>8.0} in {:>5.2}s = {:>7.0}/s; CPU per unit: server {:.1} µs{per_request}{zookeeper}; \
+             server context switches per unit {:.2}",
             self.what,
             self.units,
             self.took.as_secs_f64(),
             self.rate(),
             self.server_us,
+            self.switches,
         );
     }
 }
@@ -423,9 +447,9 @@ async fn bench() {
     };
     let driver = if use_wrk { "wrk -t2 -c64" } else { "64 clients" };
     put_load(&floor_url, "warm", 2).await;
-    let before = Cpu { server: floor.cpu_time(), zookeeper: Duration::ZERO };
+    let before = floor.cpu();
     let loaded = put_load(&floor_url, "f", seconds).await;
-    let after = Cpu { server: floor.cpu_time(), zookeeper: Duration::ZERO };
+    let after = floor.cpu();
     assert_eq!(loaded.failed, 0, "the floor answers 201");
     let floor64 = Figure::new(
         &format!("floor, {driver}, 100-byte POSTs"),
@@ -436,10 +460,10 @@ async fn bench() {
         false,
     );
     floor64.print();
-    let before = Cpu { server: floor.cpu_time(), zookeeper: Duration::ZERO };
+    let before = floor.cpu();
     let loaded =
         client_load(&http, &format!("{}/v1/queues/floor/take?wait=0s", floor.url), 16, seconds, |_| Vec::new()).await;
-    let after = Cpu { server: floor.cpu_time(), zookeeper: Duration::ZERO };
+    let after = floor.cpu();
     assert_eq!(loaded.failed, 0, "the floor answers 201");
     let floor16 = Figure::new(
         "floor, 16 clients (the drains' client)",
@@ -461,7 +485,7 @@ async fn bench() {
     let env = [("ZKQ__LOG__LEVEL", default_level.as_str()), ("ZKQ__ZOOKEEPER__REQUEST_TIMEOUT", "20s")];
     let zkq = ChildZkq::start_binary(&binary, &zk, &root, &env).await;
     let api = Endpoint::child(&zkq);
-    let cpu = || Cpu { server: zkq.cpu_time(), zookeeper: zk.cpu_time() };
+    let cpu = || Cpu { server: zkq.cpu_time(), zookeeper: zk.cpu_time(), switches: context_switches(zkq.pid()) };
     println!("zkq: {} (pid {})", display(&binary), zkq.pid());
 
     // Single puts from 64 connections, after a warm-up (zkq's and the JVM's).
