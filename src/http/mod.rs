@@ -66,15 +66,30 @@ pub fn api_router(state: AppState) -> Router {
 /// it), then [`guard`] (metrics, shedding, declared size), then a panic guard that still answers
 /// in the API's shape, then the body limit.
 fn with_layers(router: Router<AppState>, guard: Guard, body_limit: Option<usize>) -> Router<AppState> {
-    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     router.layer(
         tower::ServiceBuilder::new()
-            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(SetRequestIdLayer::x_request_id(NewRequestId))
             .layer(PropagateRequestIdLayer::x_request_id())
             .layer(middleware::from_fn_with_state(guard, guard_request))
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
             .option_layer(body_limit.map(DefaultBodyLimit::max)),
     )
+}
+
+/// A new request id: a random UUID (version 4), as tower-http's `MakeRequestUuid` makes, with its
+/// random bits from the thread's generator (seeded from the operating system) instead of one
+/// `getrandom` system call per request.
+#[derive(Debug, Clone, Copy)]
+struct NewRequestId;
+
+impl tower_http::request_id::MakeRequestId for NewRequestId {
+    fn make_request_id<B>(&mut self, _request: &axum::http::Request<B>) -> Option<tower_http::request_id::RequestId> {
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let text = id.hyphenated().encode_lower(&mut text);
+        axum::http::HeaderValue::from_str(text).ok().map(tower_http::request_id::RequestId::new)
+    }
 }
 
 fn panic_response(_panic: Box<dyn std::any::Any + Send>) -> Response {
@@ -100,4 +115,30 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint; see /openapi.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use tower_http::request_id::MakeRequestId;
+
+    use super::NewRequestId;
+
+    #[test]
+    fn new_request_ids_are_distinct_version_4_uuids() {
+        let request = axum::http::Request::new(());
+        let ids: Vec<String> = (0..1000)
+            .map(|_| {
+                let id = NewRequestId.make_request_id(&request).expect("an id");
+                id.header_value().to_str().expect("ascii").to_owned()
+            })
+            .collect();
+        for id in &ids {
+            let parsed = uuid::Uuid::parse_str(id).expect("a UUID");
+            assert_eq!(parsed.get_version(), Some(uuid::Version::Random), "{id}");
+            assert_eq!(parsed.get_variant(), uuid::Variant::RFC4122, "{id}");
+            assert_eq!(id.len(), 36, "hyphenated: {id}");
+        }
+        let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+    }
 }

@@ -10,6 +10,8 @@
 //! - [`curator`]: [`Curator`], the real Curator 5.4.0 recipes.
 //! - [`wait`]: [`eventually`], a condition awaited instead of a fixed sleep.
 //! - [`metrics`], [`load`], [`process`]: Prometheus text, shared workloads, processes and ports.
+//! - [`workload`]: the benchmarks' HTTP workloads (puts, drains by take and lease+ack) and their
+//!   exactly-once check.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a failed expectation is a failed test")]
 #![allow(
@@ -27,6 +29,7 @@ pub mod process;
 pub mod proxy;
 pub mod server;
 pub mod wait;
+pub mod workload;
 
 pub use api::{Answer, Api, raw_request};
 pub use curator::{Curator, CuratorChild, hex, unhex};
@@ -42,3 +45,7 @@ pub use server::{
     zookeeper_classpath,
 };
 pub use wait::eventually;
+pub use workload::{
+    Endpoint, assert_exactly_once, assert_exactly_these, bench_http, drain_leases, drain_takes, put_batches,
+    put_singles,
+};
