@@ -18,8 +18,11 @@
 //!   [`ZkProxy::arm_then_refuse`] also refuses new connections from the moment the fault closes
 //!   the connection, so the client cannot come back to read the outcome until
 //!   `refuse(false)`. The returned [`Armed`] tells when it fired ([`Armed::fired`], [`Armed::held`]).
-//!   Keep holds short: a held connection gets no pong and the client drops it after about two
-//!   thirds of its session timeout.
+//!   Keep holds short: a held connection answers nothing, not even pings, and zkq's client
+//!   drops a connection that answers nothing for its connection timeout (the session timeout,
+//!   at most 5 s), and the held request with it. While holding, watch zkq in process
+//!   (`TestZkq::registered_metrics`), not by a scrape of `/metrics`: a scrape reads ZooKeeper,
+//!   and its reads wait behind the held request for up to a second each.
 //! - [`ZkProxy::refuse`]: refuse (close at once) new connections; [`ZkProxy::cut`]: close every
 //!   current connection; [`ZkProxy::delay_replies`]: delay every server frame;
 //!   [`ZkProxy::count`]: requests forwarded, by opcode.
@@ -141,6 +144,9 @@ fn with_length(frame: &[u8]) -> Vec<u8> {
 
 struct ArmState {
     ops: Vec<i32>,
+    /// Bytes the request's frame must contain (a path, say), when the opcode alone would also
+    /// match requests the test does not aim at (e.g. zkq's own marker cleanup, also a multi).
+    containing: Option<Vec<u8>>,
     fault: Fault,
     refuse_after: bool,
     /// Set when the fault hit a request: its opcode.
@@ -202,10 +208,16 @@ struct Shared {
 }
 
 impl Shared {
-    /// Takes the first armed fault that matches `opcode`.
-    fn take_fault(&self, opcode: i32) -> Option<Arc<ArmState>> {
+    /// Takes the first armed fault that matches `opcode` (and the frame's content, if it asks).
+    fn take_fault(&self, opcode: i32, frame: &[u8]) -> Option<Arc<ArmState>> {
         let mut armed = self.armed.lock().expect("lock");
-        let index = armed.iter().position(|a| a.ops.contains(&opcode))?;
+        let matches = |a: &Arc<ArmState>| {
+            a.ops.contains(&opcode)
+                && a.containing
+                    .as_ref()
+                    .is_none_or(|needle| frame.windows(needle.len()).any(|w| w == needle.as_slice()))
+        };
+        let index = armed.iter().position(matches)?;
         let state = armed.remove(index);
         *state.hit.lock().expect("lock") = Some(opcode);
         Some(state)
@@ -258,18 +270,27 @@ impl ZkProxy {
 
     /// Arms `fault` for the next client request whose opcode is in `ops`.
     pub fn arm(&self, ops: &[i32], fault: Fault) -> Armed {
-        self.arm_inner(ops, fault, false)
+        self.arm_inner(ops, None, fault, false)
     }
 
     /// Like [`ZkProxy::arm`], and refuses new connections from the moment the fault closes the
     /// connection (until `refuse(false)`).
     pub fn arm_then_refuse(&self, ops: &[i32], fault: Fault) -> Armed {
-        self.arm_inner(ops, fault, true)
+        self.arm_inner(ops, None, fault, true)
     }
 
-    fn arm_inner(&self, ops: &[i32], fault: Fault, refuse_after: bool) -> Armed {
+    /// Like [`ZkProxy::arm_then_refuse`], for the next such request whose frame contains
+    /// `containing` (e.g. a path under one queue), so that other requests of the same opcode
+    /// pass: zkq's marker cleanup is a multi too, and may go first.
+    pub fn arm_containing_then_refuse(&self, ops: &[i32], containing: &str, fault: Fault) -> Armed {
+        self.arm_inner(ops, Some(containing.as_bytes().to_vec()), fault, true)
+    }
+
+    fn arm_inner(&self, ops: &[i32], containing: Option<Vec<u8>>, fault: Fault, refuse_after: bool) -> Armed {
+        assert!(containing.as_ref().is_none_or(|c| !c.is_empty()), "an empty needle matches every frame");
         let state = Arc::new(ArmState {
             ops: ops.to_vec(),
+            containing,
             fault,
             refuse_after,
             hit: Mutex::new(None),
@@ -378,7 +399,7 @@ async fn serve(client: TcpStream, upstream: String, shared: Arc<Shared>, closed:
                 };
                 let Some(frame) = frame else { return closed.cancel() };
                 if !first && let Some(header) = parse_request(&frame) {
-                    if let Some(state) = shared.take_fault(header.opcode) {
+                    if let Some(state) = shared.take_fault(header.opcode, &frame) {
                         let fault = match state.fault {
                             Fault::Hold => {
                                 state.fired.send_replace(true);

@@ -30,9 +30,9 @@ async fn lease_one(zkq: &TestZkq, queue: &str) -> String {
 }
 
 /// Requests abandoned by their client so far, by route (`status="499"`).
-async fn abandoned(zkq: &TestZkq, route: &str, method: &str) -> f64 {
+fn abandoned(zkq: &TestZkq, route: &str, method: &str) -> f64 {
     let series = format!("zkq_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"499\"}}");
-    metric_value(&zkq.metrics().await, &series).unwrap_or(0.0)
+    metric_value(&zkq.registered_metrics(), &series).unwrap_or(0.0)
 }
 
 /// Sends `request` with its ZooKeeper transaction held at the proxy, lets the client leave
@@ -49,7 +49,7 @@ async fn abandon_while_held(
     tokio::time::timeout(SOON, held.held()).await.expect("the step's transaction reached ZooKeeper");
     client.abort();
     let _ = client.await;
-    eventually(SOON, "zkq saw the client leave", || async { abandoned(zkq, route, method).await >= 1.0 }).await;
+    eventually(SOON, "zkq saw the client leave", || async { abandoned(zkq, route, method) >= 1.0 }).await;
     held.release_deliver();
 }
 

@@ -91,11 +91,13 @@ async fn a_put_back_unsettled_past_the_marker_age_is_given_up_and_never_stored_t
     let _ = client.await;
     let series = "zkq_http_requests_total{method=\"POST\",route=\"/v1/queues/{queue}/take\",status=\"499\"}";
     eventually(SOON, "zkq saw the client leave", || async {
-        metric_value(&a.metrics().await, series).unwrap_or(0.0) >= 1.0
+        metric_value(&a.registered_metrics(), series).unwrap_or(0.0) >= 1.0
     })
     .await;
     // The claim applies; the message is put back, and that answer is lost; no reconnection.
-    let put_back = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
+    // Aimed at the put-back's create under the queue: the claim's marker, once applied, is
+    // deleted by a multi of its own that may go first.
+    let put_back = proxy.arm_containing_then_refuse(&[op::MULTI], &format!("{queue}/"), Fault::DropAnswer);
     held.release_deliver();
     tokio::time::timeout(SOON, put_back.fired()).await.expect("the put-back reached ZooKeeper");
     assert_eq!(children(&direct, &queue).await.len(), 1, "the dropped answer was the put-back's, which applied");
@@ -151,7 +153,7 @@ async fn a_lease_whose_client_left_before_it_was_handed_out_counts_no_delivery()
     let _ = client.await;
     let series = "zkq_http_requests_total{method=\"POST\",route=\"/v1/queues/{queue}/leases\",status=\"499\"}";
     eventually(SOON, "zkq saw the client leave", || async {
-        metric_value(&a.metrics().await, series).unwrap_or(0.0) >= 1.0
+        metric_value(&a.registered_metrics(), series).unwrap_or(0.0) >= 1.0
     })
     .await;
     held.release_deliver();
