@@ -29,7 +29,10 @@
 //!
 //! Transactions run on tasks of the caller's tracker (the queues' background tracker, which
 //! shutdown waits for), never on a request's future: a client that leaves cannot take the answers
-//! of the other units with it. A unit whose caller left before it was sent is dropped unsent.
+//! of the other units with it. A unit whose caller left before it was sent is dropped unsent. What
+//! must follow a unit that applied whether or not its caller still waits (a put's counter and
+//! cache) is its [`Booking`] ([`GroupCommit::submit_booked`]): the transaction's task runs it
+//! once the unit applied, before answering, also for a caller that left or whose deadline passed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,12 +73,16 @@ impl From<TxnError> for Refusal {
 
 type Reply = oneshot::Sender<Result<Vec<TxnResult>, Refusal>>;
 
+/// What follows a unit that applied, given the unit's results; run by the transaction's task.
+pub type Booking = Box<dyn FnOnce(&[TxnResult]) + Send>;
+
 struct Unit {
     zk: Zk,
     deadline: Instant,
     ops: Vec<TxnOp>,
     bytes: usize,
     reply: Reply,
+    booking: Option<Booking>,
 }
 
 #[derive(Default)]
@@ -126,6 +133,28 @@ impl GroupCommit {
         zk: &Zk,
         ops: Vec<TxnOp>,
     ) -> Result<Vec<TxnResult>, Refusal> {
+        self.submit_unit(tasks, zk, ops, None).await
+    }
+
+    /// As [`GroupCommit::submit`], and once the unit applied, `booking` runs with its results,
+    /// whether or not the caller still waits for them.
+    pub async fn submit_booked(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+        booking: Booking,
+    ) -> Result<Vec<TxnResult>, TxnError> {
+        self.submit_unit(tasks, zk, ops, Some(booking)).await.map_err(|refusal| refusal.error)
+    }
+
+    async fn submit_unit(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+        booking: Option<Booking>,
+    ) -> Result<Vec<TxnResult>, Refusal> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -134,7 +163,7 @@ impl GroupCommit {
             return Err(TxnError { index: None, error: ZkError::TooLarge(bytes) }.into());
         }
         let (reply, answer) = oneshot::channel();
-        let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply };
+        let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply, booking };
         let start = {
             let mut state = self.state();
             state.pending.push_back(unit);
@@ -226,6 +255,10 @@ impl GroupCommit {
                     for unit in batch.iter_mut() {
                         let rest = results.split_off(unit.ops.len().min(results.len()));
                         let mine = std::mem::replace(&mut results, rest);
+                        // Also for a unit whose caller left or was answered at its deadline.
+                        if let Some(booking) = unit.booking.take() {
+                            booking(&mine);
+                        }
                         Self::answer(unit, Ok(mine));
                     }
                     return;

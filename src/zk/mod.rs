@@ -13,7 +13,7 @@ mod wire;
 
 pub use client::{NodeMode, NodeStat, TreeEvent, TxnError, TxnOp, TxnResult, WatchEvent, Zk, ZkTreeWatch, ZkWatch};
 pub use error::ZkError;
-pub use group::{GroupCommit, MAX_BATCH_BYTES, Refusal, Twins};
+pub use group::{Booking, GroupCommit, MAX_BATCH_BYTES, Refusal, Twins};
 pub use session::{ConnectionState, SaslCredentials, SessionSettings, SessionSetupError, SessionStatus, ZkSession};
 pub use settings::{Secrets, load_secrets, session_settings};
 pub use tls::{TlsFileError, TlsMaterial, TlsSettings};

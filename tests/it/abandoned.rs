@@ -44,12 +44,25 @@ async fn abandon_while_held(
     route: &str,
     method: &str,
 ) {
-    let held = proxy.arm(&[op::MULTI], Fault::Hold);
+    abandon_while_op_held(zkq, proxy, &[op::MULTI], request, route, method).await;
+}
+
+/// As [`abandon_while_held`], holding the first request whose opcode is in `ops`.
+async fn abandon_while_op_held(
+    zkq: &TestZkq,
+    proxy: &ZkProxy,
+    ops: &[i32],
+    request: reqwest::RequestBuilder,
+    route: &str,
+    method: &str,
+) {
+    let before = abandoned(zkq, route, method);
+    let held = proxy.arm(ops, Fault::Hold);
     let client = tokio::spawn(async move { request.send().await });
     tokio::time::timeout(SOON, held.held()).await.expect("the step's transaction reached ZooKeeper");
     client.abort();
     let _ = client.await;
-    eventually(SOON, "zkq saw the client leave", || async { abandoned(zkq, route, method) >= 1.0 }).await;
+    eventually(SOON, "zkq saw the client leave", || async { abandoned(zkq, route, method) > before }).await;
     held.release_deliver();
 }
 
@@ -137,4 +150,59 @@ async fn a_batch_ack_whose_client_left_is_applied_and_its_retry_answers_204_per_
         metric_value(&zkq.metrics().await, "zkq_messages_acked_total{queue=\"q\"}") == Some(1.0)
     })
     .await;
+}
+
+/// Puts whose client left while their transaction was in flight are stored, and recorded as
+/// stored: `zkq_messages_put_total` counts their messages (a put is counted once ZooKeeper
+/// applied it, not once someone reads the answer), and a keyed put is carried to its end, so
+/// that its retry replays the stored message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_whose_client_left_are_stored_and_counted() {
+    let zk = ZkServer::shared();
+    let root = unique_root("abandoned-puts");
+    let proxy = ZkProxy::start(&zk.connect_string()).await;
+    let zkq = TestZkq::start_ready(config_via(&proxy, &root)).await;
+    let messages = serde_json::json!({ "messages": [{ "text": "a" }, { "text": "b" }] });
+    let put_route = "/v1/queues/{queue}/messages";
+    let batch_route = "/v1/queues/{queue}/batch";
+    // (queue, request, route, messages stored, nodes stored). A lone put is a plain create.
+    let cases = [
+        ("one", zkq.http.post(zkq.url("/v1/queues/one/messages")).body("m"), put_route, 1.0, 1),
+        ("batch", zkq.http.post(zkq.url("/v1/queues/batch/batch")).json(&messages), batch_route, 2.0, 2),
+        (
+            "multi",
+            zkq.http.post(zkq.url("/v1/queues/multi/batch?format=curator-multi")).json(&messages),
+            batch_route,
+            2.0,
+            1,
+        ),
+        (
+            "keyed",
+            zkq.http.post(zkq.url("/v1/queues/keyed/messages")).header("Idempotency-Key", "k").body("m"),
+            put_route,
+            1.0,
+            1,
+        ),
+    ];
+    for (queue, request, route, counted, nodes) in cases {
+        // The queue's node exists, so that the held request is the put's own.
+        zkq.put_ok(queue, b"first").await;
+        assert_eq!(zkq.take_body(queue, "5s").await.as_deref(), Some(&b"first"[..]));
+        let series = format!("zkq_messages_put_total{{queue=\"{queue}\"}}");
+        abandon_while_op_held(&zkq, &proxy, &[op::CREATE, op::CREATE2, op::MULTI], request, route, "POST").await;
+
+        eventually(SOON, &format!("{queue}: the put is stored"), || async {
+            queue_children(&root, zk, queue).await.len() == nodes
+        })
+        .await;
+        eventually(SOON, &format!("{queue}: the put is counted"), || async {
+            metric_value(&zkq.registered_metrics(), &series) == Some(1.0 + counted)
+        })
+        .await;
+    }
+    let retry = zkq.http.post(zkq.url("/v1/queues/keyed/messages")).header("Idempotency-Key", "k").body("m");
+    let retry = retry.send().await.expect("retry");
+    assert_eq!(retry.status().as_u16(), 201);
+    assert_eq!(retry.headers().get("zkq-idempotent-replay").and_then(|v| v.to_str().ok()), Some("true"));
+    assert_eq!(queue_children(&root, zk, "keyed").await.len(), 1, "the retry stored nothing more");
 }

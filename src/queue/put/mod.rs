@@ -18,8 +18,8 @@ use super::{QueueError, envelope};
 use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
 use crate::types::Layout;
-use crate::zk::{NodeMode, TxnOp, TxnResult, Zk, ZkError};
-use idempotency::Idempotency;
+use crate::zk::{Booking, NodeMode, TxnOp, TxnResult, Zk, ZkError};
+use idempotency::{Idempotency, KeyedPut};
 
 /// The puts of one queue, with the records of its idempotency keys. Its fields are private to
 /// `put/`: the rest of the queue puts only through these methods.
@@ -83,7 +83,7 @@ impl Puts {
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
-    pub(super) async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+    pub(super) async fn put(self: &Arc<Self>, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
         let wait = options.wait;
         let mut receipts = self.put_many(vec![(body, options)], wait).await?;
         receipts.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))
@@ -95,7 +95,7 @@ impl Puts {
     /// idempotency key goes with its key's record, in the same transaction; one whose key was used
     /// within the window is not stored again (`idempotency/`).
     pub(super) async fn put_many(
-        &self,
+        self: &Arc<Self>,
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
     ) -> Result<Vec<PutReceipt>, QueueError> {
@@ -125,13 +125,13 @@ impl Puts {
                 )));
             }
         }
-        let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         let deadline = self.ctx.deadline_for(wait);
         if !seen.is_empty() {
-            return self.put_keyed(creates, keys, wait, deadline).await;
+            return self.put_keyed_detached(creates, keys, wait, deadline).await;
         }
+        let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         self.wait_for_room(creates.len(), wait).await?;
-        let lens: Vec<usize> = creates.iter().map(|create| create.data.len()).collect();
+        let nodes: Vec<(usize, u64)> = creates.iter().map(|create| (create.data.len(), 1)).collect();
         let ops: Vec<TxnOp> = creates
             .into_iter()
             .map(|create| TxnOp::Create {
@@ -140,12 +140,33 @@ impl Puts {
                 mode: NodeMode::PersistentSequential,
             })
             .collect();
-        let created = self.create_nodes(ops, deadline).await?;
-        Ok(created
-            .into_iter()
-            .zip(lens)
-            .map(|(name, len)| PutReceipt { message_id: Some(self.stored(&name, Some(len))), replay: false })
-            .collect())
+        let created = self.create_nodes(ops, deadline, nodes).await?;
+        Ok(created.into_iter().map(|name| PutReceipt { message_id: Some(name), replay: false }).collect())
+    }
+
+    /// Keyed puts run apart from the request, on the queue's background tracker, as claims do:
+    /// a keyed put takes several steps (its records, the transaction, the message's name written
+    /// into its record, a lost answer resolved by evidence), and a client that leaves must not cut
+    /// them short. A retry with the same key then learns what was stored.
+    async fn put_keyed_detached(
+        self: &Arc<Self>,
+        creates: Vec<NodeCreate>,
+        keys: Vec<Option<KeyedPut>>,
+        wait: Duration,
+        deadline: Instant,
+    ) -> Result<Vec<PutReceipt>, QueueError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let puts = self.clone();
+        // Its log lines still carry the request's id.
+        let span = tracing::Span::current();
+        self.ctx.background.spawn(tracing::Instrument::instrument(
+            async move {
+                let _in_flight = GaugeGuard::new(puts.ctx.qm.puts_in_flight.clone());
+                let _ = tx.send(Box::pin(puts.put_keyed(creates, keys, wait, deadline)).await);
+            },
+            span,
+        ));
+        rx.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
     /// Stores `messages` as ONE node holding all of them, the way Curator's `putMulti` does
@@ -214,25 +235,30 @@ impl Puts {
         };
         let _in_flight = GaugeGuard::new(self.ctx.qm.puts_in_flight.clone());
         self.wait_for_room(1, wait).await?;
-        let mut created = self.create_nodes(vec![op], self.ctx.deadline_for(wait)).await?;
+        let nodes = vec![(len, messages.len() as u64)];
+        let mut created = self.create_nodes(vec![op], self.ctx.deadline_for(wait), nodes).await?;
         let name = created.pop().ok_or(QueueError::Zk(ZkError::OutcomeUnknown))?;
-        self.cache.learn_bytes(&name, len);
-        if let Some(item) = names::parse(self.ctx.kind, &name) {
-            self.cache.insert_local(item);
-        }
-        self.ctx.qm.messages_put.inc_by(messages.len() as u64);
         Ok(PutReceipt { message_id: Some(name), replay: false })
     }
 
     /// Creates the sequential nodes of `ops` in one transaction (shared with other writes in
     /// flight); recreates the queue node once if it was removed; answers the nodes' names in order.
-    async fn create_nodes(&self, ops: Vec<TxnOp>, deadline: Instant) -> Result<Vec<String>, QueueError> {
+    /// `nodes` (per create: its data length and how many messages it holds) is booked once the
+    /// transaction applied, whether or not the caller still waits ([`Puts::booking`]).
+    async fn create_nodes(
+        &self,
+        ops: Vec<TxnOp>,
+        deadline: Instant,
+        nodes: Vec<(usize, u64)>,
+    ) -> Result<Vec<String>, QueueError> {
         let zk = self.ctx.session.connected(deadline).await?;
-        let created = match self.ctx.group.submit(&self.ctx.background, &zk, ops.clone()).await {
+        let submit =
+            |ops: Vec<TxnOp>| self.ctx.group.submit_booked(&self.ctx.background, &zk, ops, self.booking(nodes.clone()));
+        let created = match submit(ops.clone()).await {
             Err(err) if err.error == ZkError::NoNode => {
                 // No queue node (never made, deleted, or a container reaped): a put makes it, once.
                 self.create_queue_node(&zk).await?;
-                self.ctx.group.submit(&self.ctx.background, &zk, ops).await
+                submit(ops).await
             },
             other => other,
         };
@@ -273,18 +299,47 @@ impl Puts {
         if room { Ok(()) } else { Err(QueueError::Full { max_items }) }
     }
 
-    /// A message ZooKeeper confirmed (its node's data `len` bytes, when known): the cache learns
-    /// of it, the counter counts it.
-    pub(super) fn stored(&self, name: &str, len: Option<usize>) -> String {
-        if let Some(len) = len {
-            self.cache.learn_bytes(name, len);
-        }
-        if let Some(item) = names::parse(self.ctx.kind, name) {
-            self.cache.insert_local(item);
-        }
-        self.ctx.qm.messages_put.inc();
+    /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
+    pub(super) fn stored(&self, name: &str) -> String {
+        book(&self.cache, self.ctx.kind, &self.ctx.qm.messages_put, name, None, 1);
         name.to_owned()
     }
+
+    /// What follows a transaction of puts that applied, run by group commit whether or not the
+    /// put's client still waits: each created node (`nodes`: its data length, its messages)
+    /// booked as [`book`] says. A put whose client left is stored, so it is counted, and this
+    /// sidecar's takers see it at once.
+    fn booking(&self, nodes: Vec<(usize, u64)>) -> Booking {
+        let (cache, kind, counter) = (self.cache.clone(), self.ctx.kind, self.ctx.qm.messages_put.clone());
+        Box::new(move |results: &[TxnResult]| {
+            let created = results.iter().filter_map(|result| match result {
+                TxnResult::Created(path) => Some(path.rsplit('/').next().unwrap_or(path)),
+                _ => None,
+            });
+            for (name, (len, messages)) in created.zip(nodes) {
+                book(&cache, kind, &counter, name, Some(len), messages);
+            }
+        })
+    }
+}
+
+/// A node of `messages` messages that a put of this sidecar stored (its data `len` bytes, when
+/// known): the cache learns of it and its size, the counter counts its messages.
+fn book(
+    cache: &ChildrenCache,
+    kind: QueueKind,
+    counter: &prometheus::IntCounter,
+    name: &str,
+    len: Option<usize>,
+    messages: u64,
+) {
+    if let Some(len) = len {
+        cache.learn_bytes(name, len);
+    }
+    if let Some(item) = names::parse(kind, name) {
+        cache.insert_local(item);
+    }
+    counter.inc_by(messages);
 }
 
 /// A message's kind fields, for an error message.

@@ -56,7 +56,7 @@ impl Puts {
         }
         let mut writes = Vec::new();
         for (member, name) in unit.members.iter().zip(names) {
-            let message_id = name.map(|name| self.stored(&name, None));
+            let message_id = name.map(|name| self.stored(&name));
             if let (Some(write), Some(name)) = (&member.write, &message_id) {
                 writes.push((write, name.clone()));
             }
