@@ -14,8 +14,8 @@ use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
 use super::state::AppState;
 use super::wire::{
-    HEADER_DELIVERY_COUNT, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath, check_max, delivered,
-    message_response, receipt_of,
+    HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath,
+    check_max, delivered, message_response, receipt_of,
 };
 use crate::queue::NackMode;
 use crate::types::QueueName;
@@ -97,6 +97,7 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
                 ("zkq-lease" = String, description = "Receipt for ack, nack and extend"),
                 ("zkq-lease-expires-at" = i64, description = "Expiry, epoch ms"),
                 ("zkq-delivery-count" = u32, description = "How many times this message was leased, this time included"),
+                ("zkq-fencing-token" = u64, description = "Fencing token: every later lease of any message carries a larger one (pass it to your own store)"),
                 ("zkq-priority" = i32, description = "Priority queues"),
                 ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
                 ("zkq-id" = String, description = "Id queues"),
@@ -136,6 +137,7 @@ pub async fn lease_message(
                 (HEADER_LEASE, grant.receipt.to_string()),
                 (HEADER_LEASE_EXPIRES_AT, grant.expires_at_ms.to_string()),
                 (HEADER_DELIVERY_COUNT, grant.delivery_count.to_string()),
+                (HEADER_FENCING_TOKEN, grant.fencing_token.to_string()),
             ] {
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     headers.insert(name, value);

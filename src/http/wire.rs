@@ -32,6 +32,7 @@ pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
 pub const HEADER_LEASE: &str = "zkq-lease";
 pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
 pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
+pub const HEADER_FENCING_TOKEN: &str = "zkq-fencing-token";
 
 /// The header that carries the API token.
 pub const API_TOKEN_HEADER: &str = "zkq-api-token";
@@ -170,6 +171,10 @@ pub struct DeliveredMessage {
     /// Leases: how many times this message was leased, this time included.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery_count: Option<u32>,
+    /// Leases: the fencing token, a decimal integer below 2^63 as a string (JSON numbers lose
+    /// precision past 2^53): every later lease of any message carries a larger one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<String>,
 }
 
 /// A `?max=` answer: 1 to `max` messages, in delivery order while this zkq is the queue's only consumer
@@ -214,6 +219,7 @@ pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
                 id,
                 expires_at: grant.as_ref().map(|g| g.expires_at_ms),
                 delivery_count: grant.as_ref().map(|g| g.delivery_count),
+                fencing_token: grant.as_ref().map(|g| g.fencing_token.to_string()),
                 lease: grant.map(|g| g.receipt.to_string()),
             }
         })

@@ -15,8 +15,8 @@ use super::client::{AppClient, AppConnection, CallError, content_type, header_te
 use super::gate::AppGate;
 use crate::config::PushConfig;
 use crate::http::wire::{
-    HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_ID, HEADER_LEASE_EXPIRES_AT, HEADER_MESSAGE_ID, HEADER_PRIORITY,
-    HEADER_QUEUE,
+    HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_ID, HEADER_LEASE_EXPIRES_AT,
+    HEADER_MESSAGE_ID, HEADER_PRIORITY, HEADER_QUEUE,
 };
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt};
@@ -344,6 +344,9 @@ impl Subscription {
         headers.extend([
             (HeaderName::from_static(HEADER_MESSAGE_ID), header_text(&message.message_id)),
             (HeaderName::from_static(HEADER_DELIVERY_COUNT), HeaderValue::from(grant.delivery_count)),
+            (HeaderName::from_static(HEADER_FENCING_TOKEN), HeaderValue::from(grant.fencing_token.get())),
+            // The same as a CloudEvents extension attribute (lower-case letters and digits only).
+            (HeaderName::from_static("ce-zkqfencingtoken"), HeaderValue::from(grant.fencing_token.get())),
             (HeaderName::from_static(HEADER_LEASE_EXPIRES_AT), number(grant.expires_at_ms)),
             (HeaderName::from_static("ce-id"), header_text(&message.message_id)),
             (HeaderName::from_static("ce-time"), header_text(&rfc3339_millis(grant.created_at_ms))),

@@ -22,7 +22,7 @@ pub use browse::{HeadAge, QueueInfo};
 pub use context::DeadLetter;
 pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
-pub use lease::{LeaseGrant, MalformedReceipt, NackMode, Receipt};
+pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
 pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};

@@ -16,6 +16,8 @@ pub struct Answer {
     pub expiry: String,
     /// `zkq-delivery-count`, when the answer carries a message.
     pub deliveries: Option<u32>,
+    /// `zkq-fencing-token`, on a lease.
+    pub fencing_token: Option<u64>,
     /// Whether the answer carries `Retry-After`.
     pub retry_after: bool,
     /// The error body's `code` (empty below 400).
@@ -29,6 +31,7 @@ impl Answer {
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
         let (id, receipt, expiry) = (header("zkq-message-id"), header("zkq-lease"), header("zkq-lease-expires-at"));
         let deliveries = header("zkq-delivery-count").parse().ok();
+        let fencing_token = header("zkq-fencing-token").parse().ok();
         let retry_after = response.headers().contains_key("retry-after");
         let body = response.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
         let code = if status >= 400 {
@@ -36,7 +39,17 @@ impl Answer {
         } else {
             None
         };
-        Answer { status, id, receipt, expiry, deliveries, retry_after, code: code.unwrap_or_default(), body }
+        Answer {
+            status,
+            id,
+            receipt,
+            expiry,
+            deliveries,
+            fencing_token,
+            retry_after,
+            code: code.unwrap_or_default(),
+            body,
+        }
     }
 
     /// The body as JSON (`Null` when it is not JSON).

@@ -146,6 +146,10 @@ async fn without_quorum_take_and_lease_answer_503_not_an_empty_queue() {
     for body in &bodies {
         zkq.put_ok("q", body.as_bytes()).await;
     }
+    // A fencing token before the election that follows, to compare with one after it.
+    let before = zkq.client().lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!(zkq.client().ack("q", &before.receipt).await.status, 204);
+    let mut delivered = vec![before.text()];
     tokio::task::block_in_place(|| {
         ensemble.kill(0);
         ensemble.kill(1);
@@ -178,7 +182,16 @@ async fn without_quorum_take_and_lease_answer_503_not_an_empty_queue() {
         ensemble.wait_quorum();
     });
     zkq.wait_ready().await;
+    // A lease under the new leader: a larger fencing token, of a later epoch (a token is
+    // zxid × 1024 + place; a zxid's high 32 bits are the epoch).
+    let after = zkq.client().lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!(after.status, 200);
+    let (t1, t2) = (before.fencing_token.expect("token"), after.fencing_token.expect("token"));
+    assert!(t2 > t1 && t2 >> 42 > t1 >> 42, "fencing tokens across an election: {t1} then {t2}");
+    assert_eq!(zkq.client().ack("q", &after.receipt).await.status, 204);
+    delivered.push(after.text());
     let mut got = drain(&[&zkq], "q").await;
+    got.extend(delivered);
     got.sort();
     assert_eq!(got, bodies, "every message is still there, once");
 }
@@ -200,6 +213,9 @@ async fn a_lease_whose_lock_answer_is_lost_leaves_no_untracked_lock() {
     let leased = a.client().lease("q", "wait=5s&visibility=1s").await;
     assert!(lost.has_fired(), "the fault hit A's lock write (answered {} {})", leased.status, leased.code);
     assert!(leased.status != 200 || leased.body == b"M", "A's lease answered 200 with {:?}", text(&leased.body));
+    // A lease granted on its lock's evidence has the fencing token of the transaction that made
+    // the lock (a zxid is never 0).
+    assert!(leased.status != 200 || leased.fencing_token.is_some_and(|t| t >= 1024), "{:?}", leased.fencing_token);
     let direct = zk_client(zk).await;
     let locks = format!("{root}/locks/q");
     await_no_locks(&direct, &locks, &a, "after A's lease (visibility 1s) ended").await;

@@ -562,3 +562,57 @@ async fn max_per_queue_holds_for_long_polls_that_arrived_together() {
     assert_eq!(metric_value(&zkq.metrics().await, "zkq_leases_in_flight{queue=\"q\"}"), Some(2.0));
     zkq.stop().await;
 }
+
+/// Fencing tokens: every lease carries one (the `zkq-fencing-token` header; the `fencing_token` of
+/// each entry of a `?max=` answer), larger than that of every earlier lease, whichever zkq granted
+/// it: a redelivery of the same message, another message, each message of one `?max=` answer. A
+/// token is the claim's zxid × 1024 plus the message's place in that claim, so the message's
+/// lock, created by the claim, tells the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lease_carries_a_fencing_token_larger_than_every_earlier_one() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fencing");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let direct = zk_client(zk).await;
+    for i in 0..5 {
+        a.put_ok("q", format!("m{i}").as_bytes()).await;
+    }
+    let lock_czxid = |id: String| {
+        let direct = &direct;
+        let path = format!("{root}/locks/q/{id}");
+        async move { direct.get_data(&path).await.expect("the lease's lock").1.czxid }
+    };
+
+    let first = a.client().lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!(first.status, 200);
+    let first_token = first.fencing_token.expect("a lease carries zkq-fencing-token");
+    let czxid = u64::try_from(lock_czxid(first.id.clone()).await).expect("a zxid is positive");
+    assert_eq!(first_token, czxid * 1024, "the claim's zxid, first place");
+
+    // The same message again, after a nack that keeps its place, by the other zkq.
+    assert_eq!(a.client().nack("q", &first.receipt, "mode=keep").await.status, 204);
+    let again = b.client().lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!((again.status, again.id.as_str()), (200, first.id.as_str()), "the kept message comes first");
+    let again_token = again.fencing_token.expect("token");
+    assert!(again_token > first_token, "a redelivery's token {again_token} is larger than {first_token}");
+
+    // A `?max=` lease: each entry has its own token, increasing in the answer, all larger.
+    let many = a.client().lease("q", "max=10&wait=5s&visibility=60s").await;
+    assert_eq!(many.status, 200);
+    let entries = many.json()["messages"].as_array().cloned().expect("messages");
+    assert_eq!(entries.len(), 4, "{entries:?}");
+    let tokens: Vec<u64> = entries
+        .iter()
+        .map(|entry| entry["fencing_token"].as_str().expect("a string").parse().expect("decimal"))
+        .collect();
+    let mut previous = again_token;
+    for token in &tokens {
+        assert!(*token > previous, "tokens grow: {again_token} then {tokens:?}");
+        previous = *token;
+    }
+    // The entries after the first were claimed together: one zxid, consecutive places.
+    let second_id = entries[1]["message_id"].as_str().expect("id").to_owned();
+    let shared = u64::try_from(lock_czxid(second_id).await).expect("positive");
+    assert_eq!(tokens[1..], [shared * 1024, shared * 1024 + 1, shared * 1024 + 2]);
+}

@@ -229,6 +229,12 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
         let at = ce_time_ms(r);
         assert!(at >= put_from && at <= put_until, "ce-time {at} of {} is its put's time", r.body);
     }
+    // Every delivery (each attempt is a lease) has a larger fencing token than the one before,
+    // also as a CloudEvents extension.
+    let tokens: Vec<u64> =
+        received.iter().map(|r| r.header("zkq-fencing-token").parse().expect("a fencing token")).collect();
+    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]), "fencing tokens grow: {tokens:?}");
+    assert!(received.iter().all(|r| r.header("ce-zkqfencingtoken") == r.header("zkq-fencing-token")));
     let retried: Vec<&Received> = received.iter().filter(|r| r.body == "m3").collect();
     assert_eq!(
         retried.iter().map(|r| r.header("zkq-delivery-count")).collect::<Vec<_>>(),

@@ -25,14 +25,14 @@ use tokio::time::Instant;
 use super::super::QueueError;
 use super::super::candidate::{Declined, Read};
 use super::super::claims::{ClaimMarkers, Outcome};
-use super::super::lease::{Claiming, LeasePrepared, NotNow, lock_is_ours};
+use super::super::lease::{Claiming, FencingToken, LeasePrepared, NotNow, our_lock_created_at};
 use super::super::names::ItemName;
 use super::Claims;
 use super::split::Fit;
 use super::take;
 use super::{Acquire, Caller, Delivery};
 use crate::metrics::ClaimOutcome;
-use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, Zk, ZkError};
+use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A candidate read and ready to claim: the operations it adds to the transaction and what its
 /// claim hands out once they applied.
@@ -208,16 +208,28 @@ impl Claims {
                 },
             };
             let sent = Instant::now();
+            // The transaction's zxid, once it is known to have applied (a lease's fencing token).
+            let mut claimed_at = None;
             match self.ctx.apply_txn(zk, &ops, &parents).await {
-                Ok(_) => {},
+                Ok(results) => {
+                    // Every operation of a transaction shares its zxid: a lease's lock write says it.
+                    claimed_at = results.iter().find_map(|result| match result {
+                        TxnResult::DataSet(stat) => Some(stat.mzxid),
+                        _ => None,
+                    });
+                },
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
                     let deadline = Instant::now() + self.ctx.session.request_timeout();
                     let outcome = match (&marker, chosen.first()) {
                         (Some(marker), _) => self.ctx.markers.outcome(marker, sent, deadline).await,
                         (None, Some(Ready::Lease { prepared, .. })) => {
-                            match lock_is_ours(&zk.with_deadline(deadline), &prepared.lock, &prepared.claim_id).await {
-                                Ok(true) => Outcome::Applied,
-                                Ok(false) => Outcome::NotApplied,
+                            let bounded = zk.with_deadline(deadline);
+                            match our_lock_created_at(&bounded, &prepared.lock, &prepared.claim_id).await {
+                                Ok(Some(zxid)) => {
+                                    claimed_at = Some(zxid);
+                                    Outcome::Applied
+                                },
+                                Ok(None) => Outcome::NotApplied,
                                 Err(ZkError::SessionLost) => {
                                     self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
                                     return Err(ZkError::SessionLost.into());
@@ -263,10 +275,11 @@ impl Claims {
             if let Some(marker) = marker {
                 self.ctx.markers.applied(marker);
             }
-            for ready in chosen.drain(..) {
+            for (place, ready) in chosen.drain(..).enumerate() {
                 self.cache.claim_ended(&ready.candidate().name);
                 self.ctx.qm.claim(ClaimOutcome::Won).inc();
-                delivered.push(self.book(zk, ready, how));
+                let token = FencingToken::new(claimed_at.unwrap_or_default(), place);
+                delivered.push(self.book(zk, ready, how, token));
             }
         }
         Ok(delivered)
@@ -408,7 +421,7 @@ impl Claims {
 
     /// Books a claim that applied: the cache and the metrics follow, and the caller gets the
     /// message (with its lease).
-    fn book(self: &Arc<Self>, zk: &Zk, ready: Ready<'_>, how: Acquire) -> Delivery {
+    fn book(self: &Arc<Self>, zk: &Zk, ready: Ready<'_>, how: Acquire, token: FencingToken) -> Delivery {
         match (ready, how) {
             (Ready::Take { candidate, items, splits, .. }, _) => {
                 self.cache.removed_local();
@@ -424,7 +437,7 @@ impl Claims {
                     Acquire::Take => std::time::Duration::ZERO,
                 };
                 self.ctx.qm.messages_leased.inc();
-                let (message, grant) = self.leases.grant_lease(zk, prepared, visibility);
+                let (message, grant) = self.leases.grant_lease(zk, prepared, visibility, token);
                 (message, Some(grant))
             },
         }

@@ -19,8 +19,8 @@ use super::super::names::ItemName;
 use super::super::{Message, envelope};
 use super::Leases;
 use super::{
-    Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter, release_uncounted,
-    uncount_op,
+    FencingToken, Lease, LeaseGrant, OnExpiry, Receipt, counter_bytes, epoch_ms_after, lock_is_ours, read_counter,
+    release_uncounted, uncount_op,
 };
 use crate::zk::{ConnectionState, NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
@@ -208,6 +208,7 @@ impl Leases {
         zk: &Zk,
         prepared: LeasePrepared,
         visibility: Duration,
+        fencing_token: FencingToken,
     ) -> (Message, LeaseGrant) {
         let LeasePrepared {
             candidate,
@@ -234,6 +235,7 @@ impl Leases {
             expires_at_ms,
             delivery_count: count,
             created_at_ms,
+            fencing_token,
         };
         let message = Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone() };
         let lease = Lease {

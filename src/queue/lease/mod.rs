@@ -68,6 +68,45 @@ pub struct LeaseGrant {
     /// its put, or for an item split from a Curator `putMulti` node, the split. The same on every
     /// delivery of the node.
     pub created_at_ms: i64,
+    /// Larger than the token of every earlier lease of every message on the ensemble.
+    pub fencing_token: FencingToken,
+}
+
+/// A lease's fencing token: every lease granted later, of any message of any queue on the
+/// ensemble, by any zkq, carries a larger one, across leader elections. An application passes it
+/// to its own store (`… WHERE fence < :token`), so that a consumer whose lease was lost cannot
+/// overwrite the work of the one that got the redelivery.
+///
+/// It is `zxid × 1024 + place`: `zxid` is the transaction that claimed the lease (ZooKeeper
+/// numbers committed transactions in increasing order, the election epoch in the high half, so a
+/// later claim always has a larger one, whichever server led it), `place` the lease's place among
+/// those that transaction claimed together (a `?max=` lease claims at most `api.max_batch` ≤ 1000
+/// at once). The lease's lock is created by that transaction, so after a lost answer its `czxid`
+/// gives the same token. It stays below 2⁶³ (a signed 64-bit column) while the ensemble's epoch is
+/// below 2²¹ elections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// Places among one transaction's leases.
+    const PLACES: u64 = 1024;
+
+    /// The token of the lease at `place` among those claimed by transaction `zxid`.
+    pub(super) fn new(zxid: i64, place: usize) -> FencingToken {
+        let zxid = u64::try_from(zxid).unwrap_or(0);
+        let place = u64::try_from(place).unwrap_or(u64::MAX).min(Self::PLACES - 1);
+        FencingToken(zxid.saturating_mul(Self::PLACES).saturating_add(place))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// What happens when a lease's time is up.
@@ -359,13 +398,19 @@ fn epoch_ms_after(duration: Duration) -> i64 {
 /// Whether `lock` is the lock of claim `claim_id` on `zk`'s session, read after a sync so a
 /// lagging server cannot answer with the past. `SessionLost` when that session has ended.
 pub(super) async fn lock_is_ours(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result<bool, ZkError> {
+    Ok(our_lock_created_at(zk, lock, claim_id).await?.is_some())
+}
+
+/// As [`lock_is_ours`], answering the transaction that created the lock (its `czxid`) when it
+/// is ours.
+pub(super) async fn our_lock_created_at(zk: &Zk, lock: &str, claim_id: &[u8]) -> Result<Option<i64>, ZkError> {
     match zk.sync(lock).await {
         Ok(()) | Err(ZkError::NoNode) => {},
         Err(err) => return Err(err),
     }
     match zk.get_data(lock).await {
-        Ok((data, stat)) => Ok(data == claim_id && stat.ephemeral_owner == zk.session_id()),
-        Err(ZkError::NoNode) => Ok(false),
+        Ok((data, stat)) => Ok((data == claim_id && stat.ephemeral_owner == zk.session_id()).then_some(stat.czxid)),
+        Err(ZkError::NoNode) => Ok(None),
         Err(err) => Err(err),
     }
 }
@@ -451,6 +496,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_fencing_token_orders_leases_by_their_claim_then_by_their_place_in_it() {
+        let token = |zxid, place| FencingToken::new(zxid, place).get();
+        assert_eq!(token(5, 0), 5 * 1024);
+        assert_eq!(token(5, 3), 5 * 1024 + 3);
+        assert!(token(5, 999) < token(6, 0), "a later claim outranks every place of an earlier one");
+        let new_epoch = 2_i64 << 32;
+        assert!(token(new_epoch, 0) > token(new_epoch - 1, 999), "a new epoch outranks the old one");
+        assert_eq!(token(5, 5000), 5 * 1024 + 1023, "a place never reaches into the next zxid");
+        assert_eq!(token(-1, 0), 0, "no zxid is negative; none gives the lowest token");
+    }
 
     fn live(open: bool, expires_in: Duration, unresolved: bool) -> Option<LeaseView> {
         Some(LeaseView { open, expires_at: Instant::now() + expires_in, unresolved })
