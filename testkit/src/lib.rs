@@ -41,8 +41,8 @@ pub use process::{
     stable_port, zkq_binary,
 };
 pub use server::{
-    ConnectTarget, JavaTarget, ServerOptions, ZkServer, children, ensemble_classpath, four_letter, zk_client,
-    zookeeper_classpath,
+    ConnectTarget, JavaTarget, ServerOptions, ZkServer, children, ensemble_classpath, four_letter,
+    prepare_idempotency_buckets, zk_client, zookeeper_classpath,
 };
 pub use wait::eventually;
 pub use workload::{

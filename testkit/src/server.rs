@@ -268,6 +268,19 @@ pub async fn zk_client(zk: &(impl ConnectTarget + ?Sized)) -> zookeeper_client::
         .expect("direct ZooKeeper client connects")
 }
 
+/// Creates the expiry buckets the next ~20 s of keyed puts to `queue` (5-minute window) write
+/// into, so that a fault armed for the next transaction hits the put's own transaction and not a
+/// first try that finds its bucket missing.
+pub async fn prepare_idempotency_buckets(direct: &zookeeper_client::Client, root: &str, queue: &str) {
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let now = zkq::types::now_epoch_ms();
+    for second in 0..20 {
+        let end = ((now + 300_000) / 1000 + 1 + second) * 1000;
+        let bucket = format!("{root}/idempotency/{queue}/expiry/{end:015}");
+        direct.mkdir(&bucket, &options).await.expect("bucket");
+    }
+}
+
 /// Children of `path`, sorted; empty if it does not exist.
 pub async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<String> {
     let mut names = client.list_children(path).await.unwrap_or_default();

@@ -184,9 +184,15 @@ async fn puts_whose_client_left_are_stored_and_counted() {
             1,
         ),
     ];
+    // So that the keyed put's first transaction is its own, not a first try that finds the
+    // directory of its key's record missing.
+    prepare_idempotency_buckets(&zk_client(zk).await, &root, "keyed").await;
     for (queue, request, route, counted, nodes) in cases {
-        // The queue's node exists, so that the held request is the put's own.
-        zkq.put_ok(queue, b"first").await;
+        // The queue's node (and its keys' directory) exists, so that the held request is the
+        // put's own.
+        let warm_up = zkq.http.post(zkq.url(&format!("/v1/queues/{queue}/messages")));
+        let warm_up = warm_up.header("Idempotency-Key", "warm-up").body("first").send().await.expect("warm-up");
+        assert_eq!(warm_up.status().as_u16(), 201);
         assert_eq!(zkq.take_body(queue, "5s").await.as_deref(), Some(&b"first"[..]));
         let series = format!("zkq_messages_put_total{{queue=\"{queue}\"}}");
         abandon_while_op_held(&zkq, &proxy, &[op::CREATE, op::CREATE2, op::MULTI], request, route, "POST").await;
@@ -205,4 +211,41 @@ async fn puts_whose_client_left_are_stored_and_counted() {
     assert_eq!(retry.status().as_u16(), 201);
     assert_eq!(retry.headers().get("zkq-idempotent-replay").and_then(|v| v.to_str().ok()), Some("true"));
     assert_eq!(queue_children(&root, zk, "keyed").await.len(), 1, "the retry stored nothing more");
+}
+
+/// A keyed put whose client left before it sent anything (it waited for room in a full queue)
+/// stops there: it holds nothing, and when room comes it stores nothing the client gave up on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_put_whose_client_left_while_it_waited_for_room_stores_nothing() {
+    let zk = ZkServer::shared();
+    let root = unique_root("abandoned-keyed-wait");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "full", zkq::config::QueueKind::Fifo, None, None);
+    if let Some(queue) = config.queues.values_mut().next() {
+        queue.max_items = Some(1);
+    }
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("full", b"first").await;
+
+    let url = zkq.url("/v1/queues/full/messages?wait=20s");
+    let request = zkq.http.post(url).header("Idempotency-Key", "k").body("given up");
+    let client = tokio::spawn(async move { request.send().await });
+    let waiting = "zkq_puts_in_flight{queue=\"full\"}";
+    eventually(SOON, "the keyed put waits for room", || async {
+        metric_value(&zkq.registered_metrics(), waiting) == Some(1.0)
+    })
+    .await;
+    client.abort();
+    let _ = client.await;
+    eventually(SOON, "zkq saw the client leave", || async {
+        abandoned(&zkq, "/v1/queues/{queue}/messages", "POST") >= 1.0
+    })
+    .await;
+    // Room comes right after the client left: the put must not take it.
+    assert_eq!(zkq.take_body("full", "5s").await.as_deref(), Some(&b"first"[..]), "room now");
+    eventually(SOON, "the keyed put is over", || async {
+        metric_value(&zkq.registered_metrics(), waiting) == Some(0.0)
+    })
+    .await;
+    assert_eq!(zkq.take("full", "0").await.status().as_u16(), 204, "the put its client gave up on was not stored");
 }

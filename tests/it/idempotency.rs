@@ -69,19 +69,6 @@ fn config_via(proxy: &ZkProxy, root: &str) -> Config {
     config
 }
 
-/// Creates the expiry buckets the next ~20 s of keyed puts to `queue` (5-minute window) write
-/// into, so that a fault armed for the next transaction hits the put's own transaction and not a
-/// first try that finds its bucket missing.
-async fn prepare_buckets(direct: &zookeeper_client::Client, root: &str, queue: &str) {
-    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let now = zkq::types::now_epoch_ms();
-    for second in 0..20 {
-        let end = ((now + 300_000) / 1000 + 1 + second) * 1000;
-        let bucket = format!("{root}/idempotency/{queue}/expiry/{end:015}");
-        direct.mkdir(&bucket, &options).await.expect("bucket");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_put_with_its_key_stores_one_message_and_another_body_is_refused() {
     let zk = ZkServer::shared();
@@ -180,7 +167,7 @@ async fn a_keyed_put_whose_answer_is_lost_is_settled_and_its_retry_stores_nothin
     let b = TestZkq::start_ready(test_config(zk, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201, "directories exist");
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
 
     let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
     let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
@@ -206,7 +193,7 @@ async fn a_504_keyed_put_retried_with_its_key_stores_one_message() {
     let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
 
     let lost = proxy.arm_then_refuse(&[op::MULTI], Fault::DropAnswer);
     let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
@@ -232,7 +219,7 @@ async fn a_keyed_put_whose_request_was_lost_is_sent_again_once() {
     let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
 
     let lost = proxy.arm(&[op::MULTI], Fault::DropBeforeSend);
     let put = keyed_put(&a.http, &a.api, "q", "k", b"M").await;
@@ -383,7 +370,7 @@ async fn a_lost_answer_whose_settling_read_is_lost_too_is_settled_after_reconnec
     let a = TestZkq::start_ready(config_via(&proxy, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
 
     let lost = proxy.arm(&[op::MULTI], Fault::DropAnswer);
     let sync_lost = proxy.arm(&[op::SYNC], Fault::DropBeforeSend);
@@ -465,7 +452,7 @@ async fn concurrent_puts_with_one_key_on_two_zkqs_store_one_message() {
     let b = TestZkq::start_ready(test_config(zk, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
 
     for (key, release_dropping_answer) in [("held", false), ("held-and-lost", true)] {
         let held = proxy.arm(&[op::MULTI], Fault::Hold);
@@ -628,7 +615,7 @@ async fn a_keyed_batch_whose_answer_is_lost_is_settled_and_its_retry_stores_each
     let b = TestZkq::start_ready(test_config(zk, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201, "directories exist");
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
     // Names are written best effort: one in flight when the connection drops is left to replays.
     eventually(SOON, "the warm-up's name is written", || async {
         recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
@@ -719,7 +706,7 @@ async fn keyed_puts_in_flight_together_share_transactions_and_replay_their_own_m
     let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
     assert_eq!(keyed_put(&zkq.http, &zkq.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
     let units = |text: &str, part: &str| metric_value(text, &format!("zkq_group_commit_units_{part}")).unwrap_or(0.0);
     let before = zkq.metrics().await;
     let puts = 200;
@@ -773,7 +760,7 @@ async fn keyed_puts_sharing_a_transaction_whose_answer_is_lost_each_answer_their
     let b = TestZkq::start_ready(test_config(zk, &root)).await;
     assert_eq!(keyed_put(&a.http, &a.api, "q", "warm-up", b"w").await.status, 201);
     let direct = zk_client(zk).await;
-    prepare_buckets(&direct, &root, "q").await;
+    prepare_idempotency_buckets(&direct, &root, "q").await;
     eventually(SOON, "the warm-up's name is written", || async {
         recorded_names(&direct, &root, "q").await.iter().all(Option::is_some)
     })

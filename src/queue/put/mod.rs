@@ -19,7 +19,7 @@ use crate::config::QueueKind;
 use crate::metrics::GaugeGuard;
 use crate::types::Layout;
 use crate::zk::{Booking, NodeMode, TxnOp, TxnResult, Zk, ZkError};
-use idempotency::{Idempotency, KeyedPut};
+use idempotency::{Idempotency, KeyedCaller, KeyedPut};
 
 /// The puts of one queue, with the records of its idempotency keys. Its fields are private to
 /// `put/`: the rest of the queue puts only through these methods.
@@ -147,7 +147,8 @@ impl Puts {
     /// Keyed puts run apart from the request, on the queue's background tracker, as claims do:
     /// a keyed put takes several steps (its records, the transaction, the message's name written
     /// into its record, a lost answer resolved by evidence), and a client that leaves must not cut
-    /// them short. A retry with the same key then learns what was stored.
+    /// them short once a transaction was sent. A retry with the same key then learns what was
+    /// stored. A keyed put whose client left before it sent anything stops (`put_keyed`).
     async fn put_keyed_detached(
         self: &Arc<Self>,
         creates: Vec<NodeCreate>,
@@ -161,8 +162,10 @@ impl Puts {
         let span = tracing::Span::current();
         self.ctx.background.spawn(tracing::Instrument::instrument(
             async move {
+                let mut caller: KeyedCaller = tx;
                 let _in_flight = GaugeGuard::new(puts.ctx.qm.puts_in_flight.clone());
-                let _ = tx.send(Box::pin(puts.put_keyed(creates, keys, wait, deadline)).await);
+                let result = Box::pin(puts.put_keyed(creates, keys, wait, deadline, &mut caller)).await;
+                let _ = caller.send(result);
             },
             span,
         ));

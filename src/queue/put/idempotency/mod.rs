@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(in crate::queue) use protocol::KeyedPut;
+pub(in crate::queue) use protocol::{KeyedCaller, KeyedPut};
 pub use record::{MAX_KEY_LEN, is_valid_key};
 pub(in crate::queue) use sweep::{IDLE_CHECK, sweep_queues_not_open};
 

@@ -23,6 +23,9 @@ use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, Refusal, TxnOp, TxnResult
 /// retry after a lost answer that did not apply).
 const MAX_ATTEMPTS: usize = 4;
 
+/// Who waits for a keyed put's answer (its request's handler, while it has not left).
+pub(in crate::queue) type KeyedCaller = tokio::sync::oneshot::Sender<Result<Vec<PutReceipt>, QueueError>>;
+
 /// A put with a valid idempotency key, fingerprinted.
 pub(in crate::queue) struct KeyedPut {
     key: String,
@@ -187,12 +190,18 @@ impl Puts {
     /// applied, the unit is sent once more. The put answers once each record names its message.
     /// Reads (and the creation of missing directories) that fail on a dropped connection are made
     /// again once reconnected, until `deadline`: then 503, as they wrote nothing.
+    ///
+    /// It runs apart from the request (see `Puts::put_keyed_detached`), answering `caller`. Once
+    /// the caller left, it stops wherever nothing of its own is stored (waiting for room, or
+    /// before sending a unit: each attempt before has been refused or found not applied, so
+    /// nothing is lost); a unit sent is carried to its end.
     pub(in crate::queue) async fn put_keyed(
         &self,
         creates: Vec<NodeCreate>,
         keys: Vec<Option<KeyedPut>>,
         wait: Duration,
         mut deadline: Instant,
+        caller: &mut KeyedCaller,
     ) -> Result<Vec<PutReceipt>, QueueError> {
         let contents: Vec<String> = creates.iter().map(|c| content_of(&c.prefix, &c.data)).collect();
         let mut slots: Vec<Slot> = keys
@@ -206,13 +215,19 @@ impl Puts {
             self.check_keys(&mut slots, None, deadline).await?;
             let count = slots.iter().filter(|slot| !matches!(slot, Slot::Done(_))).count();
             if count > 0 {
-                self.wait_for_room(count, wait).await?;
+                tokio::select! {
+                    room = self.wait_for_room(count, wait) => room?,
+                    () = caller.closed() => return Err(ZkError::Unavailable.into()),
+                }
             }
         }
         let (mut retried_lost, mut races, mut parents_made) = (false, 0, 0);
         loop {
             if slots.iter().all(|slot| matches!(slot, Slot::Done(_))) {
                 return Ok(receipts(slots));
+            }
+            if caller.is_closed() {
+                return Err(ZkError::Unavailable.into());
             }
             let zk = self.ctx.session.connected(deadline).await?;
             let unit = self.unit(&creates, &contents, &slots);
