@@ -488,7 +488,17 @@ impl State {
             return false;
         }
         let kind = self.kind;
-        if let Err(pos) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
+        // A new message of a fifo queue sorts after every candidate (once when this process put
+        // it, once more when its event comes): one comparison with the last, not a search of a
+        // deep queue's candidates.
+        let place = match self.candidates.back().map(|last| names::compare(kind, last, &item)) {
+            None | Some(std::cmp::Ordering::Less) => Err(self.candidates.len()),
+            Some(std::cmp::Ordering::Equal) => Ok(()),
+            Some(std::cmp::Ordering::Greater) => {
+                self.candidates.binary_search_by(|c| names::compare(kind, c, &item)).map(|_| ())
+            },
+        };
+        if let Err(pos) = place {
             self.candidates.insert(pos, item);
             self.waiters.wake(1);
         }
