@@ -228,8 +228,20 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
         }
+        // A body too large or too slow is left unread: see `closes_connection`.
+        if matches!(self.code, ErrorCode::PayloadTooLarge | ErrorCode::RequestTimeout) {
+            closes_connection(&mut response);
+        }
         response
     }
+}
+
+/// Marks an answer given with the request's body still unread (`Connection: close`). hyper
+/// closes such a connection once it answered, unless the rest of the body is already at hand;
+/// without the header a client would send its next request on it and see the connection drop
+/// under that request instead of a clear answer.
+pub(super) fn closes_connection(response: &mut Response) {
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
 
 impl From<ZkError> for ApiError {

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::batch;
 use super::body::DeadlineBody;
-use super::error::{ApiError, ErrorCode};
+use super::error::{ApiError, ErrorCode, closes_connection};
 use super::state::AppState;
 use super::wire::API_TOKEN_HEADER;
 use crate::config::Config;
@@ -241,7 +241,14 @@ pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, 
             drop(permit);
             response
         },
-        Err(refused) => refused.into_response(),
+        Err(refused) => {
+            let mut response = refused.into_response();
+            // Refused before anything read the body.
+            if !http_body::Body::is_end_stream(request.body()) {
+                closes_connection(&mut response);
+            }
+            response
+        },
     };
     abandoned.answered = true;
     let status = response.status();

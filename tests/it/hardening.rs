@@ -816,3 +816,22 @@ async fn a_trickled_body_is_answered_408_and_frees_its_permit() {
     .await;
     assert_eq!(zkq.take("q", "0s").await.status(), 204);
 }
+
+/// An answer given with the request's body left unread (413: declared too large) says
+/// `Connection: close`: hyper closes such a connection once it answered, and a pooled client
+/// that was not told would send its next request on it and see that request fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_refused_unread_is_answered_with_connection_close_and_the_next_request_is_served() {
+    let zk = ZkServer::shared();
+    let config = test_config(zk, &unique_root("close-413"));
+    let max = config.api.max_message_bytes;
+    let zkq = TestZkq::start_ready(config).await;
+    for _ in 0..10 {
+        let refused = zkq.put("q", &vec![0u8; max + 1]).await;
+        assert_eq!(refused.status(), 413);
+        let connection = refused.headers().get("connection").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert_eq!(connection.as_deref(), Some("close"), "413 with the body unread");
+        // The same pooled client, at once.
+        assert_eq!(zkq.take("q", "0").await.status(), 204);
+    }
+}
