@@ -66,6 +66,8 @@ pub struct Metrics {
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
     pub oldest_message_age: GaugeVec,
+    pub groups_in_flight: IntGaugeVec,
+    pub group_blocked_messages: IntGaugeVec,
     pub messages_put: IntCounterVec,
     pub messages_taken: IntCounterVec,
     pub waiting_takers: IntGaugeVec,
@@ -281,6 +283,22 @@ impl Metrics {
                 ),
                 &["queue"],
             )?)?,
+            groups_in_flight: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_groups_in_flight",
+                    "Grouped queues only: groups whose first message is being consumed (leased, or being taken), as \
+                     this zkq sees the queue: set at every scrape.",
+                ),
+                &["queue"],
+            )?)?,
+            group_blocked_messages: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_group_blocked_messages",
+                    "Grouped queues only: messages that wait behind their group's first message while it is being \
+                     consumed (not deliverable before it is acked or released): set at every scrape.",
+                ),
+                &["queue"],
+            )?)?,
             messages_put: reg.add(IntCounterVec::new(
                 Opts::new("zkq_messages_put_total", "Messages stored in ZooKeeper by a put."),
                 &["queue"],
@@ -485,6 +503,8 @@ impl Metrics {
             &self.leases_in_flight,
             &self.children_bytes,
             &self.idempotency_records,
+            &self.groups_in_flight,
+            &self.group_blocked_messages,
         ] {
             let _ = gauge.remove_label_values(&[queue]);
         }

@@ -288,6 +288,10 @@ pub struct QueueConfig {
     /// How long a put's `Idempotency-Key` is remembered (default [`DEFAULT_IDEMPOTENCY_WINDOW`]).
     #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub idempotency_window: Option<Duration>,
+    /// Messages carry a group key: strict put order and one message in flight per group, groups
+    /// in parallel (fifo and id queues; see docs/groups.md).
+    #[serde(default)]
+    pub grouped: bool,
 }
 
 /// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.

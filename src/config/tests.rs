@@ -422,6 +422,7 @@ fn check_config_recommends_max_items_for_declared_queues_without_one() {
                 dead_letter: None,
                 push: None,
                 idempotency_window: None,
+                grouped: false,
             },
         );
     }
@@ -429,4 +430,21 @@ fn check_config_recommends_max_items_for_declared_queues_without_one() {
     assert_eq!(advice.len(), 2, "{advice:?}");
     assert!(advice[0].starts_with("queues.f.max_items") && advice[0].ends_with("= 47185"), "{advice:?}");
     assert!(advice[1].starts_with("queues.p.max_items") && advice[1].ends_with("= 32541"), "{advice:?}");
+}
+
+#[test]
+fn only_fifo_and_id_queues_with_a_lock_path_can_be_grouped() {
+    for kind in ["fifo", "id"] {
+        let config = load_toml(&format!("[queues.orders]\nkind = \"{kind}\"\ngrouped = true\n")).expect(kind);
+        assert!(config.queues.values().all(|q| q.grouped), "{kind} is grouped");
+    }
+    for (toml, why) in [
+        ("[queues.orders]\nkind = \"priority\"\ngrouped = true\n", "only fifo and id"),
+        ("[queues.orders]\nkind = \"delay\"\ngrouped = true\n", "only fifo and id"),
+        ("[queues.orders]\nkind = \"simple\"\ngrouped = true\n", "only fifo and id"),
+        ("[queues.orders]\npath = \"/app/orders\"\ngrouped = true\n", "needs its lock_path"),
+    ] {
+        let err = load_toml(toml).expect_err(toml).to_string();
+        assert!(err.contains("queues.orders.grouped") && err.contains(why), "{toml}: {err}");
+    }
 }

@@ -214,6 +214,21 @@ impl Config {
                     "needs a dead_letter queue to move messages to",
                 ));
             }
+            if queue.grouped {
+                // A group is held by its head's lock: every consumption of a grouped queue is a lease.
+                let why = match queue.kind {
+                    QueueKind::Fifo | QueueKind::Id if queue.lock_path.is_some() || queue.path.is_none() => None,
+                    QueueKind::Fifo | QueueKind::Id => {
+                        Some("a queue attached by path needs its lock_path to be grouped (a group is held by a lock)")
+                    },
+                    _ => Some(
+                        "only fifo and id queues can be grouped (priority and delay queues order by their own keys)",
+                    ),
+                };
+                if let Some(why) = why {
+                    return Err(invalid(format!("{key}.grouped"), queue.kind.as_str(), why));
+                }
+            }
             if let Some(push) = &queue.push {
                 self.validate_push(&key, queue, push)?;
             }

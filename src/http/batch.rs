@@ -42,6 +42,11 @@ pub struct BatchMessage {
     /// Id queues only (required there): the message's id.
     #[serde(default)]
     pub id: Option<String>,
+    /// Grouped queues only: the message's group. Messages of one group are delivered one at a
+    /// time, in put order; on an id queue the id is the group. 1 to 200 bytes, as an `id`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub group: Option<String>,
     /// Store this message at most once per key within the queue's idempotency window, as the
     /// `Idempotency-Key` header does for a single put: 1–200 bytes of visible ASCII, each key once
     /// per batch. A key used within the window with the same body, priority and id stores nothing:
@@ -175,6 +180,7 @@ pub async fn put_batch(
             delay: message.delay,
             deliver_at: message.deliver_at,
             id: message.id,
+            group: message.group,
         };
         let kind_options = put_options_at(&state, fields, wait, now)
             .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?;
@@ -265,15 +271,15 @@ pub async fn ack_batch(
             request.leases.len()
         )));
     }
-    let nack = match &request.nack {
-        Some(nack) => {
-            let mode = NackMode::from(nack.mode.unwrap_or_default());
-            let delay = bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?;
-            Some((mode, delay))
-        },
+    let delay = match &request.nack {
+        Some(nack) => Some(bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?),
         None => None,
     };
     let queue = state.queues.open_only(&path.queue)?;
+    let nack = match (&request.nack, delay) {
+        (Some(nack), Some(delay)) => Some((nack.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from), delay)),
+        _ => None,
+    };
     let steps = request.leases.iter().map(|lease| {
         let queue = &queue;
         async move {

@@ -52,7 +52,8 @@ pub struct LeaseQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct NackQuery {
-    /// `requeue` (default), `delete` or `keep`.
+    /// `requeue` (the default; `keep` on a grouped queue), `delete` or `keep`. A grouped message
+    /// refuses `requeue` (409 `parameter_not_for_kind`): it keeps its place at the head of its group.
     pub mode: Option<NackModeParam>,
     /// Postpone the next delivery by this long (requeue and keep).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
@@ -185,7 +186,7 @@ pub async fn nack(
     ApiQuery(query): ApiQuery<NackQuery>,
 ) -> Result<StatusCode, ApiError> {
     let queue = state.queues.open_only(&path.queue)?;
-    let mode = NackMode::from(query.mode.unwrap_or_default());
+    let mode = query.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from);
     let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
     queue.nack(receipt_of(&path.lease)?, mode, delay).await?;
     Ok(StatusCode::NO_CONTENT)

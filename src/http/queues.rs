@@ -53,6 +53,11 @@ pub struct PutQuery {
     /// U+FFF0 and above.
     #[param(min_length = 1, max_length = 200, pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$")]
     pub id: Option<String>,
+    /// Grouped queues only (`queues.NAME.grouped`): the message's group. Messages of one group are
+    /// delivered one at a time, in put order; groups in parallel. On an id queue the id is the
+    /// group. Same characters as `id`; delivered back as the message's `id` (`zkq-id`).
+    #[param(min_length = 1, max_length = 200, pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$")]
+    pub group: Option<String>,
     /// How long to wait for room when the queue is at `max_items` (default 0; longer values are
     /// cut to `take.max_wait`).
     #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
@@ -133,6 +138,22 @@ pub struct QueueSummary {
     /// queue, or when the head was taken while zkq looked. A null age is "no message waiting" only
     /// when this is true.
     pub oldest_message_age_known: bool,
+    /// Declared grouped (`queues.NAME.grouped`): one message of a group in flight at a time, in
+    /// put order, groups in parallel.
+    pub grouped: bool,
+    /// Grouped queues, as this zkq sees them (null when not grouped, or not known yet).
+    pub groups: Option<GroupsSummary>,
+}
+
+/// The groups of a grouped queue.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+pub struct GroupsSummary {
+    /// Groups with a message in the queue.
+    pub groups: usize,
+    /// Groups whose first message is being consumed (leased, or being taken).
+    pub in_flight: usize,
+    /// Messages waiting behind a group's first message that is being consumed.
+    pub blocked_messages: usize,
 }
 
 /// The queues this zkq has opened, or (with `all=true`) every queue in ZooKeeper.
@@ -260,8 +281,13 @@ pub async fn put_message(
     let queue = state.queues.open(&path.queue)?;
     let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    let fields =
-        KindFields { priority: query.priority, delay: query.delay, deliver_at: query.deliver_at, id: query.id };
+    let fields = KindFields {
+        priority: query.priority,
+        delay: query.delay,
+        deliver_at: query.deliver_at,
+        id: query.id,
+        group: query.group,
+    };
     let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
     let receipt = queue.put(&body, options).await?;
     let body = PutResponse { queue: queue.name().to_string(), message_id: receipt.message_id };
@@ -423,6 +449,12 @@ async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
         waiting_takers: info.waiting_takers,
         oldest_message_age_ms: info.head.age_ms(),
         oldest_message_age_known: info.head != HeadAge::NotKnownYet,
+        grouped: queue.grouped(),
+        groups: info.groups.map(|g| GroupsSummary {
+            groups: g.groups,
+            in_flight: g.in_flight,
+            blocked_messages: g.blocked,
+        }),
     })
 }
 
@@ -521,6 +553,9 @@ async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
                     waiting_takers: 0,
                     oldest_message_age_ms: report.oldest_message_age_ms,
                     oldest_message_age_known: report.oldest_message_age_known,
+                    grouped: report.grouped,
+                    // Which heads are in flight is known only to a zkq serving the queue.
+                    groups: None,
                 }))
             }
         })

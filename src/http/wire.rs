@@ -65,6 +65,9 @@ pub struct KindFields {
     /// Id queues only (required there): the message's id.
     #[serde(default)]
     pub id: Option<String>,
+    /// Grouped queues only: the message's group (on an id queue, its id).
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
@@ -101,7 +104,14 @@ pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now:
         )));
     }
     let deliver_at = after_delay.max(fields.deliver_at);
-    Ok(PutOptions { priority: fields.priority, deliver_at, id: fields.id, wait, idempotency_key: None })
+    Ok(PutOptions {
+        priority: fields.priority,
+        deliver_at,
+        id: fields.id,
+        group: fields.group,
+        wait,
+        idempotency_key: None,
+    })
 }
 
 /// What a nack does.

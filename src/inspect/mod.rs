@@ -312,6 +312,7 @@ fn render_text(report: &Report, one_queue: bool) -> String {
 
 fn row(queue: &QueueReport) -> [String; 8] {
     let kind = match (queue.kind, queue.kind_inferred) {
+        (Some(kind), false) if queue.grouped => format!("{kind} (grouped)"),
         (Some(kind), false) => kind.to_owned(),
         (Some(kind), true) => format!("{kind} (names)"),
         (None, _) => "?".to_owned(),
@@ -351,6 +352,9 @@ fn row(queue: &QueueReport) -> [String; 8] {
     }
     if let Some(due) = queue.not_yet_due.filter(|n| *n > 0) {
         notes.push(format!("{due} not yet due"));
+    }
+    if let Some(groups) = queue.groups {
+        notes.push(format!("{groups} groups"));
     }
     if !queue.errors.is_empty() {
         notes.push("INCOMPLETE".to_owned());

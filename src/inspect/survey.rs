@@ -73,6 +73,8 @@ pub struct QueueLocation {
     pub lock_path: Option<String>,
     /// Where zkq keeps the queue's delivery counts.
     pub deliveries_path: String,
+    /// Declared grouped (`queues.NAME.grouped`).
+    pub grouped: bool,
 }
 
 /// The queues to examine, and how many more there are.
@@ -96,6 +98,7 @@ pub fn location(config: &Config, name: &str) -> QueueLocation {
         path: layout.path,
         lock_path: layout.lock_path,
         deliveries_path: Layout::new(&config.zookeeper.root).deliveries(name),
+        grouped: layout.grouped,
     }
 }
 
@@ -216,6 +219,10 @@ pub struct QueueReport {
     pub kind: Option<&'static str>,
     /// The kind was inferred from the child names (the queue is not declared).
     pub kind_inferred: bool,
+    /// Declared grouped: one message of a group in flight at a time, in put order.
+    pub grouped: bool,
+    /// Grouped queues: the groups with a message present, when the child list was read.
+    pub groups: Option<usize>,
     pub path: String,
     pub lock_path: Option<String>,
     /// The queue node exists.
@@ -445,6 +452,8 @@ pub async fn examine(
         declared: location.declared,
         kind: location.kind.map(QueueKind::as_str),
         kind_inferred: false,
+        grouped: location.grouped,
+        groups: None,
         path: location.path.clone(),
         lock_path: location.lock_path.clone(),
         exists: false,
@@ -486,7 +495,7 @@ pub async fn examine(
         (None, None) => None,
     };
     // How zkq would read it: a found queue whose names say nothing is served as fifo.
-    let parse_kind = kind.unwrap_or(QueueKind::Fifo);
+    let parse_kind = names::naming(kind.unwrap_or(QueueKind::Fifo), location.grouped);
 
     let mut order: Vec<ItemName> = Vec::new();
     if let Some(children) = &children {
@@ -495,6 +504,9 @@ pub async fn examine(
         order = children.iter().filter_map(|c| names::parse(parse_kind, c)).collect();
         report.foreign_nodes = Some(children.len() - order.len());
         order.sort_by(|a, b| names::compare(parse_kind, a, b));
+        if location.grouped {
+            report.groups = Some(order.iter().filter_map(names::group_of).collect::<HashSet<_>>().len());
+        }
     }
     let present: HashSet<&str> = order.iter().map(|i| i.name.as_str()).collect();
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::cache::ChildrenCache;
+use super::cache::{ChildrenCache, GroupStats};
 use super::context::Context;
 use super::message::PeekedItem;
 use super::names::{self, ItemMeta, ItemName};
@@ -19,6 +19,8 @@ pub struct QueueInfo {
     pub in_flight: i64,
     pub waiting_takers: usize,
     pub head: HeadAge,
+    /// Grouped queues, while the cache follows the queue's events.
+    pub groups: Option<GroupStats>,
 }
 
 /// What zkq knows of the age of a queue's next message.
@@ -127,8 +129,8 @@ impl Browse {
             Err(ZkError::NoNode) => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
-        let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.ctx.kind, c)).collect();
-        items.sort_by(|a, b| names::compare(self.ctx.kind, a, b));
+        let mut items: Vec<ItemName> = children.iter().filter_map(|c| names::parse(self.ctx.naming, c)).collect();
+        items.sort_by(|a, b| names::compare(self.ctx.naming, a, b));
         Ok(items)
     }
 
@@ -146,7 +148,8 @@ impl Browse {
             let _ = self.cache.refreshed(self.ctx.deadline_for(Duration::ZERO)).await;
         }
         let head = if depth == 0 { HeadAge::NoneWaiting } else { self.head_waiting_since(&zk).await? };
-        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), head })
+        let groups = self.cache.group_stats();
+        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), head, groups })
     }
 
     /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay
@@ -176,7 +179,7 @@ impl Browse {
 
     /// Removes one message by its node name; respects locks held by others.
     pub(super) async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
-        if !names::is_item_name(self.ctx.kind, message_id) {
+        if !names::is_item_name(self.ctx.naming, message_id) {
             return Err(QueueError::MessageNotFound(message_id.to_owned()));
         }
         let zk = self.ctx.session.connected(self.ctx.deadline_for(Duration::ZERO)).await?;
@@ -206,7 +209,7 @@ impl Browse {
         };
         let mut removed = 0;
         for child in children {
-            let matches = names::parse(self.ctx.kind, &child).is_some_and(|i| i.meta == ItemMeta::Id(wanted.clone()));
+            let matches = names::parse(self.ctx.naming, &child).is_some_and(|i| i.meta == ItemMeta::Id(wanted.clone()));
             if matches && self.remove_node(&zk, &child).await? {
                 removed += 1;
             }

@@ -34,6 +34,11 @@ pub(super) const SETTLE_RETRIES: Backoff = Backoff::new(Duration::from_millis(10
 pub(super) struct Context {
     pub(super) name: QueueName,
     pub(super) kind: QueueKind,
+    /// How its node names are read and ordered: its kind, except that a grouped fifo queue's
+    /// names are those of an id queue (`names::naming`).
+    pub(super) naming: QueueKind,
+    /// Its messages carry groups: one in flight per group, in put order (`cache/state/groups.rs`).
+    pub(super) grouped: bool,
     pub(super) path: String,
     pub(super) lock_path: Option<String>,
     pub(super) max_items: Option<u32>,

@@ -236,6 +236,23 @@ impl Queue {
         self.leases.nack(receipt, mode, delay).await
     }
 
+    /// What a nack without a mode does: a grouped message keeps its place at the head of its
+    /// group; any other is requeued at the tail.
+    pub fn default_nack_mode(&self) -> NackMode {
+        if self.ctx.grouped { NackMode::Keep } else { NackMode::Requeue }
+    }
+
+    /// Whether its messages carry groups (`queues.NAME.grouped`).
+    pub fn grouped(&self) -> bool {
+        self.ctx.grouped
+    }
+
+    /// What its groups look like now, as this zkq's cache sees them (`None`: not grouped, or the
+    /// cache does not follow the queue's events right now).
+    pub fn group_stats(&self) -> Option<super::GroupStats> {
+        self.cache.group_stats()
+    }
+
     /// Extend: moves the lease's expiry; answers the new expiry (epoch ms).
     pub async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
         self.leases.extend(receipt, visibility).await

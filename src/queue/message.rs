@@ -13,6 +13,8 @@ pub struct PutOptions {
     /// Absolute delivery time, epoch ms (delay queues).
     pub deliver_at: Option<i64>,
     pub id: Option<String>,
+    /// Grouped queues only: the message's group (an id queue's id is its group).
+    pub group: Option<String>,
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
     /// Stores the message at most once per key within the queue's idempotency window

@@ -19,6 +19,7 @@ mod put;
 mod service;
 
 pub use browse::{HeadAge, QueueInfo};
+pub use cache::GroupStats;
 pub use context::DeadLetter;
 pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;

@@ -30,6 +30,22 @@ pub(crate) struct ItemName {
     pub sequence: i64,
 }
 
+/// How the names of a queue of `kind` are read and ordered. A grouped fifo queue names a grouped
+/// message as Curator's `DistributedIdQueue` does (`queue-|group|sequence`), with the group in the
+/// id's place, and orders its messages by sequence, as an id queue; every other queue by its kind.
+pub(crate) fn naming(kind: QueueKind, grouped: bool) -> QueueKind {
+    if grouped && kind == QueueKind::Fifo { QueueKind::Id } else { kind }
+}
+
+/// The group of a message of a grouped queue: the id in its name. `None` for a message put
+/// without one (it belongs to no group and waits for none).
+pub(crate) fn group_of(item: &ItemName) -> Option<&str> {
+    match &item.meta {
+        ItemMeta::Id(group) => Some(group),
+        _ => None,
+    }
+}
+
 /// The name prefix a put creates (the server appends the 10-digit sequence).
 pub(crate) fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
     match (kind, meta) {

@@ -11,12 +11,13 @@ use tokio_util::task::TaskTracker;
 
 use super::acquire::Claims;
 use super::browse::Browse;
-use super::cache::ChildrenCache;
+use super::cache::{ChildrenCache, Rules};
 use super::claims::ClaimMarkers;
 use super::context::Context;
 use super::context::DeadLetter;
 use super::facade::{ParkedWatch, Parts, Queue, QueueRef};
 use super::lease::{LeaseMemories, LeaseTable, Leases};
+use super::names;
 use super::put::Puts;
 use super::put::idempotency;
 use super::{HeadAge, QueueError};
@@ -31,6 +32,8 @@ pub(crate) struct QueueLayout {
     pub kind: QueueKind,
     pub path: String,
     pub lock_path: Option<String>,
+    /// Its messages carry groups (`queues.NAME.grouped`).
+    pub grouped: bool,
 }
 
 /// Kind, path and lock path of a queue, declared or not: a declared queue's own settings, else
@@ -48,8 +51,14 @@ pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
                 // An attached Curator queue without a lock path: its consumers use none.
                 (None, _) => None,
             },
+            grouped: declared.grouped,
         },
-        None => QueueLayout { kind: QueueKind::Fifo, path: layout.queue(name), lock_path: Some(layout.locks(name)) },
+        None => QueueLayout {
+            kind: QueueKind::Fifo,
+            path: layout.queue(name),
+            lock_path: Some(layout.locks(name)),
+            grouped: false,
+        },
     }
 }
 
@@ -271,7 +280,7 @@ impl QueueService {
             *dynamic += 1;
         }
         let layout = self.layout(name);
-        let (kind, path, lock_path) = (layout.kind, layout.path, layout.lock_path);
+        let (kind, path, lock_path, grouped) = (layout.kind, layout.path, layout.lock_path, layout.grouped);
         let declared_config = self.config.queues.get(name);
         let max_items = declared_config.and_then(|q| q.max_items);
         let dead_letter = declared_config.and_then(|q| q.dead_letter.as_ref()).map(|target| {
@@ -279,23 +288,29 @@ impl QueueService {
             DeadLetter {
                 max_deliveries: declared_config.and_then(|q| q.max_deliveries),
                 name: target.clone(),
-                kind: target_layout.kind,
+                kind: names::naming(target_layout.kind, target_layout.grouped),
                 path: target_layout.path,
             }
         });
         let stop = self.shutdown.child_token();
+        let rules = Rules {
+            naming: names::naming(kind, grouped),
+            grouped,
+            eager: dead_letter.is_some() && kind != QueueKind::Simple,
+        };
         let cache = ChildrenCache::new(
-            kind,
+            rules,
             path.clone(),
             name.to_owned(),
             self.metrics.clone(),
             stop.clone(),
             self.tasks.clone(),
-            dead_letter.is_some() && kind != QueueKind::Simple,
         );
         let ctx = Arc::new(Context {
             name: name.clone(),
             kind,
+            naming: names::naming(kind, grouped),
+            grouped,
             path,
             lock_path: lock_path.clone(),
             max_items,
@@ -448,6 +463,12 @@ impl QueueService {
                 let keys = queue.records_dir();
                 let (depth, records) = futures::join!(zk.exists(queue.path()), zk.exists(&keys));
                 let qm = queue.metrics();
+                if let Some(groups) = queue.group_stats() {
+                    let q = &[queue.name().as_str()];
+                    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                    self.metrics.groups_in_flight.with_label_values(q).set(as_i64(groups.in_flight));
+                    self.metrics.group_blocked_messages.with_label_values(q).set(as_i64(groups.blocked));
+                }
                 if let Ok(Some(stat)) = depth {
                     qm.queue_children.set(i64::from(stat.num_children));
                 }

@@ -205,6 +205,11 @@ const KEYS: &[Key] = &[
         "duration",
         "how long a put's `Idempotency-Key` is remembered (10s–1h; undeclared queues use the default)",
     ),
+    key(
+        "queues.NAME.grouped",
+        "boolean",
+        "[message groups](../groups.md): each message may carry a group; one message of a group in flight at a time, in put order, groups in parallel (`fifo` and `id` queues; needs a lock path)",
+    ),
     key_or(
         "queues.NAME.push.url",
         "URL",

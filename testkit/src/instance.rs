@@ -44,6 +44,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             dead_letter: None,
             push: None,
             idempotency_window: None,
+            grouped: false,
         },
     );
 }

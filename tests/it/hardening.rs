@@ -675,6 +675,7 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
             dead_letter: Some("src-dlq".parse().expect("a valid name")),
             push: None,
             idempotency_window: None,
+            grouped: false,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -322,6 +322,7 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
             dead_letter: Some("poison-dlq".parse().expect("a valid name")),
             push: None,
             idempotency_window: None,
+            grouped: false,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -21,6 +21,7 @@ mod docs;
 mod dynamic;
 mod ensemble;
 mod exactly_once;
+mod groups;
 mod hardening;
 mod idempotency;
 mod lease_evidence;

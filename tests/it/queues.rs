@@ -82,6 +82,7 @@ async fn bad_inputs_get_documented_json_errors() {
             dead_letter: None,
             push: None,
             idempotency_window: None,
+            grouped: false,
         },
     );
     config.take.max_wait = Duration::from_secs(1);

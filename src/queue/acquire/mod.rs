@@ -53,6 +53,19 @@ impl Claims {
     }
 }
 
+/// How long a grouped take's lease lasts: from its claim to its ack, which follows the answer
+/// at once; a zkq that dies in between leaves it to expire (the message is delivered again).
+const GROUPED_TAKE_VISIBILITY: Duration = Duration::from_secs(60);
+
+/// What follows once the caller has the answer.
+#[derive(Debug, Clone, Copy)]
+enum AfterAnswer {
+    /// Nothing: a take is settled by its claim, a lease by its client.
+    Keep,
+    /// Ack the leases handed over (a grouped take).
+    Ack,
+}
+
 /// What kind of consumption is asked for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Acquire {
@@ -75,7 +88,16 @@ impl Claims {
         max: usize,
         max_bytes: usize,
     ) -> Result<Vec<Message>, QueueError> {
-        let acquired = self.acquire(wait, Acquire::Take, max, max_bytes).await?;
+        if self.ctx.grouped {
+            // A grouped take is a lease acked as it is answered: its message keeps its place at
+            // the head of its group until the answer is handed over, so a taker that leaves puts
+            // nothing out of order (a take's put-back would go to the tail).
+            self.leases.check_leasable()?;
+            let how = Acquire::Lease(GROUPED_TAKE_VISIBILITY);
+            let acquired = self.acquire(wait, how, max, max_bytes, AfterAnswer::Ack).await?;
+            return Ok(acquired.into_iter().map(|(message, _)| message).collect());
+        }
+        let acquired = self.acquire(wait, Acquire::Take, max, max_bytes, AfterAnswer::Keep).await?;
         Ok(acquired.into_iter().map(|(message, _)| message).collect())
     }
 
@@ -98,7 +120,7 @@ impl Claims {
         max_bytes: usize,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
         self.leases.check_leasable()?;
-        let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes).await?;
+        let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes, AfterAnswer::Keep).await?;
         Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
     }
 
@@ -108,6 +130,7 @@ impl Claims {
         how: Acquire,
         max: usize,
         max_bytes: usize,
+        after: AfterAnswer,
     ) -> Result<Vec<Delivery>, QueueError> {
         if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
@@ -120,16 +143,36 @@ impl Claims {
             async move {
                 let mut tx = tx;
                 let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
-                if let Err(Ok(delivered)) = tx.send(result) {
-                    // The caller left after messages were claimed: give them back.
-                    // Boxed, like the claims below: the task's own future stays small while it
-                    // only waits (10,000 waiting takes are 10,000 such tasks).
-                    for (message, grant) in delivered {
-                        match grant {
-                            Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
-                            None => Box::pin(queue.put_back(message)).await,
+                let to_ack: Vec<_> = match (&result, after) {
+                    (Ok(delivered), AfterAnswer::Ack) => {
+                        delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt)).collect()
+                    },
+                    _ => Vec::new(),
+                };
+                match tx.send(result) {
+                    Err(Ok(delivered)) => {
+                        // The caller left after messages were claimed: give them back.
+                        // Boxed, like the claims below: the task's own future stays small while it
+                        // only waits (10,000 waiting takes are 10,000 such tasks).
+                        for (message, grant) in delivered {
+                            match grant {
+                                Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
+                                None => Box::pin(queue.put_back(message)).await,
+                            }
                         }
-                    }
+                    },
+                    Ok(()) => {
+                        for receipt in to_ack {
+                            match Box::pin(queue.leases.ack(receipt)).await {
+                                Ok(()) => queue.ctx.qm.messages_taken.inc(),
+                                // Not deleted: delivered again, at the head of its group.
+                                Err(err) => tracing::warn!(queue = %queue.ctx.name, error = %err,
+                                    "a grouped take's message was answered but could not be acknowledged; \
+                                     it will be delivered again"),
+                            }
+                        }
+                    },
+                    Err(Err(_)) => {},
                 }
             },
             span,

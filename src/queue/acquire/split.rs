@@ -67,7 +67,7 @@ impl Context {
                 data: envelope::encode([item]),
                 mode: NodeMode::Persistent,
             });
-            split.extend(names::parse(self.kind, &split_name));
+            split.extend(names::parse(self.naming, &split_name));
         }
         (ops, split)
     }

@@ -109,7 +109,7 @@ impl Claims {
     pub(super) async fn put_back(&self, message: Message) {
         tracing::warn!(queue = %self.ctx.name, message = %message.message_id,
             "taker disconnected after the message was removed; putting it back");
-        let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &message.meta));
+        let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.naming, &message.meta));
         let data = self.ctx.encode(&message.body);
         let mut pause = SETTLE_RETRIES.retries();
         // A put-back whose answer was lost: its marker, and when it was sent.
@@ -156,7 +156,7 @@ impl Claims {
                         TxnResult::Created(path) if path.starts_with(&prefix) => path.rsplit('/').next(),
                         _ => None,
                     });
-                    match created.and_then(|name| names::parse(self.ctx.kind, name)) {
+                    match created.and_then(|name| names::parse(self.ctx.naming, name)) {
                         Some(item) => self.cache.insert_local(item),
                         None => self.cache.mark_stale(),
                     }

@@ -37,6 +37,7 @@ use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::types::QueueName;
+pub use state::GroupStats;
 #[cfg(test)]
 use state::KNOWN_BYTES_SLACK;
 use state::{Effects, JUTE_MAXBUFFER, State};
@@ -68,25 +69,35 @@ pub(super) struct ChildrenCache {
     barriers: Barriers,
 }
 
+/// How a cache reads and offers a queue's children.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rules {
+    /// How the names are read and ordered (`names::naming`).
+    pub(super) naming: QueueKind,
+    /// Only the first message of each group is offered (`state/groups.rs`).
+    pub(super) grouped: bool,
+    /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
+    /// undecodable node is moved there promptly).
+    pub(super) eager: bool,
+}
+
 impl ChildrenCache {
-    /// `eager`: re-read on every change and remember new names (queues with a dead-letter
-    /// queue, so an undecodable node is moved there promptly).
     pub(super) fn new(
-        kind: QueueKind,
+        rules: Rules,
         path: String,
         label: QueueName,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         tasks: TaskTracker,
-        eager: bool,
     ) -> Arc<ChildrenCache> {
+        let Rules { naming: kind, grouped, eager } = rules;
         let qm = metrics.queue(&label);
         Arc::new(ChildrenCache {
             qm,
             path,
             label,
             metrics,
-            state: Mutex::new(State::new(kind, eager)),
+            state: Mutex::new(State::new(kind, eager, grouped)),
             refresh: Notify::new(),
             snapshots: watch::channel(0).0,
             refusals: watch::channel(0).0,
@@ -246,6 +257,11 @@ impl ChildrenCache {
         first
     }
 
+    /// What the groups of a grouped queue look like now (`None`: not grouped).
+    pub(super) fn group_stats(&self) -> Option<GroupStats> {
+        self.lock().group_stats()
+    }
+
     pub(super) fn child_count(&self) -> i64 {
         self.lock().child_count()
     }
@@ -290,9 +306,16 @@ impl ChildrenCache {
 
 #[cfg(test)]
 fn test_cache(kind: QueueKind) -> Arc<ChildrenCache> {
+    test_cache_grouped(kind, false)
+}
+
+#[cfg(test)]
+fn test_cache_grouped(kind: QueueKind, grouped: bool) -> Arc<ChildrenCache> {
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let name = "q".parse().expect("a valid name");
-    ChildrenCache::new(kind, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new(), false)
+    let naming = super::names::naming(kind, grouped);
+    let rules = Rules { naming, grouped, eager: false };
+    ChildrenCache::new(rules, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new())
 }
 
 #[cfg(test)]
@@ -308,6 +331,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::queue::names;
     use crate::types::now_epoch_ms;
 
     #[tokio::test(start_paused = true)]
@@ -356,5 +380,64 @@ mod tests {
         let next = cache.next_due().expect("a delayed item");
         let wait = next - Instant::now();
         assert!(wait > Duration::from_secs(3500) && wait <= Duration::from_secs(3600), "{wait:?}");
+    }
+
+    /// `queue-|{group}|{sequence}`, as a grouped put names it.
+    fn grouped(group: &str, sequence: usize) -> String {
+        format!("queue-|{group}|{sequence:010}")
+    }
+
+    fn popped(cache: &ChildrenCache) -> Vec<String> {
+        std::iter::from_fn(|| cache.pop().map(|item| item.name)).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_first_message_of_each_group_is_offered() {
+        let cache = test_cache_grouped(QueueKind::Fifo, true);
+        let (a0, b1, a2, plain, b4) =
+            (grouped("a", 0), grouped("b", 1), grouped("a", 2), fifo_names(3..4).remove(0), grouped("b", 4));
+        let children = vec![b4.clone(), a2.clone(), plain.clone(), a0.clone(), b1.clone()];
+        cache.apply_snapshot(children, 5, Some(Vec::new()));
+        assert_eq!(popped(&cache), [a0.clone(), b1.clone(), plain.clone()], "heads, and the message without a group");
+        // a0 is claimed (its lock appears), then acked (deleted): a2 is next, not before.
+        let _ = cache.lock().lock_created(&a0);
+        assert_eq!(cache.pop(), None);
+        let stats = cache.group_stats().expect("grouped and live");
+        assert_eq!((stats.groups, stats.in_flight, stats.blocked), (2, 2, 2), "a0 locked, b1 being claimed");
+        let _ = cache.lock().child_deleted(&a0);
+        let _ = cache.lock().lock_deleted(&a0);
+        assert_eq!(popped(&cache), std::slice::from_ref(&a2));
+        // b1 is released (nack keep, expiry): it is offered again, and still before b4.
+        cache.claim_ended(&b1);
+        cache.reoffer(names::parse(QueueKind::Id, &b1).expect("an item"));
+        assert_eq!(popped(&cache), std::slice::from_ref(&b1));
+        let _ = cache.lock().child_deleted(&b1);
+        assert_eq!(popped(&cache), [b4]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grouped_put_of_this_process_waits_for_its_event() {
+        // Another sidecar put a0; its event has not arrived when our put of a1 is answered.
+        let cache = test_cache_grouped(QueueKind::Fifo, true);
+        cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
+        let (a0, a1) = (grouped("a", 0), grouped("a", 1));
+        cache.insert_local(names::parse(QueueKind::Id, &a1).expect("an item"));
+        assert_eq!(cache.pop(), None, "a1 is not offered ahead of a0's event");
+        let _ = cache.lock().child_created(&a0);
+        let _ = cache.lock().child_created(&a1);
+        assert_eq!(popped(&cache), std::slice::from_ref(&a0));
+        let _ = cache.lock().child_deleted(&a0);
+        assert_eq!(popped(&cache), [a1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_undecodable_head_holds_back_nothing() {
+        let cache = test_cache_grouped(QueueKind::Id, true);
+        let (a0, a1) = (grouped("a", 0), grouped("a", 1));
+        cache.apply_snapshot(vec![a0.clone(), a1.clone()], 2, Some(Vec::new()));
+        assert_eq!(popped(&cache), std::slice::from_ref(&a0));
+        assert!(cache.mark_undecodable(&a0));
+        cache.claim_ended(&a0);
+        assert_eq!(popped(&cache), [a1]);
     }
 }

@@ -101,7 +101,7 @@ impl Leases {
             };
             let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
             while let Some(name) = pending.pop() {
-                let Some(item) = names::parse(self.ctx.kind, &name) else { continue };
+                let Some(item) = names::parse(self.ctx.naming, &name) else { continue };
                 let (data, stat) = match zk.get_data(&format!("{}/{}", self.ctx.path, name)).await {
                     Ok(found) => found,
                     Err(ZkError::NoNode) => continue,

@@ -139,6 +139,15 @@ impl Leases {
             Ok(token) => token,
             Err(err) => return self.as_retry_of(receipt, step, Err(err)).await,
         };
+        if mode == NackMode::Requeue && self.ctx.grouped && names::group_of(&self.lease_snapshot(token)?.item).is_some()
+        {
+            // The lease stays held: the client may still nack it another way, or ack it.
+            return Err(QueueError::NotForKind(
+                "a grouped message keeps its place at the head of its group: nack it with mode=keep (the default \
+                 on a grouped queue) or mode=delete, not mode=requeue"
+                    .to_owned(),
+            ));
+        }
         let held = mode == NackMode::Keep || (mode == NackMode::Requeue && self.ctx.kind != QueueKind::Delay);
         if delay.is_zero() || !held {
             let result = self.run_step(token, step).await;
@@ -481,7 +490,7 @@ impl Leases {
                     other => other.clone(),
                 };
                 let create = TxnOp::Create {
-                    path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &meta)),
+                    path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.naming, &meta)),
                     data: lease.data.clone(),
                     mode: NodeMode::PersistentSequential,
                 };
@@ -527,7 +536,7 @@ impl Leases {
             Effect::Complete => self.cache.removed_local(),
             Effect::Requeue(_) => {
                 self.cache.removed_local();
-                match created.as_deref().and_then(|name| names::parse(self.ctx.kind, name)) {
+                match created.as_deref().and_then(|name| names::parse(self.ctx.naming, name)) {
                     Some(item) => {
                         // Keep the count with the message (best effort: a crash here resets it).
                         let zk = lease.zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());

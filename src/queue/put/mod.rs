@@ -60,25 +60,48 @@ impl Puts {
         if options.id.is_some() && self.ctx.kind != QueueKind::Id {
             return refuse("id");
         }
+        if options.group.is_some() && !self.ctx.grouped {
+            return Err(QueueError::NotForKind(format!(
+                "`group` applies only to a grouped queue (queues.NAME.grouped = true); {:?} is not grouped",
+                self.ctx.name
+            )));
+        }
+        // An id queue's id is its group: both given must agree.
+        let id = match (&options.id, &options.group) {
+            (Some(id), Some(group)) if id != group => {
+                return Err(QueueError::InvalidParameter(format!(
+                    "`group` ({group:?}) and `id` ({id:?}) differ; on an id queue the id is the group: give one"
+                )));
+            },
+            (Some(id), _) | (None, Some(id)) => Some(id.clone()),
+            (None, None) => None,
+        };
+        let valid_id = |id: String, what: &str| {
+            if names::is_valid_id(&id) {
+                return Ok(id);
+            }
+            Err(QueueError::InvalidParameter(format!(
+                "{what} must be 1 to 200 bytes without characters ZooKeeper refuses (control characters, \
+                 U+D800-U+F8FF, U+FFF0 and above)"
+            )))
+        };
         Ok(match self.ctx.kind {
             QueueKind::Priority => ItemMeta::Priority(options.priority.unwrap_or(0)),
             QueueKind::Delay => {
                 ItemMeta::DeliverAt(options.deliver_at.unwrap_or_else(crate::types::now_epoch_ms).max(1))
             },
             QueueKind::Id => {
-                let id = options.id.clone().ok_or_else(|| {
+                let id = id.ok_or_else(|| {
                     QueueError::NotForKind(format!("id queue {:?} needs ?id= on every put", self.ctx.name))
                 })?;
-                if !names::is_valid_id(&id) {
-                    return Err(QueueError::InvalidParameter(
-                        "id must be 1 to 200 bytes without characters ZooKeeper refuses (control characters, \
-                         U+D800-U+F8FF, U+FFF0 and above)"
-                            .to_owned(),
-                    ));
-                }
-                ItemMeta::Id(id)
+                ItemMeta::Id(valid_id(id, "id")?)
             },
-            QueueKind::Fifo | QueueKind::Simple => ItemMeta::Plain,
+            // A grouped fifo queue names a grouped message as an id queue does (`names::naming`).
+            QueueKind::Fifo => match id {
+                Some(group) => ItemMeta::Id(valid_id(group, "group")?),
+                None => ItemMeta::Plain,
+            },
+            QueueKind::Simple => ItemMeta::Plain,
         })
     }
 
@@ -109,7 +132,7 @@ impl Puts {
                 return Err(QueueError::TooLarge { size: body.len(), max: self.ctx.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.kind, &meta), data: self.ctx.encode(body) });
+            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.naming, &meta), data: self.ctx.encode(body) });
             keys.push(match options.idempotency_key.as_deref() {
                 Some(key) => Some(self.keyed_put(key, body, options)?),
                 None => None,
@@ -194,6 +217,12 @@ impl Puts {
                 self.ctx.name
             )));
         }
+        if let Some(index) = messages.iter().position(|(_, options)| options.group.is_some()) {
+            return Err(QueueError::InvalidParameter(format!(
+                "messages[{index}] has a group: format=curator-multi stores the batch as one node, which \
+                 belongs to no group; put grouped messages as nodes"
+            )));
+        }
         if let Some(index) = messages.iter().position(|(_, options)| options.idempotency_key.is_some()) {
             return Err(QueueError::InvalidParameter(format!(
                 "messages[{index}] has an idempotency_key: format=curator-multi stores the batch as one node, \
@@ -232,7 +261,7 @@ impl Puts {
         let data = envelope::encode(messages.iter().map(|(body, _)| *body));
         let len = data.len();
         let op = TxnOp::Create {
-            path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.kind, &meta)),
+            path: format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.naming, &meta)),
             data,
             mode: NodeMode::PersistentSequential,
         };
@@ -304,7 +333,7 @@ impl Puts {
 
     /// A message ZooKeeper confirmed: the cache learns of it, the counter counts it.
     pub(super) fn stored(&self, name: &str) -> String {
-        book(&self.cache, self.ctx.kind, &self.ctx.qm.messages_put, name, None, 1);
+        book(&self.cache, self.ctx.naming, &self.ctx.qm.messages_put, name, None, 1);
         name.to_owned()
     }
 
@@ -313,7 +342,7 @@ impl Puts {
     /// booked as [`book`] says. A put whose client left is stored, so it is counted, and this
     /// sidecar's takers see it at once.
     fn booking(&self, nodes: Vec<(usize, u64)>) -> Booking {
-        let (cache, kind, counter) = (self.cache.clone(), self.ctx.kind, self.ctx.qm.messages_put.clone());
+        let (cache, kind, counter) = (self.cache.clone(), self.ctx.naming, self.ctx.qm.messages_put.clone());
         Box::new(move |results: &[TxnResult]| {
             let created = results.iter().filter_map(|result| match result {
                 TxnResult::Created(path) => Some(path.rsplit('/').next().unwrap_or(path)),

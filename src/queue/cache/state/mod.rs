@@ -16,8 +16,11 @@ use crate::queue::names::{self, ItemName};
 use crate::types::now_epoch_ms;
 use crate::zk::ZkError;
 
+mod groups;
 mod reports;
 
+pub use groups::GroupStats;
+use groups::Groups;
 pub(super) use reports::Snapshot;
 
 /// How many of the first candidates a contended queue picks from at random.
@@ -165,12 +168,15 @@ pub(super) struct State {
     /// Data lengths of children this process wrote or read (see [`State::learn_bytes`]), so a
     /// `?max=` claim asks ZooKeeper only for the sizes it does not know.
     known_bytes: HashMap<String, usize>,
+    /// Grouped queues only: the present members of each group; only a group's head is offered.
+    groups: Option<Groups>,
 }
 
 impl State {
     /// An empty state, dirty until the first snapshot.
-    pub(super) fn new(kind: QueueKind, eager: bool) -> State {
+    pub(super) fn new(kind: QueueKind, eager: bool, grouped: bool) -> State {
         State {
+            groups: grouped.then(Groups::default),
             kind,
             eager,
             candidates: VecDeque::new(),
@@ -310,6 +316,15 @@ impl State {
     /// Adds an item this process just created.
     pub(super) fn insert_local(&mut self, item: ItemName) -> Effects {
         let mut effects = Effects::default();
+        if self.groups.is_some() && names::group_of(&item).is_some() {
+            // A grouped message joins its group only by its event or a full read, which come
+            // after every earlier member's (see `groups.rs`): its put's answer may come first.
+            if !self.live {
+                self.child_count += 1;
+                self.dirty = true;
+            }
+            return effects;
+        }
         if self.live {
             // Now, so that this process's next take sees it (its creation event may not have been
             // handled yet; the name is counted once either way). A name already deleted by the
@@ -355,6 +370,9 @@ impl State {
         if self.live && (!self.present.contains(&item.name) || self.locked.contains(&item.name)) {
             return;
         }
+        if self.groups.as_ref().is_some_and(|groups| !groups.is_head(&item)) {
+            return;
+        }
         if self.candidates.iter().any(|c| c.name == item.name) {
             return;
         }
@@ -385,9 +403,27 @@ impl State {
         }
     }
 
-    /// Records an undecodable node; true the first time.
+    /// Records an undecodable node; true the first time. It is no message, so it holds back no
+    /// other member of its group.
     pub(super) fn mark_undecodable(&mut self, name: &str) -> bool {
-        self.undecodable.insert(name.to_owned())
+        let first = self.undecodable.insert(name.to_owned());
+        if first && let Some(item) = names::parse(self.kind, name) {
+            self.group_left(&item);
+        }
+        first
+    }
+
+    /// `item` is no longer a member of its group: its next member, if it now heads the group,
+    /// becomes a candidate. True if the refresher must re-arm its timer.
+    fn group_left(&mut self, item: &ItemName) -> bool {
+        let Some(next) = self.groups.as_mut().and_then(|groups| groups.remove(item)) else { return false };
+        self.add_candidate(&next)
+    }
+
+    /// What the groups look like now (grouped queues, while live: locks are known only then).
+    pub(super) fn group_stats(&self) -> Option<GroupStats> {
+        let groups = self.groups.as_ref().filter(|_| self.live)?;
+        Some(groups.stats(|head| self.locked.contains(head) || self.claiming.contains(head)))
     }
 
     /// The first `n` children in delivery order (locked and not-yet-due ones included); `None`
@@ -479,6 +515,9 @@ impl State {
             return false;
         }
         let Some(item) = names::parse(self.kind, name) else { return false };
+        if self.groups.as_ref().is_some_and(|groups| !groups.is_head(&item)) {
+            return false;
+        }
         if names::due_time(&item) > now_epoch_ms() {
             if !self.delayed.iter().any(|d| d.name == name) {
                 let pos = self.delayed.partition_point(|d| names::due_time(d) <= names::due_time(&item));

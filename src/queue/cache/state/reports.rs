@@ -61,7 +61,18 @@ impl State {
 
     /// Replaces the candidates with a full read; wakes as many waiters as it offers.
     pub(in crate::queue::cache) fn install(&mut self, snapshot: Snapshot) {
-        let Snapshot { candidates, delayed, children, num_children, bytes, locked, live } = snapshot;
+        let Snapshot { mut candidates, delayed, children, num_children, bytes, locked, live } = snapshot;
+        if let Some(groups) = &mut self.groups {
+            // Every member counts, locked or not: a locked head holds its group.
+            let undecodable = &self.undecodable;
+            let members: Vec<ItemName> = children
+                .iter()
+                .filter(|child| !undecodable.contains(*child))
+                .filter_map(|child| names::parse(self.kind, child))
+                .collect();
+            groups.rebuild(&members);
+            candidates.retain(|item| groups.is_head(item));
+        }
         self.snapshot_len = candidates.len();
         self.candidates = candidates.into();
         self.delayed = delayed;
@@ -106,6 +117,12 @@ impl State {
         }
         self.child_count += 1;
         self.children_bytes += reply_bytes(name);
+        if let Some(groups) = &mut self.groups
+            && let Some(item) = names::parse(self.kind, name)
+            && !self.undecodable.contains(name)
+        {
+            groups.add(&item);
+        }
         effects.refresh = self.add_candidate(name);
         effects.size_changed = true;
         if self.eager && self.known.insert(name.to_owned()) {
@@ -139,6 +156,11 @@ impl State {
         if self.remove_candidate(name) {
             self.contended_at = Some(Instant::now());
             effects.pruned = true;
+        }
+        if self.groups.is_some()
+            && let Some(item) = names::parse(self.kind, name)
+        {
+            effects.refresh |= self.group_left(&item);
         }
         effects.room = true;
         effects

@@ -197,7 +197,7 @@ impl Puts {
                 _ = tokio::time::sleep_until(waited_until) => break,
             }
         }
-        if let Some(name) = record.message_id.as_ref().filter(|name| names::is_item_name(self.ctx.kind, name)) {
+        if let Some(name) = record.message_id.as_ref().filter(|name| names::is_item_name(self.ctx.naming, name)) {
             return Ok(Some(name.clone()));
         }
         let copy = Copy { content: record.content.clone(), copy: record.copy, copies: record.copies };
@@ -224,7 +224,7 @@ impl Puts {
         };
         let mut items: Vec<ItemName> = children
             .iter()
-            .filter_map(|name| names::parse(self.ctx.kind, name))
+            .filter_map(|name| names::parse(self.ctx.naming, name))
             .filter(|item| item.sequence != i64::MAX && !names::is_split(&item.name))
             .collect();
         items.sort_by_key(|item| item.sequence);

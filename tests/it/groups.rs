@@ -1,0 +1,378 @@
+//! Message groups: within a group, one message in flight at a time and in put order, across
+//! every sidecar; across groups, in parallel. What a user sees is checked from the consumers'
+//! own log (when each delivery started and ended), never from zkq's state.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use zkq::config::{Config, QueueKind};
+
+use zkq_testkit::*;
+
+/// A generous bound for anything that should happen "soon" on a loaded 2-core machine.
+const SOON: Duration = Duration::from_secs(60);
+
+fn grouped_config(zk: &ZkServer, root: &str, queue: &str, kind: QueueKind) -> Config {
+    let mut config = test_config(zk, root);
+    declare(&mut config, queue, kind, None, None);
+    if let Some(declared) = config.queues.get_mut(queue) {
+        declared.grouped = true;
+    }
+    config
+}
+
+/// One delivery as its consumer saw it.
+#[derive(Debug, Clone)]
+struct Delivery {
+    group: usize,
+    index: usize,
+    /// When the consumer had the message.
+    start: Instant,
+    /// When it let go of it: just before it sent its ack or nack (a take: at once).
+    end: Instant,
+    /// Acked or taken: the message is done.
+    done: bool,
+    consumer: String,
+}
+
+/// `g{group}-{index}` back to its numbers.
+fn parse_body(body: &[u8]) -> (usize, usize) {
+    let text = String::from_utf8_lossy(body);
+    let (group, index) = text.trim_start_matches('g').split_once('-').expect("a body of this test");
+    (group.parse().expect("group"), index.parse().expect("index"))
+}
+
+/// What a consumer does with the next message it gets.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Take,
+    TakeMany,
+    LeaseAck,
+    LeaseMany,
+    /// Lease, then nack (keep): delivered again, first of its group.
+    LeaseNack,
+    /// Lease with a short visibility and walk away: it expires and is delivered again.
+    LeaseExpire,
+}
+
+const MODES: [Mode; 6] =
+    [Mode::Take, Mode::TakeMany, Mode::LeaseAck, Mode::LeaseMany, Mode::LeaseNack, Mode::LeaseExpire];
+
+/// Set when a consumer's task panics (an assertion failed): the test stops waiting at once.
+struct FailFast(Arc<AtomicBool>);
+
+impl Drop for FailFast {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One consumer's loop: until `stop`, one delivery (or batch) at a time in a mode drawn at random.
+async fn consume(
+    api: Api,
+    queue: String,
+    name: String,
+    seed: u64,
+    log: Arc<Mutex<Vec<Delivery>>>,
+    (stop, failed): (Arc<tokio::sync::Notify>, Arc<AtomicBool>),
+) {
+    let _fail_fast = FailFast(failed);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let stopped = stop.notified();
+    tokio::pin!(stopped);
+    loop {
+        let mode = MODES[rng.random_range(0..MODES.len())];
+        // Rarely fail on purpose, so that most of the run makes progress.
+        let mode = match mode {
+            Mode::LeaseNack | Mode::LeaseExpire if rng.random_range(0..6) != 0 => Mode::LeaseAck,
+            other => other,
+        };
+        let work = async {
+            let record = |group, index, start, done| Delivery {
+                group,
+                index,
+                start,
+                end: Instant::now(),
+                done,
+                consumer: name.clone(),
+            };
+            match mode {
+                Mode::Take => {
+                    let taken = api.take(&queue, "wait=1s").await;
+                    if taken.status == 200 {
+                        let (group, index) = parse_body(&taken.body);
+                        let now = Instant::now();
+                        log.lock().expect("log").push(record(group, index, now, true));
+                    } else {
+                        assert_eq!(taken.status, 204, "take: {}", taken.code);
+                    }
+                },
+                Mode::TakeMany | Mode::LeaseMany => {
+                    let many = matches!(mode, Mode::TakeMany);
+                    let answer = if many {
+                        api.take(&queue, "wait=1s&max=4").await
+                    } else {
+                        api.lease(&queue, "wait=1s&max=4").await
+                    };
+                    if answer.status == 204 {
+                        return;
+                    }
+                    assert_eq!(answer.status, 200, "?max=: {}", answer.code);
+                    let start = Instant::now();
+                    let json = answer.json();
+                    let mut groups = HashSet::new();
+                    for message in json["messages"].as_array().expect("messages") {
+                        let body = base64::engine::general_purpose::STANDARD
+                            .decode(message["body"].as_str().expect("body"))
+                            .expect("base64");
+                        let (group, index) = parse_body(&body);
+                        assert!(groups.insert(group), "one ?max= answer held two messages of group {group}");
+                        if many {
+                            log.lock().expect("log").push(record(group, index, start, true));
+                            continue;
+                        }
+                        let receipt = message["lease"].as_str().expect("lease").to_owned();
+                        tokio::task::yield_now().await;
+                        log.lock().expect("log").push(record(group, index, start, true));
+                        let acked = api.ack(&queue, &receipt).await;
+                        assert_eq!(acked.status, 204, "ack of a ?max= lease: {}", acked.code);
+                    }
+                },
+                Mode::LeaseAck | Mode::LeaseNack | Mode::LeaseExpire => {
+                    let visibility = if matches!(mode, Mode::LeaseExpire) { "1s" } else { "30s" };
+                    let leased = api.lease(&queue, &format!("wait=1s&visibility={visibility}")).await;
+                    if leased.status == 204 {
+                        return;
+                    }
+                    assert_eq!(leased.status, 200, "lease: {}", leased.code);
+                    let start = Instant::now();
+                    let (group, index) = parse_body(&leased.body);
+                    // "Processing".
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..5))).await;
+                    match mode {
+                        Mode::LeaseExpire => {
+                            // Walked away: the message stays in flight until its lease expires, so
+                            // its end is not known here; the next delivery proves it ended.
+                            log.lock()
+                                .expect("log")
+                                .push(Delivery { end: start, ..record(group, index, start, false) });
+                        },
+                        Mode::LeaseNack => {
+                            log.lock().expect("log").push(record(group, index, start, false));
+                            // No mode: on a grouped queue a nack keeps the message's place.
+                            let nacked = api.nack(&queue, &leased.receipt, "").await;
+                            assert_eq!(nacked.status, 204, "nack: {}", nacked.code);
+                        },
+                        _ => {
+                            log.lock().expect("log").push(record(group, index, start, true));
+                            let acked = api.ack(&queue, &leased.receipt).await;
+                            assert_eq!(acked.status, 204, "ack: {}", acked.code);
+                        },
+                    }
+                },
+            }
+        };
+        tokio::select! {
+            _ = work => {},
+            _ = &mut stopped => return,
+        }
+    }
+}
+
+/// Checks the consumers' log: per group, every message done exactly once and in put order, and
+/// no delivery of a group started before the one before it ended.
+fn check(log: &[Delivery], groups: usize, per_group: usize) {
+    let mut by_group: BTreeMap<usize, Vec<&Delivery>> = BTreeMap::new();
+    for delivery in log {
+        by_group.entry(delivery.group).or_default().push(delivery);
+    }
+    assert_eq!(by_group.len(), groups, "every group was delivered");
+    for (group, mut deliveries) in by_group {
+        deliveries.sort_by_key(|d| d.start);
+        let done: Vec<usize> = deliveries.iter().filter(|d| d.done).map(|d| d.index).collect();
+        assert_eq!(done, (0..per_group).collect::<Vec<_>>(), "group {group}: done in put order, each once");
+        for pair in deliveries.windows(2) {
+            let (before, after) = (pair[0], pair[1]);
+            assert!(
+                after.start >= before.end,
+                "group {group}: message {} ({}) was delivered to {} while message {} was still with {}",
+                after.index,
+                if after.done { "done" } else { "failed" },
+                after.consumer,
+                before.index,
+                before.consumer,
+            );
+            // A failed delivery comes back first of its group: the next delivery is the same message.
+            if !before.done {
+                assert_eq!(after.index, before.index, "group {group}: a failed message kept its place");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_sidecars_deliver_each_group_in_put_order_one_at_a_time() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups");
+    let queue = "orders";
+    let mut zkqs = Vec::new();
+    for _ in 0..3 {
+        zkqs.push(TestZkq::start(grouped_config(zk, &root, queue, QueueKind::Fifo)).await);
+    }
+    // 100 groups, puts interleaved across groups and sidecars (batches of 20 spread over groups).
+    let (groups, per_group) = (100, 5);
+    for index in 0..per_group {
+        for chunk in 0..groups / 20 {
+            let messages: Vec<serde_json::Value> = (chunk * 20..chunk * 20 + 20)
+                .map(|group| serde_json::json!({ "text": format!("g{group}-{index}"), "group": format!("customer-{group}") }))
+                .collect();
+            let putter = &zkqs[(index + chunk) % zkqs.len()];
+            let put = putter.client().batch_put(queue, "", &serde_json::json!({ "messages": messages })).await;
+            assert_eq!(put.status, 201, "batch put: {}", put.text());
+        }
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut consumers = tokio::task::JoinSet::new();
+    for (z, zkq) in zkqs.iter().enumerate() {
+        for c in 0..4 {
+            let name = format!("zkq{z}/consumer{c}");
+            let seed = (z * 10 + c) as u64;
+            let signals = (stop.clone(), failed.clone());
+            consumers.spawn(consume(zkq.client(), queue.to_owned(), name, seed, log.clone(), signals));
+        }
+    }
+    let total = groups * per_group;
+    eventually(SOON * 3, "every message is done (or a consumer failed)", || {
+        let done = log.lock().expect("log").iter().filter(|d| d.done).count();
+        let failed = failed.load(Ordering::SeqCst);
+        async move { done >= total || failed }
+    })
+    .await;
+    stop.notify_waiters();
+    while let Some(joined) = consumers.join_next().await {
+        joined.expect("a consumer panicked");
+    }
+    let log = log.lock().expect("log").clone();
+    check(&log, groups, per_group);
+    let failed = log.iter().filter(|d| !d.done).count();
+    assert!(failed > 0, "the run nacked or abandoned some deliveries");
+    for zkq in &zkqs {
+        assert_eq!(zkq.client().take(queue, "wait=0").await.status, 204, "nothing is left");
+    }
+}
+
+#[tokio::test]
+async fn a_busy_group_holds_back_only_itself() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-busy");
+    let queue = "orders";
+    let zkq = TestZkq::start(grouped_config(zk, &root, queue, QueueKind::Fifo)).await;
+    let api = zkq.client();
+    for (group, body) in [("a", "a0"), ("a", "a1"), ("b", "b0"), ("a", "a2"), ("b", "b1")] {
+        assert_eq!(api.put(queue, &format!("group={group}"), body.as_bytes()).await.status, 201);
+    }
+    let a0 = api.lease(queue, "wait=5s").await;
+    assert_eq!(a0.text(), "a0", "the first message in put order");
+    let b0 = api.lease(queue, "wait=5s").await;
+    assert_eq!(b0.text(), "b0", "a1 waits behind a0; b0 is delivered at once");
+    assert_eq!(api.lease(queue, "wait=0").await.status, 204, "both groups are busy: nothing else is deliverable");
+    let info = api.info(queue).await.json();
+    assert_eq!(info["grouped"], true);
+    assert_eq!(info["groups"]["groups"], 2);
+    assert_eq!(info["groups"]["in_flight"], 2);
+    assert_eq!(info["groups"]["blocked_messages"], 3);
+    let metrics = zkq.metrics().await;
+    assert_eq!(metric_value(&metrics, &format!("zkq_queue_groups_in_flight{{queue=\"{queue}\"}}")), Some(2.0));
+    assert_eq!(metric_value(&metrics, &format!("zkq_queue_group_blocked_messages{{queue=\"{queue}\"}}")), Some(3.0));
+
+    // A requeue to the tail would leave the group's order: refused, and the lease is still held.
+    let requeue = api.nack(queue, &a0.receipt, "mode=requeue").await;
+    assert_eq!((requeue.status, requeue.code.as_str()), (409, "parameter_not_for_kind"));
+    // A nack without a mode keeps the message first of its group.
+    assert_eq!(api.nack(queue, &a0.receipt, "").await.status, 204);
+    let again = api.lease(queue, "wait=5s").await;
+    assert_eq!((again.text().as_str(), again.deliveries), ("a0", Some(2)), "a0 again, not a1");
+    assert_eq!(api.ack(queue, &again.receipt).await.status, 204);
+    // A take settles at once; the group moves on.
+    let taken = api.take(queue, "wait=5s").await;
+    assert_eq!(taken.text(), "a1");
+    let a2 = api.lease(queue, "wait=5s").await;
+    assert_eq!(a2.text(), "a2", "a1 was taken, so a2 is next (b is still busy with b0)");
+    assert_eq!(api.ack(queue, &b0.receipt).await.status, 204);
+    assert_eq!(api.take(queue, "wait=5s").await.text(), "b1");
+    assert_eq!(api.ack(queue, &a2.receipt).await.status, 204);
+    assert_eq!(api.take(queue, "wait=0").await.status, 204);
+}
+
+#[tokio::test]
+async fn an_expired_lease_keeps_its_place_and_poison_moves_the_group_on() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-poison");
+    let queue = "orders";
+    let mut config = grouped_config(zk, &root, queue, QueueKind::Id);
+    if let Some(declared) = config.queues.get_mut(queue) {
+        declared.max_deliveries = Some(2);
+        declared.dead_letter = Some("orders-dead".parse().expect("name"));
+    }
+    let zkq = TestZkq::start(config).await;
+    let api = zkq.client();
+    // On an id queue the id is the group; `group` may say it too.
+    assert_eq!(api.put(queue, "id=c1", b"c1-0").await.status, 201);
+    assert_eq!(api.put(queue, "group=c1", b"c1-1").await.status, 201);
+    let differ = api.put(queue, "id=c1&group=c2", b"x").await;
+    assert_eq!((differ.status, differ.code.as_str()), (400, "invalid_parameter"));
+    for attempt in 1..=2 {
+        let leased = api.lease(queue, "wait=5s&visibility=1s").await;
+        assert_eq!((leased.text().as_str(), leased.deliveries), ("c1-0", Some(attempt)), "expired: first again");
+    }
+    // Past max_deliveries it moves to the dead-letter queue, and its group moves on.
+    let next = api.lease(queue, "wait=10s").await;
+    assert_eq!(next.text(), "c1-1");
+    assert_eq!(api.ack(queue, &next.receipt).await.status, 204);
+    assert_eq!(api.take("orders-dead", "wait=5s").await.text(), "c1-0");
+}
+
+#[tokio::test]
+async fn group_is_refused_where_it_means_nothing() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-refused");
+    let mut config = grouped_config(zk, &root, "grouped", QueueKind::Fifo);
+    declare(&mut config, "plain", QueueKind::Fifo, None, None);
+    let zkq = TestZkq::start(config).await;
+    let api = zkq.client();
+    let plain = api.put("plain", "group=a", b"x").await;
+    assert_eq!((plain.status, plain.code.as_str()), (409, "parameter_not_for_kind"));
+    let id = api.put("grouped", "id=a", b"x").await;
+    assert_eq!((id.status, id.code.as_str()), (409, "parameter_not_for_kind"), "a fifo queue has no id");
+    let bad = api.put("grouped", "group=%01", b"x").await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let multi = serde_json::json!({ "messages": [{ "text": "x", "group": "a" }] });
+    let refused = api.batch_put("grouped", "format=curator-multi", &multi).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    // Ungrouped messages on a grouped queue wait for nothing.
+    assert_eq!(api.put("grouped", "", b"u0").await.status, 201);
+    assert_eq!(api.put("grouped", "", b"u1").await.status, 201);
+    let u0 = api.lease("grouped", "wait=5s").await;
+    assert_eq!(u0.text(), "u0");
+    assert_eq!(api.take("grouped", "wait=5s").await.text(), "u1", "no group: not held back by u0");
+    assert_eq!(api.ack("grouped", &u0.receipt).await.status, 204);
+    assert_eq!(api.put("grouped", "", b"u2").await.status, 201);
+    let requeue = api.lease("grouped", "wait=5s").await;
+    assert_eq!(api.nack("grouped", &requeue.receipt, "mode=requeue").await.status, 204, "no group: requeue is fine");
+    // No mode on a plain queue still requeues.
+    assert_eq!(api.put("plain", "", b"p").await.status, 201);
+    let p = api.lease("plain", "wait=5s").await;
+    assert_eq!(api.nack("plain", &p.receipt, "").await.status, 204);
+    let again = api.lease("plain", "wait=5s").await;
+    assert_eq!(again.text(), "p");
+    assert_ne!(again.id, p.id, "requeued: a new node at the tail");
+}
