@@ -376,3 +376,287 @@ async fn group_is_refused_where_it_means_nothing() {
     assert_eq!(again.text(), "p");
     assert_ne!(again.id, p.id, "requeued: a new node at the tail");
 }
+
+/// One delivery under faults, as its consumer saw it.
+#[derive(Debug, Clone)]
+struct Held {
+    group: usize,
+    index: usize,
+    start: Instant,
+    /// Just before the first attempt of its ack or nack.
+    end: Instant,
+    /// Acked (204) or taken (200): done, and held until `end` at least.
+    done: bool,
+    /// The message's id, and how it was consumed.
+    id: String,
+    how: &'static str,
+}
+
+/// Puts `g{group}-{index}` to each of its groups in turn, each group in index order, until
+/// `stop`. A 503 or a refused request is sent again (nothing reached ZooKeeper); a 504 is neither
+/// confirmed nor sent again (stored or not, it was stored before the group's next put).
+async fn group_putter(
+    api: Api,
+    groups: Vec<usize>,
+    confirmed: Arc<Mutex<HashSet<(usize, usize)>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut next = vec![0usize; groups.len()];
+    'puts: while !stop.load(Ordering::SeqCst) {
+        for (slot, group) in groups.iter().enumerate() {
+            let index = next[slot];
+            next[slot] += 1;
+            loop {
+                let query = format!("group=customer-{group}");
+                match api
+                    .try_send(
+                        reqwest::Method::POST,
+                        &format!("/v1/queues/jobs/messages?{query}"),
+                        Some(format!("g{group}-{index}").into_bytes()),
+                    )
+                    .await
+                {
+                    Ok(answer) if answer.status == 201 => {
+                        confirmed.lock().expect("lock").insert((*group, index));
+                        break;
+                    },
+                    Ok(answer) if answer.status == 503 => {
+                        if stop.load(Ordering::SeqCst) {
+                            break 'puts;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    },
+                    Ok(answer) if answer.status == 504 => break,
+                    Ok(answer) => panic!("put answered {} {}", answer.status, answer.code),
+                    // The request may have reached zkq: its outcome is unknown, like a 504.
+                    Err(_) => break,
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends a lease step until it answers something other than 503/504 (for 20 s at most).
+async fn settle(api: &Api, method: reqwest::Method, path: &str) -> u16 {
+    let started = Instant::now();
+    loop {
+        match api.try_send(method.clone(), path, None).await.map(|a| a.status) {
+            Ok(503 | 504) | Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            },
+            Ok(status) => return status,
+            Err(_) => return 0,
+        }
+    }
+}
+
+/// Leases (mostly one, sometimes `?max=3`) or takes, acks or (now and then) nacks, until `stop`.
+async fn faulty_consumer(api: Api, seed: u64, log: Arc<Mutex<Vec<Held>>>, stop: Arc<AtomicBool>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::SeqCst) {
+        let roll = rng.random_range(0..100u32);
+        if roll < 15 {
+            let taken = api.try_send(reqwest::Method::POST, "/v1/queues/jobs/take?wait=1s", None).await;
+            if let Ok(taken) = taken.filter_status(200) {
+                let (group, index) = parse_body(&taken.body);
+                let now = Instant::now();
+                let id = taken.id.clone();
+                log.lock().expect("log").push(Held { group, index, start: now, end: now, done: true, id, how: "take" });
+            }
+            continue;
+        }
+        let max = if roll < 30 { "&max=3" } else { "" };
+        let Ok(leased) = api
+            .try_send(reqwest::Method::POST, &format!("/v1/queues/jobs/leases?wait=1s&visibility=5s{max}"), None)
+            .await
+            .filter_status(200)
+        else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let start = Instant::now();
+        let got: Vec<(Vec<u8>, String, String)> = if max.is_empty() {
+            vec![(leased.body.clone(), leased.receipt.clone(), leased.id.clone())]
+        } else {
+            leased.json()["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    let body = base64::engine::general_purpose::STANDARD
+                        .decode(m["body"].as_str().unwrap_or(""))
+                        .expect("base64");
+                    let id = m["message_id"].as_str().unwrap_or("").to_owned();
+                    (body, m["lease"].as_str().unwrap_or("").to_owned(), id)
+                })
+                .collect()
+        };
+        for (body, receipt, id) in got {
+            let (group, index) = parse_body(&body);
+            let nack = rng.random_range(0..10) == 0;
+            let end = Instant::now();
+            let path = if nack {
+                format!("/v1/queues/jobs/leases/{receipt}/nack")
+            } else {
+                format!("/v1/queues/jobs/leases/{receipt}")
+            };
+            let method = if nack { reqwest::Method::POST } else { reqwest::Method::DELETE };
+            let status = settle(&api, method, &path).await;
+            // 409 lease_lost (expired, session lost): delivered again; it proves nothing here.
+            let done = !nack && status == 204;
+            if nack || done {
+                let how = match (nack, max.is_empty()) {
+                    (true, _) => "lease, nack",
+                    (false, true) => "lease, ack",
+                    (false, false) => "lease ?max=, ack",
+                };
+                log.lock().expect("log").push(Held { group, index, start, end, done, id, how });
+            }
+        }
+    }
+}
+
+trait FilterStatus {
+    fn filter_status(self, status: u16) -> Result<Answer, ()>;
+}
+
+impl FilterStatus for Result<Answer, reqwest::Error> {
+    fn filter_status(self, status: u16) -> Result<Answer, ()> {
+        match self {
+            Ok(answer) if answer.status == status => Ok(answer),
+            _ => Err(()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_keep_their_order_through_server_kills_and_lost_answers() {
+    let seed = std::env::var("ZKQ_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+    println!("groups under faults: seed {seed} (replay with ZKQ_CHAOS_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let ensemble = Arc::new(tokio::task::block_in_place(crate::ensemble::ZkEnsemble::start));
+    let root = unique_root("groups-faults");
+    let mut proxies = Vec::new();
+    for i in 0..crate::ensemble::ZkEnsemble::SIZE {
+        proxies.push(zkq_testkit::proxy::ZkProxy::start(&ensemble.address(i)).await);
+    }
+    let proxied: String = proxies.iter().map(|p| p.connect_string()).collect::<Vec<_>>().join(",");
+    let env = [
+        ("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "8s"),
+        ("ZKQ__ZOOKEEPER__REQUEST_TIMEOUT", "3s"),
+        ("ZKQ__ZOOKEEPER__RECONNECT_BACKOFF_MAX", "500ms"),
+        ("ZKQ__QUEUES__JOBS__KIND", "fifo"),
+        ("ZKQ__QUEUES__JOBS__GROUPED", "true"),
+    ];
+    let zkqs = [
+        ChildZkq::start(&*ensemble, &root, &env).await,
+        ChildZkq::start(&proxied, &root, &env).await,
+        ChildZkq::start(&*ensemble, &root, &env).await,
+    ];
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client");
+    let apis: Vec<Api> = zkqs.iter().map(|z| Api::new(http.clone(), &z.api)).collect();
+    let groups = 20;
+    let confirmed: Arc<Mutex<HashSet<(usize, usize)>>> = Arc::default();
+    let log: Arc<Mutex<Vec<Held>>> = Arc::default();
+    let (stop_puts, stop_consumers) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let mut putters = tokio::task::JoinSet::new();
+    for p in 0..4 {
+        let mine: Vec<usize> = (p..groups).step_by(4).collect();
+        putters.spawn(group_putter(apis[p % apis.len()].clone(), mine, confirmed.clone(), stop_puts.clone()));
+    }
+    let mut consumers = tokio::task::JoinSet::new();
+    for (z, api) in apis.iter().enumerate() {
+        for c in 0..3 {
+            consumers.spawn(faulty_consumer(
+                api.clone(),
+                seed ^ (z * 8 + c) as u64,
+                log.clone(),
+                stop_consumers.clone(),
+            ));
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut down: Option<usize> = None;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..4000))).await;
+        let e = ensemble.clone();
+        match down.take() {
+            Some(i) => tokio::task::spawn_blocking(move || {
+                e.restart(i);
+                e.wait_caught_up(i);
+            })
+            .await
+            .expect("restart"),
+            None => {
+                let i = rng.random_range(0..crate::ensemble::ZkEnsemble::SIZE);
+                tokio::task::spawn_blocking(move || e.kill(i)).await.expect("kill");
+                down = Some(i);
+            },
+        }
+        if rng.random_bool(0.5) {
+            let proxy = &proxies[rng.random_range(0..proxies.len())];
+            let fault = if rng.random_bool(0.7) {
+                zkq_testkit::proxy::Fault::DropAnswer
+            } else {
+                zkq_testkit::proxy::Fault::DropBeforeSend
+            };
+            proxy.arm(zkq_testkit::proxy::op::WRITES, fault);
+        }
+    }
+    for proxy in &proxies {
+        proxy.disarm_all();
+    }
+    if let Some(i) = down {
+        let e = ensemble.clone();
+        tokio::task::spawn_blocking(move || e.restart(i)).await.expect("restart");
+    }
+    let e = ensemble.clone();
+    tokio::task::spawn_blocking(move || e.wait_quorum()).await.expect("quorum");
+    stop_puts.store(true, Ordering::SeqCst);
+    while let Some(r) = putters.join_next().await {
+        r.expect("putter");
+    }
+    let direct = zk_client(&*ensemble).await;
+    let path = format!("{root}/queues/jobs");
+    let confirmed = confirmed.lock().expect("lock").clone();
+    eventually(Duration::from_secs(120), "every confirmed put is done and the queue is empty", || {
+        let done: HashSet<(usize, usize)> =
+            log.lock().expect("log").iter().filter(|d| d.done).map(|d| (d.group, d.index)).collect();
+        let (direct, path, confirmed) = (&direct, &path, &confirmed);
+        async move { confirmed.is_subset(&done) && children(direct, path).await.is_empty() }
+    })
+    .await;
+    stop_consumers.store(true, Ordering::SeqCst);
+    while let Some(r) = consumers.join_next().await {
+        r.expect("consumer");
+    }
+    let log = log.lock().expect("log").clone();
+    let mut by_group: BTreeMap<usize, Vec<&Held>> = BTreeMap::new();
+    for held in &log {
+        by_group.entry(held.group).or_default().push(held);
+    }
+    for (group, mut deliveries) in by_group {
+        deliveries.sort_by_key(|d| d.start);
+        let done: Vec<usize> = deliveries.iter().filter(|d| d.done).map(|d| d.index).collect();
+        assert!(
+            done.windows(2).all(|w| w[0] < w[1]),
+            "seed {seed}: group {group} done out of put order or twice: {done:?}"
+        );
+        for (at, earlier) in deliveries.iter().enumerate() {
+            for later in deliveries.iter().skip(at + 1) {
+                assert!(
+                    later.start >= earlier.end || !earlier.done,
+                    "seed {seed}: group {group}: message {} ({}, {}) was delivered while message {} ({}, {}) was held",
+                    later.index,
+                    later.id,
+                    later.how,
+                    earlier.index,
+                    earlier.id,
+                    earlier.how
+                );
+            }
+        }
+    }
+    println!("groups under faults: {} deliveries, {} confirmed puts", log.len(), confirmed.len());
+}

@@ -703,3 +703,66 @@ async fn sigterm_lets_a_delivery_in_flight_finish_releases_the_one_still_open_an
     assert_eq!(leased.bytes().await.expect("body"), "third");
     other.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_queue_is_pushed_one_delivery_per_group_in_put_order_groups_at_once() {
+    let zk = ZkServer::shared();
+    let root = unique_root("push-groups");
+    const GROUPS: usize = 10;
+    const PER_GROUP: usize = 8;
+    // The app notes a delivery of a group that arrives while another of that group is open, and
+    // fails the first attempt of every third message (it is retried in place, first of its group).
+    let open: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let overlaps: Arc<Mutex<Vec<String>>> = Arc::default();
+    let app = TestApp::start({
+        let (open, overlaps) = (open.clone(), overlaps.clone());
+        move |r| {
+            let (open, overlaps) = (open.clone(), overlaps.clone());
+            Box::pin(async move {
+                let (group, index) = r.body.split_once('-').expect("g-i");
+                let index: usize = index.parse().expect("index");
+                if !open.lock().expect("lock").insert(group.to_owned()) {
+                    overlaps.lock().expect("lock").push(r.body.clone());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                open.lock().expect("lock").remove(group);
+                let status = if r.attempt == 0 && index.is_multiple_of(3) { 500 } else { 200 };
+                StatusCode::from_u16(status).expect("status").into_response()
+            })
+        }
+    })
+    .await;
+    let push = PushConfig { concurrency: 8, ..push_to(&app.url("/work")) };
+    let mut config = config_pushing(zk, &root, "q", push);
+    config.queues.get_mut("q").expect("declared").grouped = true;
+    let zkq = TestZkq::start_ready(config).await;
+    let api = zkq.client();
+    for index in 0..PER_GROUP {
+        for group in 0..GROUPS {
+            let put = api.put("q", &format!("group=g{group}"), format!("g{group}-{index}").as_bytes()).await;
+            assert_eq!(put.status, 201);
+        }
+    }
+    eventually(Duration::from_secs(60), "every message acked", || async {
+        deliveries(&zkq, "q", "success").await == (GROUPS * PER_GROUP) as f64
+    })
+    .await;
+    assert_eq!(*overlaps.lock().expect("lock"), Vec::<String>::new(), "two deliveries of one group at once");
+    let mut by_group: HashMap<String, Vec<String>> = HashMap::new();
+    for received in app.received() {
+        let group = received.body.split_once('-').expect("g-i").0.to_owned();
+        by_group.entry(group).or_default().push(received.body);
+    }
+    for (group, bodies) in by_group {
+        let mut expected = Vec::new();
+        for index in 0..PER_GROUP {
+            let body = format!("{group}-{index}");
+            // A failed first attempt is delivered again before anything after it.
+            let times = if index.is_multiple_of(3) { 2 } else { 1 };
+            expected.extend(std::iter::repeat_n(body, times));
+        }
+        assert_eq!(bodies, expected, "group {group}: put order, a failure retried in place");
+    }
+    assert!(app.most_in_flight.load(Ordering::SeqCst) > 1, "several groups are delivered at once");
+    zkq.stop().await;
+}

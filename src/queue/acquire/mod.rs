@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
+use super::context::SETTLE_RETRIES;
 use super::lease::LeaseGrant;
 use super::lease::Leases;
 use super::message::Message;
@@ -163,13 +164,7 @@ impl Claims {
                     },
                     Ok(()) => {
                         for receipt in to_ack {
-                            match Box::pin(queue.leases.ack(receipt)).await {
-                                Ok(()) => queue.ctx.qm.messages_taken.inc(),
-                                // Not deleted: delivered again, at the head of its group.
-                                Err(err) => tracing::warn!(queue = %queue.ctx.name, error = %err,
-                                    "a grouped take's message was answered but could not be acknowledged; \
-                                     it will be delivered again"),
-                            }
+                            Box::pin(queue.ack_handed_over(receipt)).await;
                         }
                     },
                     Err(Err(_)) => {},
@@ -178,6 +173,28 @@ impl Claims {
             span,
         ));
         rx.await.unwrap_or(Err(QueueError::ShuttingDown))
+    }
+
+    /// Acknowledges the lease of a grouped take whose answer was handed over: retried while
+    /// ZooKeeper cannot be asked or its answer was lost (a retry is settled by the first
+    /// attempt's evidence), for up to half the lease, so the message is not delivered again.
+    async fn ack_handed_over(&self, receipt: super::Receipt) {
+        let give_up = Instant::now() + GROUPED_TAKE_VISIBILITY / 2;
+        let mut pause = SETTLE_RETRIES.retries();
+        loop {
+            match self.leases.ack(receipt).await {
+                Ok(()) => return self.ctx.qm.messages_taken.inc(),
+                Err(QueueError::Zk(ZkError::Unavailable | ZkError::OutcomeUnknown)) if Instant::now() < give_up => {
+                    pause.sleep().await;
+                },
+                // Its lease is gone (its session was lost, zkq is stopping): the message is
+                // delivered again, first of its group.
+                Err(err) => {
+                    return tracing::warn!(queue = %self.ctx.name, error = %err,
+                        "a grouped take's message was answered but could not be acknowledged; it will be delivered again");
+                },
+            }
+        }
     }
 
     /// The first delivery (waiting until `wait_until`), then more that are there now, up to
