@@ -47,6 +47,8 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// Whether queues that are not declared under `[queues]` are created on first use.
     pub queues_dynamic: bool,
+    /// Dynamic queues are grouped fifo queues (`queues.NAME.grouped`).
+    pub queues_dynamic_grouped: bool,
     /// Cap on the number of dynamic queues one process serves (bounds metric labels and memory).
     pub max_dynamic_queues: usize,
     /// A dynamic queue nobody used (no request, waiting taker or lease) for this long is closed:
@@ -412,6 +414,7 @@ impl Default for Config {
             lease: LeaseConfig::default(),
             shutdown: ShutdownConfig::default(),
             queues_dynamic: true,
+            queues_dynamic_grouped: false,
             max_dynamic_queues: 1000,
             queue_idle_close: Duration::from_secs(600),
             queues: BTreeMap::new(),

@@ -57,7 +57,7 @@ pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
             kind: QueueKind::Fifo,
             path: layout.queue(name),
             lock_path: Some(layout.locks(name)),
-            grouped: false,
+            grouped: config.queues_dynamic_grouped,
         },
     }
 }

@@ -156,6 +156,11 @@ const KEYS: &[Key] = &[
     key("shutdown.grace", "duration", "time to drain on SIGTERM/SIGINT before exiting anyway"),
     key("queues_dynamic", "boolean", "create undeclared queues on their first put"),
     key(
+        "queues_dynamic_grouped",
+        "boolean",
+        "dynamic queues are [grouped](../groups.md) fifo queues (every zkq on the ensemble must say the same)",
+    ),
+    key(
         "max_dynamic_queues",
         "integer",
         "cap on dynamic queues (bounds memory and metric labels); a put to a new queue beyond it answers 404 `queue_not_found`",

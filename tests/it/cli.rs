@@ -486,3 +486,38 @@ async fn inspect_keeps_to_its_bounds_and_refuses_what_it_cannot_find() {
     assert_eq!(code, Some(2), "a duration needs a unit: {stderr}");
     daemon.stop().await;
 }
+
+/// `zkq inspect` says which queues are grouped and how many groups they hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_grouped_queue_and_its_groups() {
+    use zkq_testkit::*;
+
+    let zk = ZkServer::shared();
+    let root = unique_root("inspect-groups");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_file = dir.path().join("zkq.toml");
+    std::fs::write(&config_file, "[queues.orders]\ngrouped = true\n").expect("config");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "orders", zkq::config::QueueKind::Fifo, None, None);
+    if let Some(orders) = config.queues.get_mut("orders") {
+        orders.grouped = true;
+    }
+    let daemon = TestZkq::start_ready(config).await;
+    for group in ["a", "a", "b"] {
+        assert_eq!(daemon.client().put("orders", &format!("group={group}"), b"x").await.status, 201);
+    }
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = vec!["--config".into(), config_file.to_str().expect("path").into()];
+        args.extend(["--zk-connect".to_owned(), zk.connect_string(), "--zk-root".to_owned(), root.clone()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let (code, stdout, stderr) = inspect(args(&["--json"])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+    let orders = queue(&report, "orders");
+    assert_eq!((orders["grouped"].as_bool(), orders["groups"].as_u64()), (Some(true), Some(2)), "{orders:#}");
+    let (code, text, stderr) = inspect(args(&[])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(text.contains("fifo (grouped)") && text.contains("2 groups"), "{text}");
+}

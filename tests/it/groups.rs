@@ -660,3 +660,20 @@ async fn groups_keep_their_order_through_server_kills_and_lost_answers() {
     }
     println!("groups under faults: {} deliveries, {} confirmed puts", log.len(), confirmed.len());
 }
+
+#[tokio::test]
+async fn dynamic_queues_are_grouped_when_the_configuration_says_so() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-dynamic");
+    let mut config = test_config(zk, &root);
+    config.queues_dynamic_grouped = true;
+    let zkq = TestZkq::start(config).await;
+    let api = zkq.client();
+    for (group, body) in [("a", "a0"), ("a", "a1"), ("b", "b0")] {
+        assert_eq!(api.put("made-on-first-put", &format!("group={group}"), body.as_bytes()).await.status, 201);
+    }
+    let a0 = api.lease("made-on-first-put", "wait=5s").await;
+    assert_eq!(a0.text(), "a0");
+    assert_eq!(api.lease("made-on-first-put", "wait=5s").await.text(), "b0", "a1 waits behind a0");
+    assert_eq!(api.info("made-on-first-put").await.json()["grouped"], true);
+}
