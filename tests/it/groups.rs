@@ -677,3 +677,154 @@ async fn dynamic_queues_are_grouped_when_the_configuration_says_so() {
     assert_eq!(api.lease("made-on-first-put", "wait=5s").await.text(), "b0", "a1 waits behind a0");
     assert_eq!(api.info("made-on-first-put").await.json()["grouped"], true);
 }
+
+/// One lease as its consumer saw it: its fencing token, when the request was sent and when the
+/// answer came.
+struct Fenced {
+    token: u64,
+    sent: Instant,
+    received: Instant,
+}
+
+/// Leases `?max=10` and acks them in one batch until the queue stays empty; returns each lease.
+async fn fenced_consumer(api: Api) -> Vec<Fenced> {
+    let mut seen = Vec::new();
+    let mut empty_since: Option<Instant> = None;
+    loop {
+        let sent = Instant::now();
+        let answer = api.try_send(reqwest::Method::POST, "/v1/queues/jobs/leases?max=10&wait=1s", None).await;
+        let received = Instant::now();
+        let Ok(answer) = answer else { continue };
+        match answer.status {
+            200 => empty_since = None,
+            204 => {
+                // Empty for 3 s in a row: drained (an election makes a few answers 503 first).
+                if empty_since.get_or_insert(received).elapsed() > Duration::from_secs(3) {
+                    return seen;
+                }
+                continue;
+            },
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            },
+        }
+        let json = answer.json();
+        let mut receipts = Vec::new();
+        for message in json["messages"].as_array().into_iter().flatten() {
+            let token = message["fencing_token"].as_str().and_then(|t| t.parse().ok()).expect("a fencing token");
+            seen.push(Fenced { token, sent, received });
+            receipts.push(message["lease"].as_str().unwrap_or("").to_owned());
+        }
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if api.batch_ack("jobs", &receipts).await.status == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_over_ten_thousand_leases_across_three_sidecars_and_a_leader_failover() {
+    let ensemble = Arc::new(tokio::task::block_in_place(crate::ensemble::ZkEnsemble::start));
+    let root = unique_root("groups-fencing");
+    let mut zkqs = Vec::new();
+    for _ in 0..3 {
+        let mut config = test_config(&*ensemble, &root);
+        config.zookeeper.session_timeout = Duration::from_secs(10);
+        config.api.max_batch = 1000;
+        declare(&mut config, "jobs", QueueKind::Fifo, None, None);
+        if let Some(jobs) = config.queues.get_mut("jobs") {
+            jobs.grouped = true;
+        }
+        zkqs.push(TestZkq::start(config).await);
+    }
+    let total = 10_000;
+    for chunk in 0..total / 500 {
+        let messages: Vec<serde_json::Value> = (chunk * 500..chunk * 500 + 500)
+            .map(|i| serde_json::json!({ "text": format!("g{}-{i}", i % 1000), "group": format!("g{}", i % 1000) }))
+            .collect();
+        let put = zkqs[chunk % 3].client().batch_put("jobs", "", &serde_json::json!({ "messages": messages })).await;
+        assert_eq!(put.status, 201, "{}", put.text());
+    }
+    let mut consumers = tokio::task::JoinSet::new();
+    for zkq in &zkqs {
+        for _ in 0..2 {
+            consumers.spawn(fenced_consumer(zkq.client()));
+        }
+    }
+    // A leader failover while the consumers lease.
+    let acked = || async {
+        let mut sum = 0.0;
+        for zkq in &zkqs {
+            sum += metric_value(&zkq.metrics().await, "zkq_messages_acked_total{queue=\"jobs\"}").unwrap_or(0.0);
+        }
+        sum
+    };
+    eventually(SOON, "a third of the messages are acked", || async { acked().await >= (total / 3) as f64 }).await;
+    let e = ensemble.clone();
+    let leader = tokio::task::spawn_blocking(move || {
+        let leader = e.leader().expect("a leader");
+        e.kill(leader);
+        e.wait_quorum();
+        leader
+    })
+    .await
+    .expect("failover");
+    let mut leases = Vec::new();
+    while let Some(done) = consumers.join_next().await {
+        leases.extend(done.expect("consumer"));
+    }
+    let e = ensemble.clone();
+    tokio::task::spawn_blocking(move || e.restart(leader)).await.expect("restart");
+    assert!(leases.len() >= total, "every message was leased ({} leases)", leases.len());
+    let mut tokens: Vec<u64> = leases.iter().map(|l| l.token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), leases.len(), "no two leases share a fencing token");
+    let epochs: HashSet<u64> = tokens.iter().map(|t| t >> 42).collect();
+    assert!(epochs.len() >= 2, "leases were granted before and after the election");
+    // A lease asked for after another was answered has a larger token, whichever sidecar granted them.
+    let mut by_received: Vec<&Fenced> = leases.iter().collect();
+    by_received.sort_by_key(|l| l.received);
+    let mut by_sent: Vec<&Fenced> = leases.iter().collect();
+    by_sent.sort_by_key(|l| l.sent);
+    let (mut before, mut largest_before) = (0, 0);
+    for later in by_sent {
+        while before < by_received.len() && by_received[before].received < later.sent {
+            largest_before = largest_before.max(by_received[before].token);
+            before += 1;
+        }
+        assert!(later.token > largest_before, "a later lease has a smaller fencing token");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_killed_holding_a_group_leaves_its_message_first_of_the_group() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-kill");
+    let env = [("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", "4s"), ("ZKQ__QUEUES__JOBS__GROUPED", "true")];
+    let doomed = ChildZkq::start(zk, &root, &env).await;
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "jobs", QueueKind::Fifo, None, None);
+    if let Some(jobs) = config.queues.get_mut("jobs") {
+        jobs.grouped = true;
+    }
+    let survivor = TestZkq::start(config).await;
+    let api = survivor.client();
+    for body in ["a0", "a1"] {
+        assert_eq!(api.put("jobs", "group=a", body.as_bytes()).await.status, 201);
+    }
+    let http = reqwest::Client::new();
+    let held = Api::new(http, &doomed.api).lease("jobs", "wait=5s&visibility=60s").await;
+    assert_eq!(held.text(), "a0");
+    assert_eq!(api.lease("jobs", "wait=0").await.status, 204, "a1 waits while a0 is held");
+    doomed.signal("KILL");
+    // Its session ends (4 s), its lock with it: a0 again, first of its group, never a1 before it.
+    let again = api.lease("jobs", "wait=20s").await;
+    assert_eq!((again.text().as_str(), again.deliveries), ("a0", Some(2)));
+    assert_eq!(api.ack("jobs", &again.receipt).await.status, 204);
+    assert_eq!(api.lease("jobs", "wait=5s").await.text(), "a1");
+}
