@@ -556,7 +556,7 @@ async fn groups_keep_their_order_through_server_kills_and_lost_answers() {
     ];
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client");
     let apis: Vec<Api> = zkqs.iter().map(|z| Api::new(http.clone(), &z.api)).collect();
-    let groups = 20;
+    let groups = 100;
     let confirmed: Arc<Mutex<HashSet<(usize, usize)>>> = Arc::default();
     let log: Arc<Mutex<Vec<Held>>> = Arc::default();
     let (stop_puts, stop_consumers) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
