@@ -828,3 +828,21 @@ async fn a_sidecar_killed_holding_a_group_leaves_its_message_first_of_the_group(
     assert_eq!(api.ack("jobs", &again.receipt).await.status, 204);
     assert_eq!(api.lease("jobs", "wait=5s").await.text(), "a1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_id_queue_producers_ids_are_groups() {
+    let zk = ZkServer::shared();
+    let root = unique_root("groups-curator");
+    let zkq = TestZkq::start(grouped_config(zk, &root, "orders", QueueKind::Id)).await;
+    let path = format!("{root}/queues/orders");
+    // Curator's DistributedIdQueue: two items with id "c1", then one with "c2".
+    Curator::run(zk, &["put", "id", &path, "c1", &hex(b"c1-0"), &hex(b"c1-1")]).await;
+    Curator::run(zk, &["put", "id", &path, "c2", &hex(b"c2-0")]).await;
+    let api = zkq.client();
+    let first = api.lease("orders", "wait=5s").await;
+    assert_eq!(first.text(), "c1-0");
+    assert_eq!(api.lease("orders", "wait=5s").await.text(), "c2-0", "c1-1 waits behind c1-0");
+    assert_eq!(api.lease("orders", "wait=0").await.status, 204);
+    assert_eq!(api.ack("orders", &first.receipt).await.status, 204);
+    assert_eq!(api.take("orders", "wait=5s").await.text(), "c1-1");
+}
