@@ -9,15 +9,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl
+ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl python3-boto3
 bash tests/java/build.sh
 ensure_zookeeper_39
-# Python tools from PyPI, pinned, in a private virtualenv.
+# Python tools from PyPI, pinned, in a private virtualenv: schemathesis, and boto3 for the SQS tests.
 venv=target/tools-venv
 if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
   echo "==> installing schemathesis into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
+fi
+# boto3 of today speaks SQS's JSON protocol; Debian's python3-boto3 (botocore 1.29), the query protocol.
+if ! "$venv/bin/python" -c 'import boto3; assert boto3.__version__ == "1.44.8"' 2>/dev/null; then
+  echo "==> installing boto3 into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check boto3==1.44.8
 fi
 # The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
 # where containers cannot run). Its binary is the one check-deploy then checks.

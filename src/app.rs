@@ -35,6 +35,8 @@ pub enum StartError {
 pub struct Running {
     pub api_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The SQS-compatible listener's address, when `sqs.listen` is set.
+    pub sqs_addr: Option<SocketAddr>,
     pub session: ZkSession,
     pub metrics: Arc<Metrics>,
     /// Cancel to begin a graceful shutdown (what SIGTERM does).
@@ -70,7 +72,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         addr: config.admin.listen,
         source,
     })?;
+    let sqs_listener = match config.sqs.listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| StartError::Bind {
+            key: "sqs.listen",
+            addr,
+            source,
+        })?),
+        None => None,
+    };
     let api_addr = api_listener.local_addr().unwrap_or(config.api.listen);
+    let sqs_addr = sqs_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admin_addr = admin_listener.local_addr().unwrap_or(config.admin.listen);
 
     let shutdown = CancellationToken::new();
@@ -113,7 +124,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         idle_timeout: config.admin.idle_timeout,
     };
     let api = serve(api_listener, http::api_router(state.clone()), api_limits, stop_api.clone());
+    let sqs = sqs_listener
+        .map(|listener| serve(listener, http::sqs::sqs_router(state.clone()), api_limits, stop_api.clone()));
     let admin = serve(admin_listener, http::admin_router(state), admin_limits, stop_admin.clone());
+    if let Some(sqs) = sqs_addr {
+        tracing::info!(sqs = %sqs, "serving the SQS-compatible API");
+    }
     tracing::info!(api = %api_addr, admin = %admin_addr, zookeeper = %config.zookeeper.connect,
         root = %config.zookeeper.root, "zkq started");
 
@@ -133,9 +149,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         //    the grace but a reserve; those still open then release their messages.
         stop_api.cancel();
         let deliveries_until = deadline - PushService::release_reserve(grace);
-        let (api_done, pushes_done) =
-            tokio::join!(tokio::time::timeout_at(deadline, api), push.drain(deliveries_until, deadline));
-        let mut in_time = api_done.is_ok() && pushes_done;
+        let sqs_done = async {
+            match sqs {
+                Some(sqs) => tokio::time::timeout_at(deadline, sqs).await.is_ok(),
+                None => true,
+            }
+        };
+        let (api_done, sqs_done, pushes_done) =
+            tokio::join!(tokio::time::timeout_at(deadline, api), sqs_done, push.drain(deliveries_until, deadline));
+        let mut in_time = api_done.is_ok() && sqs_done && pushes_done;
         // 3. Let claims still running and the settlement of lost answers (put-backs) finish, so
         //    no message is left only in memory.
         in_time &= queues.settle(deadline).await;
@@ -165,5 +187,5 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         in_time
     });
 
-    Ok(Running { api_addr, admin_addr, session, metrics, shutdown, done })
+    Ok(Running { api_addr, admin_addr, sqs_addr, session, metrics, shutdown, done })
 }

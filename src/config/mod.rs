@@ -41,6 +41,8 @@ pub struct Config {
     pub zookeeper: ZookeeperConfig,
     pub api: ApiConfig,
     pub admin: AdminConfig,
+    /// The SQS-compatible listener (`[sqs]`; off unless `sqs.listen` is set).
+    pub sqs: SqsConfig,
     pub log: LogConfig,
     pub take: TakeConfig,
     pub lease: LeaseConfig,
@@ -207,6 +209,19 @@ pub struct AdminConfig {
     /// A connection that sends nothing for this long (new, or after its last response) is closed.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+}
+
+/// The SQS-compatible API: AWS SDKs, the AWS CLI and SQS workers use zkq's queues through it
+/// (docs/sqs.md). Its connection limits are the API listener's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SqsConfig {
+    /// Address of the SQS-compatible listener; none (the default) serves none.
+    pub listen: Option<SocketAddr>,
+    /// The account id in queue URLs and ARNs (12 digits).
+    pub account_id: String,
+    /// The region in queue ARNs.
+    pub region: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,6 +424,7 @@ impl Default for Config {
             zookeeper: ZookeeperConfig::default(),
             api: ApiConfig::default(),
             admin: AdminConfig::default(),
+            sqs: SqsConfig::default(),
             log: LogConfig::default(),
             take: TakeConfig::default(),
             lease: LeaseConfig::default(),
@@ -468,6 +484,12 @@ impl Default for AdminConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
         }
+    }
+}
+
+impl Default for SqsConfig {
+    fn default() -> Self {
+        SqsConfig { listen: None, account_id: "000000000000".to_owned(), region: "us-east-1".to_owned() }
     }
 }
 

@@ -448,3 +448,20 @@ fn only_fifo_and_id_queues_with_a_lock_path_can_be_grouped() {
         assert!(err.contains("queues.orders.grouped") && err.contains(why), "{toml}: {err}");
     }
 }
+
+#[test]
+fn the_sqs_listener_is_off_by_default_and_its_keys_are_checked() {
+    let config = load_toml("").expect("defaults");
+    assert_eq!((config.sqs.listen, config.sqs.account_id.as_str()), (None, "000000000000"));
+    let config = load_toml("[sqs]\nlisten = \"127.0.0.1:9324\"\n").expect("valid");
+    assert_eq!(config.sqs.listen, Some("127.0.0.1:9324".parse().expect("addr")));
+    for (toml, key) in [
+        ("[sqs]\naccount_id = \"12\"\n", "sqs.account_id"),
+        ("[sqs]\nregion = \"Us East\"\n", "sqs.region"),
+        ("[sqs]\nlisten = \"127.0.0.1:8080\"\n", "sqs.listen"),
+        ("[sqs]\nlisten = \"127.0.0.1:9324\"\n[api]\ntoken_file = \"/run/token\"\n", "sqs.listen"),
+    ] {
+        let err = load_toml(toml).expect_err(toml);
+        assert_eq!(err.key, key, "{toml}: {err}");
+    }
+}

@@ -14,6 +14,7 @@ use crate::types::acl::{AclEntry, acl_perms, digest_hash};
 impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_sqs()?;
         let zk = &self.zookeeper;
         if zk.connect.trim().is_empty() {
             return Err(invalid("zookeeper.connect", &zk.connect, "a connect string like 127.0.0.1:2181,host2:2181"));
@@ -237,6 +238,34 @@ impl Config {
             let key = format!("counters.{name}");
             if let Some(path) = &counter.path {
                 check_zk_path(&format!("{key}.path"), path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `[sqs]`.
+    fn validate_sqs(&self) -> Result<(), ConfigError> {
+        let sqs = &self.sqs;
+        if sqs.account_id.len() != 12 || !sqs.account_id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid("sqs.account_id", &sqs.account_id, "12 digits, as an AWS account id"));
+        }
+        if sqs.region.is_empty()
+            || sqs.region.len() > 64
+            || !sqs.region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(invalid("sqs.region", &sqs.region, "a region name such as us-east-1 (a-z, 0-9 and -)"));
+        }
+        if let Some(listen) = sqs.listen {
+            if listen.port() != 0 && (listen == self.api.listen || listen == self.admin.listen) {
+                return Err(invalid("sqs.listen", listen, "must differ from api.listen and admin.listen"));
+            }
+            if self.api.token_file.is_some() {
+                return Err(invalid(
+                    "sqs.listen",
+                    listen,
+                    "the SQS-compatible listener does not verify request signatures yet, so it cannot be served \
+                     while api.token_file guards the API; serve it without an API token, on loopback",
+                ));
             }
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! The only code that knows HTTP: routes, extractors, the error table, the OpenAPI document.
 //!
 //! Two listeners: the API (queues; loopback by default, for the app in the pod) and the admin
-//! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus).
+//! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus); and, when
+//! `sqs.listen` is set, the SQS-compatible API (`sqs/`).
 
 #![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
 
@@ -16,6 +17,7 @@ pub mod leases;
 mod openapi;
 pub mod queues;
 pub mod server;
+pub mod sqs;
 mod state;
 pub mod wire;
 

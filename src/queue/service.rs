@@ -175,6 +175,16 @@ impl QueueService {
         Ok(used)
     }
 
+    /// The queue called `name`, its node created in ZooKeeper if it does not exist yet (an SQS
+    /// `CreateQueue`): opened like a put's, then made to exist, so a read on any sidecar finds it.
+    pub async fn create(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+        let queue = self.open(name)?;
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        zk.ensure_path(queue.path()).await?;
+        Ok(queue)
+    }
+
     /// The queue called `name` if this process has it open (declared queues always are), or a
     /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
     /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.

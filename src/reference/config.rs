@@ -154,6 +154,14 @@ const KEYS: &[Key] = &[
         "leases one queue may have out at once (bounds memory); beyond it a lease answers 429 `too_many_leases` with `Retry-After`",
     ),
     key("shutdown.grace", "duration", "time to drain on SIGTERM/SIGINT before exiting anyway"),
+    key_or(
+        "sqs.listen",
+        "address",
+        "none: not served",
+        "address of the [SQS-compatible API](../sqs.md) (AWS SDKs, the AWS CLI); keep it on loopback, it checks no signatures",
+    ),
+    key("sqs.account_id", "12 digits", "the account id in queue URLs and ARNs"),
+    key("sqs.region", "region name", "the region in queue ARNs"),
     key("queues_dynamic", "boolean", "create undeclared queues on their first put"),
     key(
         "queues_dynamic_grouped",

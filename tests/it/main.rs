@@ -33,4 +33,5 @@ mod request_limit;
 mod secure;
 mod session;
 mod shutdown;
+mod sqs;
 mod weather;

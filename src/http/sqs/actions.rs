@@ -1,0 +1,740 @@
+//! The SQS actions zkq serves, each an input type (the JSON protocol's shape, which the query
+//! protocol is decoded into) and an answer (the JSON protocol's output object).
+//!
+//! The mapping, kept exact:
+//! - A queue URL is `http://{the Host the client used}/{sqs.account_id}/{queue}`; its last segment
+//!   is the queue's name.
+//! - `MessageId` is the message's node name: the same on every sidecar and every delivery.
+//! - A receipt handle is a lease receipt: `ReceiveMessage` leases, `DeleteMessage` acks,
+//!   `ChangeMessageVisibility` extends (0: released now, in its place).
+//! - `ApproximateReceiveCount` is the lease's delivery count, `SentTimestamp` the node's creation.
+//! - `MessageGroupId` is the message's group on a grouped queue, `MessageDeduplicationId` its
+//!   idempotency key.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use base64::Engine;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::error::SqsError;
+use crate::http::AppState;
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueRef, Receipt};
+use crate::types::QueueName;
+
+/// What every action knows of its request.
+pub(super) struct Ctx<'a> {
+    pub(super) state: &'a AppState,
+    /// `http://{host}`, from the request's `Host` header.
+    pub(super) origin: String,
+}
+
+/// Runs `action` with `input`; its answer in the JSON protocol's shape.
+pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Value, SqsError> {
+    match action {
+        "GetQueueUrl" => answer(get_queue_url(ctx, parse(input)?).await),
+        "CreateQueue" => answer(create_queue(ctx, parse(input)?).await),
+        "ListQueues" => answer(list_queues(ctx, parse(input)?)),
+        "SendMessage" => answer(send_message(ctx, parse(input)?).await),
+        "SendMessageBatch" => answer(send_message_batch(ctx, parse(input)?).await),
+        "ReceiveMessage" => answer(receive_message(ctx, parse(input)?).await),
+        "DeleteMessage" => answer(delete_message(ctx, parse(input)?).await),
+        "DeleteMessageBatch" => answer(delete_message_batch(ctx, parse(input)?).await),
+        "ChangeMessageVisibility" => answer(change_visibility(ctx, parse(input)?).await),
+        "ChangeMessageVisibilityBatch" => answer(change_visibility_batch(ctx, parse(input)?).await),
+        "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
+        "DeleteQueue"
+        | "PurgeQueue"
+        | "SetQueueAttributes"
+        | "ListDeadLetterSourceQueues"
+        | "TagQueue"
+        | "UntagQueue"
+        | "ListQueueTags"
+        | "AddPermission"
+        | "RemovePermission"
+        | "StartMessageMoveTask"
+        | "ListMessageMoveTasks"
+        | "CancelMessageMoveTask" => Err(SqsError::unsupported(action)),
+        other => Err(SqsError::invalid_action(format!("{other:?} is not an SQS action"))),
+    }
+}
+
+/// The actions [`run`] serves, for the docs and their test.
+pub const SERVED: &[&str] = &[
+    "GetQueueUrl",
+    "CreateQueue",
+    "ListQueues",
+    "SendMessage",
+    "SendMessageBatch",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "GetQueueAttributes",
+];
+
+fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
+    serde_json::from_value(input).map_err(|err| SqsError::invalid_parameter(format!("{err}")))
+}
+
+fn answer<T: Serialize>(result: Result<T, SqsError>) -> Result<Value, SqsError> {
+    let output = result?;
+    serde_json::to_value(output).map_err(|err| SqsError::invalid_parameter(err.to_string()))
+}
+
+/// A number sent as JSON or (by the query protocol) as text.
+fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Number(i64),
+        Text(String),
+    }
+    match Option::<Either>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Either::Number(n)) => Ok(Some(n)),
+        Some(Either::Text(text)) => {
+            text.trim().parse().map(Some).map_err(|_| serde::de::Error::custom(format!("{text:?} is not a number")))
+        },
+    }
+}
+
+/// `value` within `min..=max`, else SQS's error naming `name`.
+fn bounded(name: &str, value: Option<i64>, min: i64, max: i64) -> Result<Option<i64>, SqsError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(SqsError::invalid_parameter(format!("{name} must be {min} to {max}, not {v}")))
+        },
+        other => Ok(other),
+    }
+}
+
+fn seconds(value: i64) -> Duration {
+    Duration::from_secs(u64::try_from(value).unwrap_or(0))
+}
+
+impl Ctx<'_> {
+    fn queue_url(&self, name: &str) -> String {
+        format!("{}/{}/{name}", self.origin, self.state.config.sqs.account_id)
+    }
+
+    fn queue_arn(&self, name: &str) -> String {
+        let sqs = &self.state.config.sqs;
+        format!("arn:aws:sqs:{}:{}:{name}", sqs.region, sqs.account_id)
+    }
+
+    /// The queue a queue URL names: its last path segment.
+    fn name_of(url: &str) -> Result<QueueName, SqsError> {
+        let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+        last.parse().map_err(|_| SqsError::no_such_queue(last))
+    }
+
+    /// The queue `url` names, for a read or a lease: it must exist.
+    async fn existing(&self, url: &str) -> Result<QueueRef, SqsError> {
+        let name = Ctx::name_of(url)?;
+        match self.state.queues.existing(&name, Duration::ZERO).await? {
+            Some(queue) => Ok(queue),
+            None => Err(SqsError::no_such_queue(name.as_str())),
+        }
+    }
+
+    /// The queue `url` names for a lease step: this process leased from it.
+    fn leased_from(&self, url: &str) -> Result<QueueRef, SqsError> {
+        let name = Ctx::name_of(url)?;
+        Ok(self.state.queues.open_only(&name)?)
+    }
+}
+
+fn required<T>(value: Option<T>, name: &str) -> Result<T, SqsError> {
+    value.ok_or_else(|| SqsError::missing_parameter(name))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GetQueueUrlInput {
+    queue_name: Option<String>,
+    #[serde(rename = "QueueOwnerAWSAccountId")]
+    _owner: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct QueueUrlOutput {
+    queue_url: String,
+}
+
+async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Result<QueueUrlOutput, SqsError> {
+    let name = required(input.queue_name, "QueueName")?;
+    let queue = ctx.existing(&name).await?;
+    Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CreateQueueInput {
+    queue_name: Option<String>,
+    #[serde(default)]
+    attributes: Map<String, Value>,
+    #[serde(default, rename = "tags")]
+    _tags: Option<Value>,
+}
+
+/// The queue attributes zkq can take at creation: those that say what zkq does anyway.
+fn check_creation_attributes(name: &QueueName, attributes: &Map<String, Value>, grouped: bool) -> Result<(), SqsError> {
+    let fifo = name.as_str().ends_with(".fifo");
+    for (key, value) in attributes {
+        let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+        let fits = match key.as_str() {
+            "FifoQueue" => text == if fifo { "true" } else { "false" },
+            "ContentBasedDeduplication" => text == "false",
+            "DelaySeconds" => text == "0",
+            _ => {
+                return Err(SqsError::invalid_attribute_name(format!(
+                    "zkq takes a queue's settings from its configuration, not from attribute {key}; see docs/sqs.md"
+                )));
+            },
+        };
+        if !fits {
+            return Err(SqsError::invalid_attribute_value(format!(
+                "attribute {key} = {text} does not describe queue {name} as zkq serves it"
+            )));
+        }
+    }
+    if fifo && !grouped {
+        return Err(SqsError::invalid_parameter(format!(
+            "a FIFO queue ({name}) is a grouped queue in zkq: declare queues.{name}.grouped = true (or set \
+             queues_dynamic_grouped)"
+        )));
+    }
+    Ok(())
+}
+
+async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
+    let text = required(input.queue_name, "QueueName")?;
+    let name: QueueName = text.parse().map_err(|_| {
+        SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
+    })?;
+    let queue = ctx.state.queues.create(&name).await?;
+    check_creation_attributes(&name, &input.attributes, queue.grouped())?;
+    Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListQueuesInput {
+    queue_name_prefix: Option<String>,
+    next_token: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    max_results: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListQueuesOutput {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    queue_urls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_token: Option<String>,
+}
+
+/// The queues this zkq has open (every declared one, and dynamic ones in use), by name.
+fn list_queues(ctx: &Ctx<'_>, input: ListQueuesInput) -> Result<ListQueuesOutput, SqsError> {
+    let max = bounded("MaxResults", input.max_results, 1, 1000)?;
+    let prefix = input.queue_name_prefix.unwrap_or_default();
+    let after = input.next_token.unwrap_or_default();
+    let mut names: Vec<String> = ctx.state.config.queues.keys().map(|n| n.to_string()).collect();
+    names.extend(ctx.state.queues.opened().iter().map(|q| q.name().to_string()));
+    names.sort();
+    names.dedup();
+    let mut matching = names.into_iter().filter(|n| n.starts_with(&prefix) && n.as_str() > after.as_str());
+    let limit = usize::try_from(max.unwrap_or(1000)).unwrap_or(1000);
+    let page: Vec<String> = matching.by_ref().take(limit).collect();
+    let next_token = match (max, matching.next()) {
+        (Some(_), Some(_)) => page.last().cloned(),
+        _ => None,
+    };
+    Ok(ListQueuesOutput { queue_urls: page.iter().map(|n| ctx.queue_url(n)).collect(), next_token })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SendMessageInput {
+    queue_url: Option<String>,
+    #[serde(flatten)]
+    message: MessageEntry,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct MessageEntry {
+    #[serde(default)]
+    id: Option<String>,
+    message_body: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    delay_seconds: Option<i64>,
+    #[serde(default)]
+    message_attributes: Option<Map<String, Value>>,
+    #[serde(default)]
+    message_system_attributes: Option<Map<String, Value>>,
+    message_group_id: Option<String>,
+    message_deduplication_id: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct SendMessageOutput {
+    #[serde(rename = "MD5OfMessageBody")]
+    md5_of_message_body: String,
+    message_id: String,
+}
+
+fn md5_hex(bytes: &[u8]) -> String {
+    format!("{:x}", md5::compute(bytes))
+}
+
+/// The body and put options of one message to send.
+fn prepare(entry: MessageEntry) -> Result<(String, PutOptions), SqsError> {
+    let body = required(entry.message_body, "MessageBody")?;
+    if body.is_empty() {
+        return Err(SqsError::invalid_parameter("MessageBody must not be empty"));
+    }
+    if let Some(bad) = body.chars().find(|c| !is_sqs_char(*c)) {
+        return Err(SqsError::invalid_message_contents(format!(
+            "the message body holds character U+{:04X}, which SQS does not allow",
+            u32::from(bad)
+        )));
+    }
+    if entry.message_attributes.as_ref().is_some_and(|a| !a.is_empty())
+        || entry.message_system_attributes.as_ref().is_some_and(|a| !a.is_empty())
+    {
+        return Err(SqsError::invalid_parameter(
+            "zkq's SQS-compatible API does not store message attributes yet; send the message without them",
+        ));
+    }
+    match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
+        Some(delay) if delay > 0 => {
+            return Err(SqsError::invalid_parameter(
+                "DelaySeconds is not supported by zkq's SQS-compatible API yet; send without a delay",
+            ));
+        },
+        _ => {},
+    }
+    let options = PutOptions {
+        priority: None,
+        deliver_at: None,
+        id: None,
+        group: entry.message_group_id,
+        wait: Duration::ZERO,
+        idempotency_key: entry.message_deduplication_id,
+    };
+    Ok((body, options))
+}
+
+/// The characters SQS accepts in a body: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
+/// #x10000 to #x10FFFF.
+fn is_sqs_char(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let (body, options) = prepare(input.message)?;
+    let queue = ctx.state.queues.open(&Ctx::name_of(&url)?)?;
+    let receipt = queue.put(body.as_bytes(), options).await?;
+    Ok(SendMessageOutput {
+        md5_of_message_body: md5_hex(body.as_bytes()),
+        message_id: receipt.message_id.unwrap_or_default(),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct BatchInput<E> {
+    queue_url: Option<String>,
+    #[serde(default = "Vec::new")]
+    entries: Vec<E>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct BatchOutput<S> {
+    successful: Vec<S>,
+    failed: Vec<BatchError>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct BatchError {
+    id: String,
+    sender_fault: bool,
+    code: String,
+    message: String,
+}
+
+impl BatchError {
+    fn of(id: String, err: SqsError) -> BatchError {
+        BatchError { id, sender_fault: err.sender_fault, code: err.code.to_owned(), message: err.message }
+    }
+}
+
+/// Checks a batch's entries: 1 to 10, each id 1 to 80 of `[A-Za-z0-9_-]`, all distinct.
+fn check_batch<'a>(ids: impl Iterator<Item = &'a str>) -> Result<(), SqsError> {
+    let mut seen = HashSet::new();
+    for id in ids {
+        if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return Err(SqsError::invalid_batch_entry_id(id));
+        }
+        if !seen.insert(id) {
+            return Err(SqsError::ids_not_distinct(id));
+        }
+    }
+    match seen.len() {
+        0 => Err(SqsError::empty_batch()),
+        n if n > 10 => Err(SqsError::too_many_entries(n)),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct SentEntry {
+    id: String,
+    message_id: String,
+    #[serde(rename = "MD5OfMessageBody")]
+    md5_of_message_body: String,
+}
+
+/// Every valid entry is stored in one transaction, all or none; an invalid one fails alone.
+async fn send_message_batch(
+    ctx: &Ctx<'_>,
+    input: BatchInput<MessageEntry>,
+) -> Result<BatchOutput<SentEntry>, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
+    let queue = ctx.state.queues.open(&Ctx::name_of(&url)?)?;
+    let mut failed = Vec::new();
+    let mut valid = Vec::new();
+    for entry in input.entries {
+        let id = entry.id.clone().unwrap_or_default();
+        match prepare(entry) {
+            Ok((body, options)) => valid.push((id, body, options)),
+            Err(err) => failed.push(BatchError::of(id, err)),
+        }
+    }
+    let mut successful = Vec::with_capacity(valid.len());
+    if !valid.is_empty() {
+        let messages = valid.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
+        match queue.put_many(messages, Duration::ZERO).await {
+            Ok(receipts) => {
+                for ((id, body, _), receipt) in valid.into_iter().zip(receipts) {
+                    successful.push(SentEntry {
+                        id,
+                        message_id: receipt.message_id.unwrap_or_default(),
+                        md5_of_message_body: md5_hex(body.as_bytes()),
+                    });
+                }
+            },
+            Err(err) => {
+                let err = SqsError::from(err);
+                failed.extend(valid.into_iter().map(|(id, ..)| BatchError::of(id, err.clone())));
+            },
+        }
+    }
+    Ok(BatchOutput { successful, failed })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReceiveMessageInput {
+    queue_url: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    max_number_of_messages: Option<i64>,
+    #[serde(default, deserialize_with = "number")]
+    visibility_timeout: Option<i64>,
+    #[serde(default, deserialize_with = "number")]
+    wait_time_seconds: Option<i64>,
+    #[serde(default)]
+    attribute_names: Vec<String>,
+    #[serde(default)]
+    message_system_attribute_names: Vec<String>,
+    #[serde(default)]
+    message_attribute_names: Vec<String>,
+    #[serde(rename = "ReceiveRequestAttemptId")]
+    _attempt: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReceiveMessageOutput {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    messages: Vec<ReceivedMessage>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReceivedMessage {
+    message_id: String,
+    receipt_handle: String,
+    #[serde(rename = "MD5OfBody")]
+    md5_of_body: String,
+    body: String,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    attributes: Map<String, Value>,
+}
+
+/// The system attributes zkq knows of a delivery.
+const SYSTEM_ATTRIBUTES: [&str; 3] = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"];
+
+fn received(message: Message, grant: &LeaseGrant, wanted: &HashSet<&str>, grouped: bool) -> ReceivedMessage {
+    // A body that is not UTF-8 (a Curator producer's bytes) is delivered base64-encoded, never
+    // altered.
+    let body = match String::from_utf8(message.body) {
+        Ok(text) => text,
+        Err(err) => base64::engine::general_purpose::STANDARD.encode(err.as_bytes()),
+    };
+    let all = wanted.contains("All");
+    let mut attributes = Map::new();
+    let mut add = |name: &str, value: String| {
+        if all || wanted.contains(name) {
+            attributes.insert(name.to_owned(), Value::String(value));
+        }
+    };
+    add("ApproximateReceiveCount", grant.delivery_count.to_string());
+    add("SentTimestamp", grant.created_at_ms.to_string());
+    if let (true, ItemMeta::Id(group)) = (grouped, &message.meta) {
+        add("MessageGroupId", group.clone());
+    }
+    ReceivedMessage {
+        message_id: message.message_id,
+        receipt_handle: grant.receipt.to_string(),
+        md5_of_body: md5_hex(body.as_bytes()),
+        body,
+        attributes,
+    }
+}
+
+async fn receive_message(ctx: &Ctx<'_>, input: ReceiveMessageInput) -> Result<ReceiveMessageOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let max = bounded("MaxNumberOfMessages", input.max_number_of_messages, 1, 10)?.unwrap_or(1);
+    let wait = bounded("WaitTimeSeconds", input.wait_time_seconds, 0, 20)?.unwrap_or(0);
+    let lease = &ctx.state.config.lease;
+    let longest = i64::try_from(lease.max_visibility.as_secs()).unwrap_or(43_200);
+    let visibility = match bounded("VisibilityTimeout", input.visibility_timeout, 0, 43_200.min(longest))? {
+        // Visible again at once in SQS; a lease of one second here, the shortest there is.
+        Some(0) => Duration::from_secs(1),
+        Some(seconds_) => seconds(seconds_),
+        None => lease.default_visibility,
+    };
+    let names: Vec<&str> =
+        input.attribute_names.iter().chain(&input.message_system_attribute_names).map(String::as_str).collect();
+    if let Some(unknown) = names.iter().find(|n| {
+        !n.starts_with("Approximate")
+            && **n != "All"
+            && !SYSTEM_ATTRIBUTES.contains(n)
+            && !matches!(**n, "SenderId" | "SequenceNumber" | "MessageDeduplicationId" | "AWSTraceHeader")
+    }) {
+        return Err(SqsError::invalid_attribute_name(format!("unknown attribute name {unknown}")));
+    }
+    let _ = input.message_attribute_names;
+    let wanted: HashSet<&str> = names.into_iter().collect();
+    let queue = ctx.existing(&url).await?;
+    let max = usize::try_from(max).unwrap_or(1);
+    let leased = queue.lease_many(seconds(wait), visibility, max, usize::MAX).await?;
+    let grouped = queue.grouped();
+    let messages = leased.into_iter().map(|(message, grant)| received(message, &grant, &wanted, grouped)).collect();
+    Ok(ReceiveMessageOutput { messages })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DeleteMessageInput {
+    queue_url: Option<String>,
+    receipt_handle: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+fn receipt_of(text: &str) -> Result<Receipt, SqsError> {
+    text.parse().map_err(|_| SqsError::receipt_handle_invalid(format!("the receipt handle {text:?} is not valid")))
+}
+
+async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let receipt = receipt_of(&required(input.receipt_handle, "ReceiptHandle")?)?;
+    ctx.leased_from(&url)?.ack(receipt).await?;
+    Ok(Empty {})
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReceiptEntry {
+    id: Option<String>,
+    receipt_handle: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    visibility_timeout: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct IdEntry {
+    id: String,
+}
+
+async fn delete_message_batch(
+    ctx: &Ctx<'_>,
+    input: BatchInput<ReceiptEntry>,
+) -> Result<BatchOutput<IdEntry>, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
+    let queue = ctx.leased_from(&url)?;
+    let steps = input.entries.into_iter().map(|entry| {
+        let queue = &queue;
+        async move {
+            let id = entry.id.unwrap_or_default();
+            let done = async {
+                let receipt = receipt_of(&required(entry.receipt_handle, "ReceiptHandle")?)?;
+                queue.ack(receipt).await.map_err(SqsError::from)
+            };
+            (id, done.await)
+        }
+    });
+    Ok(split(futures::future::join_all(steps).await))
+}
+
+fn split(results: Vec<(String, Result<(), SqsError>)>) -> BatchOutput<IdEntry> {
+    let (mut successful, mut failed) = (Vec::new(), Vec::new());
+    for (id, result) in results {
+        match result {
+            Ok(()) => successful.push(IdEntry { id }),
+            Err(err) => failed.push(BatchError::of(id, err)),
+        }
+    }
+    BatchOutput { successful, failed }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ChangeVisibilityInput {
+    queue_url: Option<String>,
+    receipt_handle: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    visibility_timeout: Option<i64>,
+}
+
+/// Extends the lease to `visibility` seconds from now; 0 releases it now, in its place.
+async fn change_one(
+    ctx: &Ctx<'_>,
+    queue: &QueueRef,
+    receipt: Option<String>,
+    visibility: Option<i64>,
+) -> Result<(), SqsError> {
+    let receipt = receipt_of(&required(receipt, "ReceiptHandle")?)?;
+    let longest = i64::try_from(ctx.state.config.lease.max_visibility.as_secs()).unwrap_or(43_200);
+    let visibility = required(bounded("VisibilityTimeout", visibility, 0, 43_200.min(longest))?, "VisibilityTimeout")?;
+    let step = if visibility == 0 {
+        queue.nack(receipt, NackMode::Keep, Duration::ZERO).await
+    } else {
+        queue.extend(receipt, seconds(visibility)).await.map(|_| ())
+    };
+    step.map_err(|err| match err {
+        crate::queue::QueueError::LeaseLost(why) => {
+            SqsError::not_in_flight(format!("the message is not in flight: {why}; it will be delivered again"))
+        },
+        other => SqsError::from(other),
+    })
+}
+
+async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.leased_from(&url)?;
+    change_one(ctx, &queue, input.receipt_handle, input.visibility_timeout).await?;
+    Ok(Empty {})
+}
+
+async fn change_visibility_batch(
+    ctx: &Ctx<'_>,
+    input: BatchInput<ReceiptEntry>,
+) -> Result<BatchOutput<IdEntry>, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
+    let queue = ctx.leased_from(&url)?;
+    let steps = input.entries.into_iter().map(|entry| {
+        let queue = &queue;
+        async move {
+            let id = entry.id.unwrap_or_default();
+            (id, change_one(ctx, queue, entry.receipt_handle, entry.visibility_timeout).await)
+        }
+    });
+    Ok(split(futures::future::join_all(steps).await))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GetQueueAttributesInput {
+    queue_url: Option<String>,
+    #[serde(default)]
+    attribute_names: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct AttributesOutput {
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    attributes: Map<String, Value>,
+}
+
+/// Every queue attribute zkq answers.
+const QUEUE_ATTRIBUTES: [&str; 10] = [
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "VisibilityTimeout",
+    "MaximumMessageSize",
+    "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds",
+    "QueueArn",
+    "FifoQueue",
+    "RedrivePolicy",
+];
+
+async fn get_queue_attributes(ctx: &Ctx<'_>, input: GetQueueAttributesInput) -> Result<AttributesOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let all = input.attribute_names.iter().any(|n| n == "All");
+    if let Some(unknown) = input.attribute_names.iter().find(|n| *n != "All" && !QUEUE_ATTRIBUTES.contains(&n.as_str()))
+    {
+        return Err(SqsError::invalid_attribute_name(format!("unknown or unsupported attribute name {unknown}")));
+    }
+    let queue = ctx.existing(&url).await?;
+    let info = queue.info().await?;
+    let name = queue.name().to_string();
+    let mut values: Vec<(&str, String)> = vec![
+        ("ApproximateNumberOfMessages", (info.depth - info.in_flight).max(0).to_string()),
+        ("ApproximateNumberOfMessagesNotVisible", info.in_flight.to_string()),
+        ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
+        ("VisibilityTimeout", ctx.state.config.lease.default_visibility.as_secs().to_string()),
+        ("MaximumMessageSize", ctx.state.config.api.max_message_bytes.to_string()),
+        ("DelaySeconds", "0".to_owned()),
+        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+        ("QueueArn", ctx.queue_arn(&name)),
+    ];
+    if name.ends_with(".fifo") {
+        values.push(("FifoQueue", "true".to_owned()));
+    }
+    if let Some(dead_letter) = queue.dead_letter() {
+        let policy = serde_json::json!({
+            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
+            "maxReceiveCount": dead_letter.max_deliveries,
+        });
+        values.push(("RedrivePolicy", policy.to_string()));
+    }
+    let attributes = values
+        .into_iter()
+        .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
+        .map(|(key, value)| (key.to_owned(), Value::String(value)))
+        .collect();
+    Ok(AttributesOutput { attributes })
+}

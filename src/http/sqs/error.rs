@@ -1,0 +1,194 @@
+//! SQS's errors, in the shape each protocol gives them: the JSON protocol's `__type` (with the
+//! `x-amzn-query-error` header that SDKs read to keep the classic codes) and the query protocol's
+//! XML `ErrorResponse`. zkq's own queue errors map onto them here, once.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::protocol::{JSON_CONTENT_TYPE, Protocol, XML_NAMESPACE, escape};
+use crate::queue::QueueError;
+use crate::zk::ZkError;
+
+/// One SQS error: its code in each protocol, its status and whose fault it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SqsError {
+    /// The JSON protocol's error shape (`__type` is `com.amazonaws.sqs#<shape>`).
+    pub(super) shape: &'static str,
+    /// The query protocol's code (and the JSON protocol's `x-amzn-query-error`).
+    pub(super) code: &'static str,
+    pub(super) status: StatusCode,
+    pub(super) sender_fault: bool,
+    pub(super) message: String,
+}
+
+impl SqsError {
+    fn sender(shape: &'static str, code: &'static str, message: impl Into<String>) -> SqsError {
+        SqsError { shape, code, status: StatusCode::BAD_REQUEST, sender_fault: true, message: message.into() }
+    }
+
+    pub(super) fn invalid_parameter(message: impl Into<String>) -> SqsError {
+        SqsError::sender("InvalidParameterValue", "InvalidParameterValue", message)
+    }
+
+    pub(super) fn missing_parameter(name: &str) -> SqsError {
+        SqsError::sender("MissingParameter", "MissingParameter", format!("{name} is required"))
+    }
+
+    pub(super) fn serialization(message: impl Into<String>) -> SqsError {
+        SqsError::sender("SerializationException", "SerializationException", message)
+    }
+
+    /// SQS answers a limit reached with 403.
+    fn over_limit(message: impl Into<String>) -> SqsError {
+        SqsError { status: StatusCode::FORBIDDEN, ..SqsError::sender("OverLimit", "OverLimit", message) }
+    }
+
+    pub(super) fn invalid_action(message: impl Into<String>) -> SqsError {
+        SqsError::sender("InvalidAction", "InvalidAction", message)
+    }
+
+    pub(super) fn missing_action() -> SqsError {
+        SqsError::sender("MissingAction", "MissingAction", "the request names no Action")
+    }
+
+    pub(super) fn unsupported(action: &str) -> SqsError {
+        SqsError::sender(
+            "UnsupportedOperation",
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            format!("zkq's SQS-compatible API does not support {action}; see docs/sqs.md for the actions it does"),
+        )
+    }
+
+    pub(super) fn no_such_queue(name: &str) -> SqsError {
+        SqsError::sender(
+            "QueueDoesNotExist",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            format!("the specified queue does not exist: {name}"),
+        )
+    }
+
+    pub(super) fn receipt_handle_invalid(message: impl Into<String>) -> SqsError {
+        SqsError::sender("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", message)
+    }
+
+    pub(super) fn not_in_flight(message: impl Into<String>) -> SqsError {
+        SqsError::sender("MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", message)
+    }
+
+    pub(super) fn invalid_attribute_name(message: impl Into<String>) -> SqsError {
+        SqsError::sender("InvalidAttributeName", "InvalidAttributeName", message)
+    }
+
+    pub(super) fn invalid_attribute_value(message: impl Into<String>) -> SqsError {
+        SqsError::sender("InvalidAttributeValue", "InvalidAttributeValue", message)
+    }
+
+    pub(super) fn too_many_entries(count: usize) -> SqsError {
+        SqsError::sender(
+            "TooManyEntriesInBatchRequest",
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+            format!("a batch holds at most 10 entries, not {count}"),
+        )
+    }
+
+    pub(super) fn empty_batch() -> SqsError {
+        SqsError::sender("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest", "the batch holds no entry")
+    }
+
+    pub(super) fn ids_not_distinct(id: &str) -> SqsError {
+        SqsError::sender(
+            "BatchEntryIdsNotDistinct",
+            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+            format!("two entries have the id {id:?}"),
+        )
+    }
+
+    pub(super) fn invalid_batch_entry_id(id: &str) -> SqsError {
+        SqsError::sender(
+            "InvalidBatchEntryId",
+            "AWS.SimpleQueueService.InvalidBatchEntryId",
+            format!("the batch entry id {id:?} is not 1 to 80 letters, digits, - and _"),
+        )
+    }
+
+    pub(super) fn invalid_message_contents(message: impl Into<String>) -> SqsError {
+        SqsError::sender("InvalidMessageContents", "InvalidMessageContents", message)
+    }
+
+    fn server(shape: &'static str, code: &'static str, status: StatusCode, message: impl Into<String>) -> SqsError {
+        SqsError { shape, code, status, sender_fault: false, message: message.into() }
+    }
+
+    /// The same error in its protocol's shape.
+    pub(super) fn into_response(self, protocol: Protocol, request_id: &str) -> Response {
+        let mut headers = HeaderMap::new();
+        if let Ok(id) = HeaderValue::from_str(request_id) {
+            headers.insert("x-amzn-requestid", id);
+        }
+        let fault = if self.sender_fault { "Sender" } else { "Receiver" };
+        match protocol {
+            Protocol::Json => {
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+                if let Ok(value) = HeaderValue::from_str(&format!("{};{fault}", self.code)) {
+                    headers.insert("x-amzn-query-error", value);
+                }
+                let body = serde_json::json!({
+                    "__type": format!("com.amazonaws.sqs#{}", self.shape),
+                    "message": self.message,
+                });
+                (self.status, headers, body.to_string()).into_response()
+            },
+            Protocol::Query => {
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+                let body = format!(
+                    "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XML_NAMESPACE}\"><Error><Type>{fault}</Type>\
+                     <Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId></ErrorResponse>",
+                    self.code,
+                    escape(&self.message),
+                    escape(request_id)
+                );
+                (self.status, headers, body).into_response()
+            },
+        }
+    }
+}
+
+impl From<QueueError> for SqsError {
+    fn from(err: QueueError) -> SqsError {
+        let message = err.to_string();
+        match err {
+            QueueError::UnknownQueue(name) | QueueError::NoSuchQueue(name) => SqsError::no_such_queue(name.as_str()),
+            QueueError::TooManyQueues(_) => SqsError::over_limit(message),
+            QueueError::InvalidParameter(_) | QueueError::NotForKind(_) | QueueError::IdempotencyKeyReused(_) => {
+                SqsError::invalid_parameter(message)
+            },
+            QueueError::TooLarge { .. } | QueueError::TransactionTooLarge { .. } => {
+                SqsError::sender("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", message)
+            },
+            QueueError::Full { .. } | QueueError::TooManyLeases(_) => SqsError::over_limit(message),
+            QueueError::MessageNotFound(_) => SqsError::invalid_parameter(message),
+            QueueError::LeaseLost(_) => {
+                SqsError::invalid_parameter(format!("the receipt handle has expired: {message}"))
+            },
+            QueueError::LeaseNotFound(_) => SqsError::receipt_handle_invalid(message),
+            QueueError::ShuttingDown => {
+                SqsError::server("ServiceUnavailable", "ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE, message)
+            },
+            QueueError::Zk(ZkError::OutcomeUnknown) => SqsError::server(
+                "InternalError",
+                "InternalError",
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{message}; the request may or may not have applied"),
+            ),
+            QueueError::Zk(err) if err.is_transient() => SqsError::server(
+                "ServiceUnavailable",
+                "ServiceUnavailable",
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("ZooKeeper is unavailable: {err}"),
+            ),
+            QueueError::Zk(_) => {
+                SqsError::server("InternalError", "InternalError", StatusCode::INTERNAL_SERVER_ERROR, message)
+            },
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The two wire protocols of SQS, decoded into one request shape and encoded from one answer
+//! shape: the AWS JSON 1.0 protocol (current SDKs) and the query protocol (form-encoded requests,
+//! XML answers; older SDKs and Debian's AWS CLI).
+//!
+//! Both decode to the JSON protocol's shape of the action's input (a query request's flattened
+//! lists and maps, such as `SendMessageBatchRequestEntry.1.Id` or `Attribute.1.Name`, become the
+//! JSON protocol's `Entries` and `Attributes`), so each action has one input type. An answer is the
+//! JSON protocol's output object; the query protocol writes it as XML in the 2012-11-05 namespace.
+
+use std::collections::BTreeMap;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+
+use super::error::SqsError;
+
+/// The namespace of the query protocol's XML.
+pub(super) const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
+/// The JSON protocol's content type.
+pub(super) const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+/// The JSON protocol's action header, `AmazonSQS.<Action>`.
+pub(super) const TARGET_HEADER: &str = "x-amz-target";
+const TARGET_PREFIX: &str = "AmazonSQS.";
+
+/// Which protocol a request came in, and so which its answer goes out in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Json,
+    Query,
+}
+
+/// A request decoded: its action and its input in the JSON protocol's shape.
+#[derive(Debug)]
+pub(super) struct Decoded {
+    pub(super) action: String,
+    pub(super) input: Value,
+}
+
+/// Which protocol `headers` say a request is in: JSON when its content type is the JSON
+/// protocol's or it names an `X-Amz-Target`, else the query protocol.
+pub(super) fn protocol_of(headers: &HeaderMap) -> Protocol {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.starts_with(JSON_CONTENT_TYPE) || headers.contains_key(TARGET_HEADER) {
+        Protocol::Json
+    } else {
+        Protocol::Query
+    }
+}
+
+/// Decodes a JSON-protocol request: the action from `X-Amz-Target`, the input from the body.
+pub(super) fn decode_json(headers: &HeaderMap, body: &[u8]) -> Result<Decoded, SqsError> {
+    let target = headers.get(TARGET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let Some(action) = target.strip_prefix(TARGET_PREFIX).filter(|a| !a.is_empty()) else {
+        return Err(SqsError::invalid_action(format!(
+            "the X-Amz-Target header must be {TARGET_PREFIX}<Action>, not {target:?}"
+        )));
+    };
+    let input = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|err| SqsError::serialization(format!("the body is not a JSON object: {err}")))?
+    };
+    if !input.is_object() {
+        return Err(SqsError::serialization("the body must be a JSON object"));
+    }
+    Ok(Decoded { action: action.to_owned(), input })
+}
+
+/// Decodes a query-protocol request: `Action=…` and its parameters, from the form body and the
+/// URL's query string (the body wins).
+pub(super) fn decode_query(uri_query: Option<&str>, body: &[u8]) -> Result<Decoded, SqsError> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for source in [uri_query.unwrap_or("").as_bytes(), body] {
+        let parsed: Vec<(String, String)> = serde_urlencoded::from_bytes(source)
+            .map_err(|err| SqsError::invalid_parameter(format!("the form is not URL-encoded: {err}")))?;
+        pairs.extend(parsed);
+    }
+    let mut tree = Tree::default();
+    let mut action = None;
+    for (key, value) in pairs {
+        match key.as_str() {
+            "Action" => action = Some(value),
+            // Where the request came from, not what it asks: not part of any input.
+            "Version" | "AWSAccessKeyId" | "Signature" | "SignatureMethod" | "SignatureVersion" | "Timestamp"
+            | "Expires" | "SecurityToken" => {},
+            _ => tree.insert(&key, value),
+        }
+    }
+    let Some(action) = action.filter(|a| !a.is_empty()) else {
+        return Err(SqsError::missing_action());
+    };
+    Ok(Decoded { action, input: Value::Object(tree.into_input()?) })
+}
+
+/// Flattened query parameters, split at their dots.
+#[derive(Debug, Default)]
+struct Tree(BTreeMap<String, Node>);
+
+#[derive(Debug)]
+enum Node {
+    Leaf(String),
+    Branch(Tree),
+}
+
+impl Tree {
+    fn insert(&mut self, key: &str, value: String) {
+        match key.split_once('.') {
+            None => {
+                self.0.insert(key.to_owned(), Node::Leaf(value));
+            },
+            Some((first, rest)) => {
+                let node = self.0.entry(first.to_owned()).or_insert_with(|| Node::Branch(Tree::default()));
+                if let Node::Leaf(_) = node {
+                    *node = Node::Branch(Tree::default());
+                }
+                if let Node::Branch(tree) = node {
+                    tree.insert(rest, value);
+                }
+            },
+        }
+    }
+
+    /// The members of a flattened list (`Name.1`, `Name.2`, …), in index order.
+    fn members(self, name: &str) -> Result<Vec<Node>, SqsError> {
+        let mut indexed = Vec::with_capacity(self.0.len());
+        for (index, node) in self.0 {
+            let Ok(at) = index.parse::<u32>() else {
+                return Err(SqsError::invalid_parameter(format!("{name}.{index}: a list index must be a number")));
+            };
+            indexed.push((at, node));
+        }
+        indexed.sort_by_key(|(at, _)| *at);
+        Ok(indexed.into_iter().map(|(_, node)| node).collect())
+    }
+
+    /// The JSON-protocol input these parameters stand for.
+    fn into_input(self) -> Result<Map<String, Value>, SqsError> {
+        let mut out = Map::new();
+        for (key, node) in self.0 {
+            let (name, value) = match (key.as_str(), node) {
+                // botocore sends an empty list as its member name with no value.
+                (
+                    "AttributeNames" | "MessageAttributeNames" | "MessageSystemAttributeNames" | "Entries" | "TagKeys",
+                    Node::Leaf(text),
+                ) if text.is_empty() => (key.clone(), Value::Array(Vec::new())),
+                (_, Node::Leaf(text)) => (key.clone(), Value::String(text)),
+                (
+                    "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey",
+                    Node::Branch(list),
+                ) => {
+                    let items = list.members(&key)?.into_iter().filter_map(leaf).map(Value::String).collect();
+                    (format!("{key}s"), Value::Array(items))
+                },
+                ("Attribute" | "Tag", Node::Branch(list)) => {
+                    let key_name = if key == "Tag" { "Key" } else { "Name" };
+                    let mut map = Map::new();
+                    for member in list.members(&key)? {
+                        let Node::Branch(mut entry) = member else { continue };
+                        let name = entry.0.remove(key_name).and_then(leaf);
+                        let value = entry.0.remove("Value").and_then(leaf);
+                        if let (Some(name), Some(value)) = (name, value) {
+                            map.insert(name, Value::String(value));
+                        }
+                    }
+                    (if key == "Tag" { "Tags".to_owned() } else { "Attributes".to_owned() }, Value::Object(map))
+                },
+                ("MessageAttribute" | "MessageSystemAttribute", Node::Branch(list)) => {
+                    let mut map = Map::new();
+                    for member in list.members(&key)? {
+                        let Node::Branch(mut entry) = member else { continue };
+                        let name = entry.0.remove("Name").and_then(leaf);
+                        let value = match entry.0.remove("Value") {
+                            Some(Node::Branch(value)) => Value::Object(value.into_input()?),
+                            _ => Value::Object(Map::new()),
+                        };
+                        if let Some(name) = name {
+                            map.insert(name, value);
+                        }
+                    }
+                    (format!("{key}s"), Value::Object(map))
+                },
+                (entries, Node::Branch(list)) if entries.ends_with("RequestEntry") => {
+                    let mut items = Vec::new();
+                    for member in list.members(&key)? {
+                        if let Node::Branch(entry) = member {
+                            items.push(Value::Object(entry.into_input()?));
+                        }
+                    }
+                    ("Entries".to_owned(), Value::Array(items))
+                },
+                (_, Node::Branch(tree)) => (key.clone(), Value::Object(tree.into_input()?)),
+            };
+            out.insert(name, value);
+        }
+        Ok(out)
+    }
+}
+
+fn leaf(node: Node) -> Option<String> {
+    match node {
+        Node::Leaf(text) => Some(text),
+        Node::Branch(_) => None,
+    }
+}
+
+/// The answer to `action` in `protocol`: `output` is the JSON protocol's output object.
+pub(super) fn encode(protocol: Protocol, action: &str, output: Value, request_id: &str) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        headers.insert("x-amzn-requestid", id);
+    }
+    match protocol {
+        Protocol::Json => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+            (StatusCode::OK, headers, output.to_string()).into_response()
+        },
+        Protocol::Query => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+            let mut xml = format!("<?xml version=\"1.0\"?><{action}Response xmlns=\"{XML_NAMESPACE}\">");
+            if let Value::Object(fields) = &output
+                && !fields.is_empty()
+            {
+                xml.push_str(&format!("<{action}Result>"));
+                write_fields(&mut xml, action, fields);
+                xml.push_str(&format!("</{action}Result>"));
+            } else if has_result(action) {
+                xml.push_str(&format!("<{action}Result/>"));
+            }
+            xml.push_str(&format!(
+                "<ResponseMetadata><RequestId>{}</RequestId></ResponseMetadata></{action}Response>",
+                escape(request_id)
+            ));
+            (StatusCode::OK, headers, xml).into_response()
+        },
+    }
+}
+
+/// Whether `action` answers with a result element even when it holds nothing.
+fn has_result(action: &str) -> bool {
+    matches!(
+        action,
+        "ReceiveMessage" | "ListQueues" | "GetQueueAttributes" | "ListDeadLetterSourceQueues" | "ListQueueTags"
+    )
+}
+
+/// The element a member of the list `field` is written as in the answer to `action`.
+fn list_item(action: &str, field: &str) -> String {
+    match field {
+        "Messages" => "Message".to_owned(),
+        "QueueUrls" | "queueUrls" => "QueueUrl".to_owned(),
+        "Successful" => format!("{action}ResultEntry"),
+        "Failed" => "BatchResultErrorEntry".to_owned(),
+        other => other.trim_end_matches('s').to_owned(),
+    }
+}
+
+fn write_fields(xml: &mut String, action: &str, fields: &Map<String, Value>) {
+    for (field, value) in fields {
+        match (field.as_str(), value) {
+            ("Attributes", Value::Object(map)) => {
+                for (name, value) in map {
+                    xml.push_str(&format!(
+                        "<Attribute><Name>{}</Name><Value>{}</Value></Attribute>",
+                        escape(name),
+                        escape(&scalar(value))
+                    ));
+                }
+            },
+            ("Tags", Value::Object(map)) => {
+                for (name, value) in map {
+                    xml.push_str(&format!(
+                        "<Tag><Key>{}</Key><Value>{}</Value></Tag>",
+                        escape(name),
+                        escape(&scalar(value))
+                    ));
+                }
+            },
+            ("MessageAttributes", Value::Object(map)) => {
+                for (name, value) in map {
+                    xml.push_str(&format!("<MessageAttribute><Name>{}</Name><Value>", escape(name)));
+                    if let Value::Object(inner) = value {
+                        write_fields(xml, action, inner);
+                    }
+                    xml.push_str("</Value></MessageAttribute>");
+                }
+            },
+            (_, Value::Array(items)) => {
+                let item = list_item(action, field);
+                for member in items {
+                    match member {
+                        Value::Object(inner) => {
+                            xml.push_str(&format!("<{item}>"));
+                            write_fields(xml, action, inner);
+                            xml.push_str(&format!("</{item}>"));
+                        },
+                        other => xml.push_str(&format!("<{item}>{}</{item}>", escape(&scalar(other)))),
+                    }
+                }
+            },
+            (_, Value::Object(inner)) => {
+                xml.push_str(&format!("<{field}>"));
+                write_fields(xml, action, inner);
+                xml.push_str(&format!("</{field}>"));
+            },
+            (_, Value::Null) => {},
+            (_, other) => xml.push_str(&format!("<{field}>{}</{field}>", escape(&scalar(other)))),
+        }
+    }
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Text as XML character data: `&`, `<`, `>`, `"` and carriage returns escaped (SQS bodies may
+/// hold `\r`, which XML parsers would otherwise turn into `\n`).
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\r' => out.push_str("&#xD;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_request_decodes_to_the_json_shape() {
+        let body = "Action=SendMessageBatch&Version=2012-11-05&QueueUrl=http%3A%2F%2Fh%2F000000000000%2Fq\
+                    &SendMessageBatchRequestEntry.2.Id=b&SendMessageBatchRequestEntry.2.MessageBody=two\
+                    &SendMessageBatchRequestEntry.1.Id=a&SendMessageBatchRequestEntry.1.MessageBody=one\
+                    &SendMessageBatchRequestEntry.1.MessageAttribute.1.Name=k\
+                    &SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue=v\
+                    &SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.DataType=String";
+        let decoded = decode_query(None, body.as_bytes()).expect("decodes");
+        assert_eq!(decoded.action, "SendMessageBatch");
+        assert_eq!(
+            decoded.input,
+            serde_json::json!({
+                "QueueUrl": "http://h/000000000000/q",
+                "Entries": [
+                    { "Id": "a", "MessageBody": "one", "MessageAttributes": { "k": { "StringValue": "v", "DataType": "String" } } },
+                    { "Id": "b", "MessageBody": "two" },
+                ],
+            })
+        );
+        let decoded =
+            decode_query(Some("Action=GetQueueAttributes&AttributeName.2=B&AttributeName.1=A"), b"").expect("decodes");
+        assert_eq!(decoded.input, serde_json::json!({ "AttributeNames": ["A", "B"] }));
+        let decoded = decode_query(
+            None,
+            b"Action=CreateQueue&QueueName=q&Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=5",
+        )
+        .expect("decodes");
+        assert_eq!(decoded.input, serde_json::json!({ "QueueName": "q", "Attributes": { "VisibilityTimeout": "5" } }));
+        assert!(decode_query(None, b"QueueName=q").is_err(), "no action");
+        assert!(decode_query(None, b"Action=X&AttributeName.x=A").is_err(), "not an index");
+    }
+
+    #[test]
+    fn an_answer_is_written_as_xml_for_the_query_protocol() {
+        let output = serde_json::json!({
+            "Messages": [{ "MessageId": "m", "Body": "a<b & \"c\"\r", "Attributes": { "SentTimestamp": "1" } }],
+        });
+        let response = encode(Protocol::Query, "ReceiveMessage", output, "rid");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).expect("body");
+        assert_eq!(
+            std::str::from_utf8(&body).expect("utf-8"),
+            format!(
+                "<?xml version=\"1.0\"?><ReceiveMessageResponse xmlns=\"{XML_NAMESPACE}\"><ReceiveMessageResult>\
+                 <Message><Attributes_placeholder/></Message></ReceiveMessageResult><ResponseMetadata><RequestId>rid\
+                 </RequestId></ResponseMetadata></ReceiveMessageResponse>"
+            )
+            .replace(
+                "<Attributes_placeholder/>",
+                "<Attribute><Name>SentTimestamp</Name><Value>1</Value></Attribute><Body>a&lt;b &amp; &quot;c&quot;&#xD;</Body><MessageId>m</MessageId>"
+            )
+        );
+    }
+}

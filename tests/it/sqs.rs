@@ -1,0 +1,90 @@
+//! The SQS-compatible API with real AWS SDK clients: boto3 of today (the JSON protocol) and
+//! Debian's boto3 1.26 / botocore 1.29 (the query protocol), each running the same producer and
+//! consumer session (`tests/sqs/client.py`) against a zkq, and the bridge to zkq's own API.
+
+use std::path::PathBuf;
+use zkq_testkit::*;
+
+/// The Python with boto3 of today (installed by scripts/test.sh), and Debian's.
+fn pythons() -> [(PathBuf, &'static str); 2] {
+    let venv = std::env::var_os("ZKQ_BOTO3_PYTHON")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tools-venv/bin/python"), PathBuf::from);
+    [(venv, "json"), (PathBuf::from("/usr/bin/python3"), "query")]
+}
+
+async fn zkq_with_sqs(root: &str) -> (TestZkq, String) {
+    let mut config = test_config(ZkServer::shared(), root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let zkq = TestZkq::start(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
+    (zkq, format!("http://{addr}"))
+}
+
+async fn run_client(python: PathBuf, endpoint: String, queue: String, protocol: &str) -> std::process::Output {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/client.py");
+    let protocol = protocol.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .arg(script)
+            .args([endpoint, queue, protocol])
+            .output()
+            .unwrap_or_else(|err| panic!("{} runs: {err}", python.display()))
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_runs_every_served_action_in_both_wire_protocols() {
+    let root = unique_root("sqs-boto3");
+    let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    for (python, protocol) in pythons() {
+        let queue = format!("orders-{protocol}");
+        let output = run_client(python, endpoint.clone(), queue, protocol).await;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.starts_with("ok "),
+            "{protocol}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_cross_between_the_sqs_api_and_zkqs_own() {
+    let root = unique_root("sqs-bridge");
+    let (zkq, endpoint) = zkq_with_sqs(&root).await;
+    let api = zkq.client();
+    assert_eq!(api.put("bridge", "", b"from zkq").await.status, 201);
+    let http = reqwest::Client::new();
+    let call = |target: &'static str, body: serde_json::Value| {
+        http.post(&endpoint)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", format!("AmazonSQS.{target}"))
+            .body(body.to_string())
+            .send()
+    };
+    let url = format!("{endpoint}/000000000000/bridge");
+    let received =
+        call("ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await.expect("receive");
+    assert_eq!(received.status(), 200);
+    let json: serde_json::Value = received.json().await.expect("json");
+    assert_eq!(json["Messages"][0]["Body"], "from zkq");
+    let receipt = json["Messages"][0]["ReceiptHandle"].as_str().expect("receipt").to_owned();
+    // The receipt handle is zkq's lease: zkq's own ack settles it.
+    assert_eq!(api.ack("bridge", &receipt).await.status, 204);
+    let sent =
+        call("SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "from SQS" })).await.expect("send");
+    assert_eq!(sent.status(), 200);
+    assert_eq!(api.take("bridge", "wait=5s").await.text(), "from SQS");
+    // A body that is not UTF-8 (a Curator producer's bytes) is delivered base64-encoded.
+    assert_eq!(api.put("bridge", "", &[0xff, 0x00, 0x01]).await.status, 201);
+    let received =
+        call("ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await.expect("receive");
+    let json: serde_json::Value = received.json().await.expect("json");
+    assert_eq!(json["Messages"][0]["Body"], "/wAB");
+    // An unknown target answers SQS's error, in the JSON protocol's shape.
+    let unknown = call("Frobnicate", serde_json::json!({})).await.expect("send");
+    assert_eq!(unknown.status(), 400);
+    assert_eq!(unknown.headers().get("x-amzn-query-error").and_then(|v| v.to_str().ok()), Some("InvalidAction;Sender"));
+}

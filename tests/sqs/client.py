@@ -1,0 +1,113 @@
+"""One SQS producer/consumer session through a real AWS SDK (boto3), against zkq's SQS-compatible
+listener: every action zkq serves, its answers and its errors, as an app using the SDK sees them.
+
+Usage: client.py ENDPOINT QUEUE PROTOCOL, where PROTOCOL is the wire protocol this botocore is
+expected to speak (`json` for current releases, `query` for Debian's 1.29). Prints `ok N checks`.
+"""
+
+import hashlib
+import sys
+
+import boto3
+import botocore
+from botocore.exceptions import ClientError
+
+endpoint, queue, protocol = sys.argv[1:4]
+sqs = boto3.client(
+    "sqs",
+    endpoint_url=endpoint,
+    region_name="us-east-1",
+    aws_access_key_id="any",
+    aws_secret_access_key="any",
+    config=botocore.config.Config(retries={"max_attempts": 1}),
+)
+checks = 0
+
+
+def check(condition, what):
+    global checks
+    if not condition:
+        raise AssertionError(what)
+    checks += 1
+
+
+def error_of(call, **kwargs):
+    try:
+        call(**kwargs)
+    except ClientError as err:
+        return err.response["Error"]["Code"], err.response["ResponseMetadata"]["HTTPStatusCode"]
+    raise AssertionError(f"{call.__name__} did not fail")
+
+
+def md5(text):
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+check(sqs.meta.service_model.protocol == protocol, f"botocore speaks {sqs.meta.service_model.protocol}")
+url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+check(url.endswith(f"/000000000000/{queue}"), url)
+check(sqs.create_queue(QueueName=queue)["QueueUrl"] == url, "CreateQueue is idempotent")
+check(sqs.get_queue_url(QueueName=queue)["QueueUrl"] == url, "GetQueueUrl")
+check(url in sqs.list_queues(QueueNamePrefix=queue[:5]).get("QueueUrls", []), "ListQueues")
+
+sent = sqs.send_message(QueueUrl=url, MessageBody="héllo <&> \"world\"")
+check(sent["MD5OfMessageBody"] == md5("héllo <&> \"world\""), "MD5OfMessageBody")
+first_id = sent["MessageId"]
+batch = sqs.send_message_batch(
+    QueueUrl=url, Entries=[{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(3)]
+)
+check([e["Id"] for e in sorted(batch["Successful"], key=lambda e: e["Id"])] == ["m0", "m1", "m2"], batch)
+check(all(e["MD5OfMessageBody"] == md5(f"body {e['Id'][1:]}") for e in batch["Successful"]), "batch MD5s")
+check(not batch.get("Failed"), batch.get("Failed"))
+
+got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=2, AttributeNames=["All"])
+messages = got["Messages"]
+check(len(messages) == 4, f"{len(messages)} messages")
+check(messages[0]["MessageId"] == first_id and messages[0]["Body"] == "héllo <&> \"world\"", messages[0])
+for m in messages:
+    check(m["MD5OfBody"] == md5(m["Body"]), "MD5OfBody")
+    check(m["Attributes"]["ApproximateReceiveCount"] == "1", m["Attributes"])
+    check(int(m["Attributes"]["SentTimestamp"]) > 1_600_000_000_000, m["Attributes"])
+check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == [], "all four are in flight")
+attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+check(attributes["ApproximateNumberOfMessagesNotVisible"] == "4", attributes)
+check(attributes["QueueArn"] == f"arn:aws:sqs:us-east-1:000000000000:{queue}", attributes)
+
+sqs.delete_message(QueueUrl=url, ReceiptHandle=messages[0]["ReceiptHandle"])
+# Visibility 0: released now, delivered again, counted twice.
+sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=messages[1]["ReceiptHandle"], VisibilityTimeout=0)
+again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+check(again[0]["MessageId"] == messages[1]["MessageId"], "the released message comes back")
+check(again[0]["Attributes"] == {"ApproximateReceiveCount": "2"}, again[0]["Attributes"])
+changed = sqs.change_message_visibility_batch(
+    QueueUrl=url,
+    Entries=[{"Id": "a", "ReceiptHandle": again[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+             {"Id": "b", "ReceiptHandle": messages[0]["ReceiptHandle"], "VisibilityTimeout": 60}],
+)
+check([e["Id"] for e in changed["Successful"]] == ["a"], changed)
+check([e["Id"] for e in changed["Failed"]] == ["b"] and changed["Failed"][0]["SenderFault"], changed)
+deleted = sqs.delete_message_batch(
+    QueueUrl=url,
+    Entries=[{"Id": "x", "ReceiptHandle": again[0]["ReceiptHandle"]},
+             {"Id": "y", "ReceiptHandle": messages[2]["ReceiptHandle"]},
+             {"Id": "z", "ReceiptHandle": messages[3]["ReceiptHandle"]}],
+)
+check(sorted(e["Id"] for e in deleted["Successful"]) == ["x", "y", "z"], deleted)
+attributes = sqs.get_queue_attributes(
+    QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+)["Attributes"]
+check(attributes == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}, attributes)
+
+# Errors, with SQS's codes.
+check(error_of(sqs.get_queue_url, QueueName="no-such-queue") == ("AWS.SimpleQueueService.NonExistentQueue", 400), "no queue")
+try:
+    sqs.get_queue_url(QueueName="no-such-queue")
+except sqs.exceptions.QueueDoesNotExist:
+    checks += 1
+check(error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-receipt")[0] == "ReceiptHandleIsInvalid", "bad receipt")
+check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == "InvalidParameterValue", "max 10")
+check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
+      == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "distinct ids")
+check(error_of(sqs.purge_queue, QueueUrl=url)[0] == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionPeriod": "60"})[0] == "InvalidAttributeName", "attributes")
+print(f"ok {checks} checks")
