@@ -33,6 +33,7 @@ pub(super) fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(batch::put_batch))
         .routes(routes!(batch::ack_batch))
         .routes(routes!(queues::remove_message))
+        .routes(routes!(queues::purge_queue))
         .routes(routes!(queues::take_message))
         .routes(routes!(leases::lease_message))
         .routes(routes!(leases::ack))

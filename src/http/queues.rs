@@ -205,6 +205,17 @@ pub struct RemovedResponse {
     pub removed: usize,
 }
 
+/// A purge's answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PurgedResponse {
+    pub queue: String,
+    /// Messages removed.
+    pub removed: usize,
+    /// False when the request's deadline (`zookeeper.request_timeout`) came first: the messages
+    /// not reached are still there; purge again.
+    pub complete: bool,
+}
+
 /// 400 for text ZooKeeper would refuse in a node name (else it answers an error zkq would report as 502).
 fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
     match crate::queue::names::refused_char(text) {
@@ -407,6 +418,27 @@ pub async fn remove_message(
     let queue = existing(&state, &path.queue).await?;
     queue.remove(&path.message_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Purge: remove every message that no consumer holds (leased or locked messages stay), in
+/// transactions of up to 64 messages; nodes that are not messages stay too.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/purge", tag = "queues",
+    params(QueuePath),
+    responses(
+        (status = 200, description = "How many were removed, and whether all were reached", body = PurgedResponse),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 404, description = "No such queue: not declared and its node does not exist (reads create nothing), or dynamic queues disabled", body = ErrorBody),
+        ZookeeperErrors,
+    )
+)]
+pub async fn purge_queue(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+) -> Result<Json<PurgedResponse>, ApiError> {
+    let queue = existing(&state, &path.queue).await?;
+    let purged = queue.purge().await?;
+    Ok(Json(PurgedResponse { queue: queue.name().to_string(), removed: purged.removed, complete: purged.complete }))
 }
 
 /// Remove every message with an id (id queues; Curator's `remove(id)`).

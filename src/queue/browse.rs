@@ -10,7 +10,7 @@ use super::message::PeekedItem;
 use super::names::{self, ItemMeta, ItemName};
 use super::{QueueError, envelope};
 use crate::config::QueueKind;
-use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{NodeMode, TxnError, TxnOp, Zk, ZkError};
 
 /// What `GET /v1/queues/{queue}` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,18 @@ pub struct QueueInfo {
     /// Grouped queues, while the cache follows the queue's events.
     pub groups: Option<GroupStats>,
 }
+
+/// What a purge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Purged {
+    /// Messages removed.
+    pub removed: usize,
+    /// False when the request's deadline came first: the messages not reached are still there.
+    pub complete: bool,
+}
+
+/// Messages a purge removes in one transaction.
+const PURGE_BATCH: usize = 64;
 
 /// What zkq knows of the age of a queue's next message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,22 +229,70 @@ impl Browse {
         Ok(removed)
     }
 
-    async fn remove_node(&self, zk: &Zk, name: &str) -> Result<bool, QueueError> {
-        let item_path = format!("{}/{}", self.ctx.path, name);
-        // As in a take's claim: the lock node is created and deleted in the same transaction, so
-        // an item a consumer holds a lock on is never removed.
-        let (ops, parents) = match &self.ctx.lock_path {
-            Some(dir) => {
-                let lock = format!("{dir}/{name}");
-                let ops = vec![
-                    TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral },
-                    TxnOp::Delete { path: item_path, version: None },
-                    TxnOp::Delete { path: lock, version: None },
-                ];
-                (ops, vec![(0, dir.clone())])
-            },
-            None => (vec![TxnOp::Delete { path: item_path, version: None }], Vec::new()),
+    /// Removes every message of the queue that no consumer holds (a lock protects it, as from a
+    /// take), in transactions of up to [`PURGE_BATCH`] messages; foreign nodes are left alone.
+    /// How many were removed, and whether the purge got through them all before the request's
+    /// deadline.
+    pub(super) async fn purge(&self) -> Result<Purged, QueueError> {
+        let deadline = self.ctx.deadline_for(Duration::ZERO);
+        let zk = self.ctx.session.connected(deadline).await?.with_deadline(deadline);
+        let children = match zk.get_children(&self.ctx.path).await {
+            Ok((children, _)) => children,
+            Err(ZkError::NoNode) => return Ok(Purged { removed: 0, complete: true }),
+            Err(err) => return Err(err.into()),
         };
+        let items: Vec<String> = children.into_iter().filter(|c| names::parse(self.ctx.naming, c).is_some()).collect();
+        let mut removed = 0;
+        for chunk in items.chunks(PURGE_BATCH) {
+            let mut batch: Vec<&String> = chunk.iter().collect();
+            while !batch.is_empty() {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(Purged { removed, complete: false });
+                }
+                let (ops, parents) = self.removal(batch.iter().map(|name| name.as_str()));
+                let each = ops.len() / batch.len();
+                match self.ctx.apply_txn(&zk, &ops, &parents).await {
+                    Ok(_) => {
+                        for _ in &batch {
+                            self.cache.removed_local();
+                        }
+                        removed += batch.len();
+                        break;
+                    },
+                    // Held by a consumer, or gone meanwhile: left out, the rest sent again.
+                    Err(TxnError { index: Some(index), error: ZkError::NoNode | ZkError::NodeExists }) => {
+                        batch.remove((index / each).min(batch.len() - 1));
+                    },
+                    Err(err) => return Err(err.error.into()),
+                }
+            }
+        }
+        Ok(Purged { removed, complete: true })
+    }
+
+    /// The operations that remove `names`, and the parent the first may need: as in a take's
+    /// claim, each one's lock node is created and deleted in the same transaction, so an item a
+    /// consumer holds a lock on is never removed.
+    fn removal<'a>(&self, names: impl Iterator<Item = &'a str>) -> (Vec<TxnOp>, Vec<(usize, String)>) {
+        let mut ops = Vec::new();
+        for name in names {
+            let item_path = format!("{}/{}", self.ctx.path, name);
+            match &self.ctx.lock_path {
+                Some(dir) => {
+                    let lock = format!("{dir}/{name}");
+                    ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
+                    ops.push(TxnOp::Delete { path: item_path, version: None });
+                    ops.push(TxnOp::Delete { path: lock, version: None });
+                },
+                None => ops.push(TxnOp::Delete { path: item_path, version: None }),
+            }
+        }
+        let parents = self.ctx.lock_path.iter().map(|dir| (0, dir.clone())).collect();
+        (ops, parents)
+    }
+
+    async fn remove_node(&self, zk: &Zk, name: &str) -> Result<bool, QueueError> {
+        let (ops, parents) = self.removal(std::iter::once(name));
         match self.ctx.apply_txn(zk, &ops, &parents).await.map_err(|e| e.error) {
             Ok(_) => {
                 self.cache.removed_local();

@@ -278,6 +278,11 @@ impl Queue {
         self.browse.remove(message_id).await
     }
 
+    /// Removes every message no consumer holds.
+    pub async fn purge(&self) -> Result<super::Purged, QueueError> {
+        self.browse.purge().await
+    }
+
     /// Removes every message put with `id` (id queues); how many were removed.
     pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
         self.browse.remove_by_id(id).await

@@ -18,7 +18,7 @@ pub(crate) mod names;
 mod put;
 mod service;
 
-pub use browse::{HeadAge, QueueInfo};
+pub use browse::{HeadAge, Purged, QueueInfo};
 pub use cache::GroupStats;
 pub use context::DeadLetter;
 pub use facade::{Queue, QueueRef};

@@ -628,3 +628,29 @@ async fn a_drain_that_stops_at_the_first_204_takes_every_message() {
         taker.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_purge_removes_every_message_but_those_a_consumer_holds_and_foreign_nodes() {
+    let zk = ZkServer::shared();
+    let root = unique_root("purge");
+    let zkq = TestZkq::start(test_config(zk, &root)).await;
+    let api = zkq.client();
+    let messages: Vec<serde_json::Value> = (0..150).map(|i| serde_json::json!({ "text": format!("m{i}") })).collect();
+    assert_eq!(api.batch_put("jobs", "", &serde_json::json!({ "messages": messages[..100] })).await.status, 201);
+    assert_eq!(api.batch_put("jobs", "", &serde_json::json!({ "messages": messages[100..] })).await.status, 201);
+    let held = api.lease("jobs", "wait=5s").await;
+    assert_eq!(held.status, 200);
+    let direct = zk_client(zk).await;
+    let foreign = format!("{root}/queues/jobs/not-a-message");
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.create(&foreign, b"x", &options).await.expect("a foreign node");
+    let purged = api.send(reqwest::Method::POST, "/v1/queues/jobs/purge", None).await;
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    assert_eq!(purged.json(), serde_json::json!({ "queue": "jobs", "removed": 149, "complete": true }));
+    let left = children(&direct, &format!("{root}/queues/jobs")).await;
+    assert_eq!(left.len(), 2, "the held message and the foreign node: {left:?}");
+    assert_eq!(api.take("jobs", "wait=0").await.status, 204, "nothing else to take");
+    assert_eq!(api.ack("jobs", &held.receipt).await.status, 204, "the held lease still acks");
+    let missing = api.send(reqwest::Method::POST, "/v1/queues/never-made/purge", None).await;
+    assert_eq!(missing.status, 404);
+}

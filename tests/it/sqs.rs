@@ -42,8 +42,10 @@ async fn boto3_runs_every_served_action_in_both_wire_protocols() {
         let queue = format!("orders-{protocol}");
         let output = run_client(python, endpoint.clone(), queue, protocol).await;
         let stdout = String::from_utf8_lossy(&output.stdout);
+        let checks: usize =
+            stdout.strip_prefix("ok ").and_then(|rest| rest.split(' ').next()?.parse().ok()).unwrap_or(0);
         assert!(
-            output.status.success() && stdout.starts_with("ok "),
+            output.status.success() && checks >= 40,
             "{protocol}: {stdout}\n{}",
             String::from_utf8_lossy(&output.stderr)
         );

@@ -108,6 +108,16 @@ check(error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-receipt")[
 check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == "InvalidParameterValue", "max 10")
 check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
       == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "distinct ids")
-check(error_of(sqs.purge_queue, QueueUrl=url)[0] == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+check(error_of(sqs.delete_queue, QueueUrl=url)[0] == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+check(error_of(sqs.send_message, QueueUrl=url.replace(queue, "never-created"), MessageBody="x")[0]
+      == "AWS.SimpleQueueService.NonExistentQueue", "a send needs the queue")
+check(error_of(sqs.send_message, QueueUrl=url, MessageBody="x", DelaySeconds=5)[0] == "InvalidParameterValue", "no delay")
+# Purge: what is not held goes; a held message stays.
+sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": f"p{i}", "MessageBody": f"purge {i}"} for i in range(3)])
+held = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]
+sqs.purge_queue(QueueUrl=url)
+check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == [], "purged")
+sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=0)
+check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]["Body"] == held["Body"], "the held one stayed")
 check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionPeriod": "60"})[0] == "InvalidAttributeName", "attributes")
 print(f"ok {checks} checks")

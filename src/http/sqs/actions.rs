@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::SqsError;
+use crate::config::QueueKind;
 use crate::http::AppState;
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueRef, Receipt};
-use crate::types::QueueName;
+use crate::types::{QueueName, now_epoch_ms};
 
 /// What every action knows of its request.
 pub(super) struct Ctx<'a> {
@@ -45,8 +46,8 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "ChangeMessageVisibility" => answer(change_visibility(ctx, parse(input)?).await),
         "ChangeMessageVisibilityBatch" => answer(change_visibility_batch(ctx, parse(input)?).await),
         "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
+        "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
         "DeleteQueue"
-        | "PurgeQueue"
         | "SetQueueAttributes"
         | "ListDeadLetterSourceQueues"
         | "TagQueue"
@@ -74,6 +75,7 @@ pub const SERVED: &[&str] = &[
     "ChangeMessageVisibility",
     "ChangeMessageVisibilityBatch",
     "GetQueueAttributes",
+    "PurgeQueue",
 ];
 
 fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
@@ -295,8 +297,8 @@ fn md5_hex(bytes: &[u8]) -> String {
     format!("{:x}", md5::compute(bytes))
 }
 
-/// The body and put options of one message to send.
-fn prepare(entry: MessageEntry) -> Result<(String, PutOptions), SqsError> {
+/// The body and put options of one message to send to `queue`.
+fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions), SqsError> {
     let body = required(entry.message_body, "MessageBody")?;
     if body.is_empty() {
         return Err(SqsError::invalid_parameter("MessageBody must not be empty"));
@@ -314,17 +316,21 @@ fn prepare(entry: MessageEntry) -> Result<(String, PutOptions), SqsError> {
             "zkq's SQS-compatible API does not store message attributes yet; send the message without them",
         ));
     }
-    match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
+    // A delay queue's messages wait; another kind has no place in its names for a delivery time.
+    let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
+        Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
         Some(delay) if delay > 0 => {
-            return Err(SqsError::invalid_parameter(
-                "DelaySeconds is not supported by zkq's SQS-compatible API yet; send without a delay",
-            ));
+            return Err(SqsError::invalid_parameter(format!(
+                "DelaySeconds needs a delay queue; {} is a {} queue",
+                queue.name(),
+                queue.kind().as_str()
+            )));
         },
-        _ => {},
-    }
+        _ => None,
+    };
     let options = PutOptions {
         priority: None,
-        deliver_at: None,
+        deliver_at,
         id: None,
         group: entry.message_group_id,
         wait: Duration::ZERO,
@@ -341,8 +347,8 @@ fn is_sqs_char(c: char) -> bool {
 
 async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    let (body, options) = prepare(input.message)?;
-    let queue = ctx.state.queues.open(&Ctx::name_of(&url)?)?;
+    let queue = ctx.existing(&url).await?;
+    let (body, options) = prepare(input.message, &queue)?;
     let receipt = queue.put(body.as_bytes(), options).await?;
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
@@ -414,12 +420,12 @@ async fn send_message_batch(
 ) -> Result<BatchOutput<SentEntry>, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
-    let queue = ctx.state.queues.open(&Ctx::name_of(&url)?)?;
+    let queue = ctx.existing(&url).await?;
     let mut failed = Vec::new();
     let mut valid = Vec::new();
     for entry in input.entries {
         let id = entry.id.clone().unwrap_or_default();
-        match prepare(entry) {
+        match prepare(entry, &queue) {
             Ok((body, options)) => valid.push((id, body, options)),
             Err(err) => failed.push(BatchError::of(id, err)),
         }
@@ -670,6 +676,27 @@ async fn change_visibility_batch(
         }
     });
     Ok(split(futures::future::join_all(steps).await))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct QueueUrlInput {
+    queue_url: Option<String>,
+}
+
+/// Removes every message no consumer holds, before it answers (SQS answers first and purges
+/// within a minute; zkq's purge is done, or as far as its deadline let it go, when it answers).
+async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    let purged = queue.purge().await?;
+    if !purged.complete {
+        return Err(SqsError::server_unavailable(format!(
+            "the purge removed {} messages before its deadline; purge again for the rest",
+            purged.removed
+        )));
+    }
+    Ok(Empty {})
 }
 
 #[derive(Deserialize)]

@@ -115,6 +115,10 @@ impl SqsError {
         SqsError::sender("InvalidMessageContents", "InvalidMessageContents", message)
     }
 
+    pub(super) fn server_unavailable(message: impl Into<String>) -> SqsError {
+        SqsError::server("ServiceUnavailable", "ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
     fn server(shape: &'static str, code: &'static str, status: StatusCode, message: impl Into<String>) -> SqsError {
         SqsError { shape, code, status, sender_fault: false, message: message.into() }
     }
