@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl python3-boto3
+ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl python3-boto3 awscli
 bash tests/java/build.sh
 ensure_zookeeper_39
 # Python tools from PyPI, pinned, in a private virtualenv: schemathesis, and boto3 for the SQS tests.

@@ -1,6 +1,7 @@
-//! The SQS-compatible API with real AWS SDK clients: boto3 of today (the JSON protocol) and
+//! The SQS-compatible API with real AWS clients: boto3 of today (the JSON protocol),
 //! Debian's boto3 1.26 / botocore 1.29 (the query protocol), each running the same producer and
-//! consumer session (`tests/sqs/client.py`) against a zkq, and the bridge to zkq's own API.
+//! consumer session (`tests/sqs/client.py`) against a zkq; Debian's AWS CLI; and the bridge to
+//! zkq's own API.
 
 use std::path::PathBuf;
 use zkq_testkit::*;
@@ -89,4 +90,45 @@ async fn messages_cross_between_the_sqs_api_and_zkqs_own() {
     let unknown = call("Frobnicate", serde_json::json!({})).await.expect("send");
     assert_eq!(unknown.status(), 400);
     assert_eq!(unknown.headers().get("x-amzn-query-error").and_then(|v| v.to_str().ok()), Some("InvalidAction;Sender"));
+}
+
+/// Runs Debian's AWS CLI (`/usr/bin/aws`, installed by scripts/test.sh) with `args`; its JSON output.
+async fn aws_cli(endpoint: &str, args: &[&str]) -> serde_json::Value {
+    let mut command = std::process::Command::new("/usr/bin/aws");
+    command
+        .args(["--endpoint-url", endpoint, "--output", "json", "sqs"])
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "any")
+        .env("AWS_SECRET_ACCESS_KEY", "any")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    let output = tokio::task::spawn_blocking(move || command.output().expect("aws runs")).await.expect("join");
+    assert!(
+        output.status.success(),
+        "aws sqs {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_cli_sends_receives_and_deletes() {
+    let root = unique_root("sqs-cli");
+    let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    let url =
+        aws_cli(&endpoint, &["create-queue", "--queue-name", "cli"]).await["QueueUrl"].as_str().map(str::to_owned);
+    let url = url.expect("a queue URL");
+    let sent = aws_cli(&endpoint, &["send-message", "--queue-url", &url, "--message-body", "hi"]).await;
+    assert_eq!(sent["MD5OfMessageBody"], "49f68a5c8493ec2c0bf489821c21fc3b");
+    let received = aws_cli(&endpoint, &["receive-message", "--queue-url", &url, "--wait-time-seconds", "5"]).await;
+    assert_eq!(received["Messages"][0]["Body"], "hi");
+    let receipt = received["Messages"][0]["ReceiptHandle"].as_str().expect("receipt").to_owned();
+    aws_cli(&endpoint, &["delete-message", "--queue-url", &url, "--receipt-handle", &receipt]).await;
+    let attributes =
+        aws_cli(&endpoint, &["get-queue-attributes", "--queue-url", &url, "--attribute-names", "All"]).await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "0");
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0");
 }
