@@ -132,3 +132,59 @@ async fn the_aws_cli_sends_receives_and_deletes() {
     assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "0");
     assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0");
 }
+
+/// Runs `tests/sqs/bridge.py` with today's boto3; its output lines.
+async fn bridge(args: Vec<String>) -> Vec<String> {
+    let [(python, _), _] = pythons();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/bridge.py");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python).arg(script).args(args).output().expect("python runs")
+    })
+    .await
+    .expect("join");
+    assert!(output.status.success(), "bridge.py: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_messages_cross_between_curator_and_an_sqs_sdk_each_way() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-curator");
+    let (zkq, endpoint) = zkq_with_sqs(&root).await;
+    let (path, locks) = (format!("{root}/queues/bridge"), format!("{root}/locks/bridge"));
+    // Curator → SQS: 5,000 single-item nodes and 5,000 items in putMulti nodes of 500.
+    let bodies: Vec<String> = (0..10_000).map(|i| format!("curator-{i}")).collect();
+    let hexes: Vec<String> = bodies.iter().map(|b| hex(b.as_bytes())).collect();
+    let mut args: Vec<&str> = vec!["put", "fifo", &path];
+    args.extend(hexes[..5000].iter().map(String::as_str));
+    Curator::run(zk, &args).await;
+    for chunk in hexes[5000..].chunks(500) {
+        let mut args: Vec<&str> = vec!["putmulti", "fifo", &path];
+        args.extend(chunk.iter().map(String::as_str));
+        Curator::run(zk, &args).await;
+    }
+    let received = bridge(vec!["drain".into(), endpoint.clone(), "bridge".into(), "10000".into()]).await;
+    let mut sorted = received.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), received.len(), "no message received twice");
+    let mut expected = bodies.clone();
+    expected.sort();
+    assert_eq!(sorted, expected, "every Curator message received through SQS");
+    // SQS → Curator: 10,000 through SendMessageBatch, consumed by a Curator lock-safe consumer.
+    bridge(vec!["send".into(), endpoint.clone(), "bridge".into(), "10000".into(), "sqs-".into()]).await;
+    let consumed = Curator::run(zk, &["consume", "fifo", &path, "10000", "120000", "--lock", &locks]).await;
+    let mut got: Vec<String> = consumed
+        .iter()
+        .filter(|line| !line.starts_with("DONE") && !line.is_empty())
+        .map(|line| String::from_utf8_lossy(&unhex(line.strip_prefix("EXTRA ").unwrap_or(line))).into_owned())
+        .collect();
+    let total = got.len();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), total, "no message consumed twice");
+    let mut expected: Vec<String> = (0..10_000).map(|i| format!("sqs-{i}")).collect();
+    expected.sort();
+    assert_eq!(got, expected, "every SQS message consumed by Curator");
+    assert_eq!(zkq.client().take("bridge", "wait=0").await.status, 204);
+}
