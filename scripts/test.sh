@@ -24,6 +24,14 @@ if ! "$venv/bin/python" -c 'import boto3; assert boto3.__version__ == "1.44.8"' 
   echo "==> installing boto3 into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check boto3==1.44.8
 fi
+# The AWS SDK for JavaScript v3 (its SQS client checks every MD5 an answer carries), as its lock file pins it.
+js=target/sqs-js
+if [ ! -d "$js/node_modules" ] || ! cmp -s tests/sqs/js/package-lock.json "$js/package-lock.json"; then
+  echo "==> installing the AWS SDK for JavaScript into $js" >&2
+  mkdir -p "$js"
+  cp tests/sqs/js/package.json tests/sqs/js/package-lock.json "$js/"
+  (cd "$js" && npm ci --no-audit --no-fund --silent)
+fi
 # The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
 # where containers cannot run). Its binary is the one check-deploy then checks.
 ./scripts/check-image.sh --build-only

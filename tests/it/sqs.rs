@@ -188,3 +188,24 @@ async fn ten_thousand_messages_cross_between_curator_and_an_sqs_sdk_each_way() {
     assert_eq!(got, expected, "every SQS message consumed by Curator");
     assert_eq!(zkq.client().take("bridge", "wait=0").await.status, 204);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_sdk_which_checks_every_md5_sends_and_receives() {
+    let root = unique_root("sqs-js");
+    let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // Beside its node_modules (scripts/test.sh installs them there), so that its imports resolve.
+    let script = manifest.join("target/sqs-js/client.mjs");
+    std::fs::copy(manifest.join("tests/sqs/js/client.mjs"), &script).expect("the SDK is installed in target/sqs-js");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node").arg(script).args([endpoint.as_str(), "js"]).output().expect("node runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.starts_with("ok "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
