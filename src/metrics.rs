@@ -62,6 +62,7 @@ pub struct Metrics {
 
     pub http_requests: IntCounterVec,
     pub http_request_duration: HistogramVec,
+    pub sqs_requests: IntCounterVec,
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
@@ -260,6 +261,14 @@ impl Metrics {
                 )
                 .buckets(LATENCY_BUCKETS.to_vec()),
                 &["route", "method"],
+            )?)?,
+            sqs_requests: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_sqs_requests_total",
+                    "Requests to the SQS-compatible listener by action (`other` for actions zkq does not serve) and \
+                     outcome (`ok`, or the SQS error code answered).",
+                ),
+                &["action", "code"],
             )?)?,
             puts_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),

@@ -90,6 +90,9 @@ async fn messages_cross_between_the_sqs_api_and_zkqs_own() {
     let unknown = call("Frobnicate", serde_json::json!({})).await.expect("send");
     assert_eq!(unknown.status(), 400);
     assert_eq!(unknown.headers().get("x-amzn-query-error").and_then(|v| v.to_str().ok()), Some("InvalidAction;Sender"));
+    let metrics = zkq.metrics().await;
+    assert_eq!(metric_value(&metrics, "zkq_sqs_requests_total{action=\"other\",code=\"InvalidAction\"}"), Some(1.0));
+    assert_eq!(metric_value(&metrics, "zkq_sqs_requests_total{action=\"ReceiveMessage\",code=\"ok\"}"), Some(2.0));
 }
 
 /// Runs Debian's AWS CLI (`/usr/bin/aws`, installed by scripts/test.sh) with `args`; its JSON output.

@@ -52,7 +52,12 @@ async fn handle(State(state): State<AppState>, headers: HeaderMap, uri: Uri, bod
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
     let ctx = actions::Ctx { state: &state, origin: format!("http://{host}") };
-    match actions::run(&ctx, &decoded.action, decoded.input).await {
+    let result = actions::run(&ctx, &decoded.action, decoded.input).await;
+    // Labels from fixed sets: the actions zkq serves, and the codes it answers.
+    let action = actions::SERVED.iter().find(|a| **a == decoded.action).copied().unwrap_or("other");
+    let code = result.as_ref().map_or_else(|err| err.code, |_| "ok");
+    state.metrics.sqs_requests.with_label_values(&[action, code]).inc();
+    match result {
         Ok(output) => protocol::encode(protocol, &decoded.action, output, &request_id),
         Err(err) => err.into_response(protocol, &request_id),
     }

@@ -23,6 +23,9 @@ pub(super) const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 pub(super) const TARGET_HEADER: &str = "x-amz-target";
 const TARGET_PREFIX: &str = "AmazonSQS.";
 
+/// The most dot-separated parts a query parameter's name may have.
+const MAX_KEY_PARTS: usize = 8;
+
 /// Which protocol a request came in, and so which its answer goes out in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Protocol {
@@ -80,6 +83,13 @@ pub(super) fn decode_query(uri_query: Option<&str>, body: &[u8]) -> Result<Decod
     let mut tree = Tree::default();
     let mut action = None;
     for (key, value) in pairs {
+        // The deepest SQS parameter is `SendMessageBatchRequestEntry.N.MessageAttribute.N.Value.StringValue`.
+        if key.split('.').count() > MAX_KEY_PARTS {
+            return Err(SqsError::invalid_parameter(format!(
+                "parameter {:?} has more than {MAX_KEY_PARTS} dot-separated parts",
+                key.chars().take(100).collect::<String>()
+            )));
+        }
         match key.as_str() {
             "Action" => action = Some(value),
             // Where the request came from, not what it asks: not part of any input.
@@ -369,6 +379,8 @@ mod tests {
         assert_eq!(decoded.input, serde_json::json!({ "QueueName": "q", "Attributes": { "VisibilityTimeout": "5" } }));
         assert!(decode_query(None, b"QueueName=q").is_err(), "no action");
         assert!(decode_query(None, b"Action=X&AttributeName.x=A").is_err(), "not an index");
+        let deep = format!("Action=X&{}=1", vec!["a"; 100_000].join("."));
+        assert!(decode_query(None, deep.as_bytes()).is_err(), "a name too deep is refused, not recursed into");
     }
 
     #[test]
