@@ -1,11 +1,9 @@
-//! SQS's errors, in the shape each protocol gives them: the JSON protocol's `__type` (with the
-//! `x-amzn-query-error` header that SDKs read to keep the classic codes) and the query protocol's
-//! XML `ErrorResponse`. zkq's own queue errors map onto them here, once.
+//! SQS's errors: each one's code in both protocols (the JSON protocol's shape name, the query
+//! protocol's classic code), its status and whose fault it is; zkq's own queue errors map onto them
+//! here, once. `protocol.rs` writes them in each protocol's shape.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 
-use super::protocol::{JSON_CONTENT_TYPE, Protocol, XML_NAMESPACE, escape};
 use crate::queue::QueueError;
 use crate::zk::ZkError;
 
@@ -121,39 +119,6 @@ impl SqsError {
 
     fn server(shape: &'static str, code: &'static str, status: StatusCode, message: impl Into<String>) -> SqsError {
         SqsError { shape, code, status, sender_fault: false, message: message.into() }
-    }
-
-    /// The same error in its protocol's shape.
-    pub(super) fn into_response(self, protocol: Protocol, request_id: &str) -> Response {
-        let mut headers = HeaderMap::new();
-        if let Ok(id) = HeaderValue::from_str(request_id) {
-            headers.insert("x-amzn-requestid", id);
-        }
-        let fault = if self.sender_fault { "Sender" } else { "Receiver" };
-        match protocol {
-            Protocol::Json => {
-                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
-                if let Ok(value) = HeaderValue::from_str(&format!("{};{fault}", self.code)) {
-                    headers.insert("x-amzn-query-error", value);
-                }
-                let body = serde_json::json!({
-                    "__type": format!("com.amazonaws.sqs#{}", self.shape),
-                    "message": self.message,
-                });
-                (self.status, headers, body.to_string()).into_response()
-            },
-            Protocol::Query => {
-                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
-                let body = format!(
-                    "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XML_NAMESPACE}\"><Error><Type>{fault}</Type>\
-                     <Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId></ErrorResponse>",
-                    self.code,
-                    escape(&self.message),
-                    escape(request_id)
-                );
-                (self.status, headers, body).into_response()
-            },
-        }
     }
 }
 

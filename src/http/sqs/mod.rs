@@ -48,7 +48,7 @@ async fn handle(State(state): State<AppState>, headers: HeaderMap, uri: Uri, bod
     };
     let decoded = match decoded {
         Ok(decoded) => decoded,
-        Err(err) => return err.into_response(protocol, &request_id),
+        Err(err) => return protocol::encode_error(protocol, err, &request_id),
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
     let ctx = actions::Ctx { state: &state, origin: format!("http://{host}") };
@@ -59,6 +59,6 @@ async fn handle(State(state): State<AppState>, headers: HeaderMap, uri: Uri, bod
     state.metrics.sqs_requests.with_label_values(&[action, code]).inc();
     match result {
         Ok(output) => protocol::encode(protocol, &decoded.action, output, &request_id),
-        Err(err) => err.into_response(protocol, &request_id),
+        Err(err) => protocol::encode_error(protocol, err, &request_id),
     }
 }

@@ -16,9 +16,9 @@ use serde_json::{Map, Value};
 use super::error::SqsError;
 
 /// The namespace of the query protocol's XML.
-pub(super) const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
+const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
 /// The JSON protocol's content type.
-pub(super) const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 /// The JSON protocol's action header, `AmazonSQS.<Action>`.
 pub(super) const TARGET_HEADER: &str = "x-amz-target";
 const TARGET_PREFIX: &str = "AmazonSQS.";
@@ -247,6 +247,40 @@ pub(super) fn encode(protocol: Protocol, action: &str, output: Value, request_id
     }
 }
 
+/// `err` in `protocol`'s shape: the JSON protocol's `__type` (with the `x-amzn-query-error` header
+/// that SDKs read to keep the classic codes), or the query protocol's XML `ErrorResponse`.
+pub(super) fn encode_error(protocol: Protocol, err: SqsError, request_id: &str) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        headers.insert("x-amzn-requestid", id);
+    }
+    let fault = if err.sender_fault { "Sender" } else { "Receiver" };
+    match protocol {
+        Protocol::Json => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+            if let Ok(value) = HeaderValue::from_str(&format!("{};{fault}", err.code)) {
+                headers.insert("x-amzn-query-error", value);
+            }
+            let body = serde_json::json!({
+                "__type": format!("com.amazonaws.sqs#{}", err.shape),
+                "message": err.message,
+            });
+            (err.status, headers, body.to_string()).into_response()
+        },
+        Protocol::Query => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+            let body = format!(
+                "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XML_NAMESPACE}\"><Error><Type>{fault}</Type>\
+                 <Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId></ErrorResponse>",
+                err.code,
+                escape(&err.message),
+                escape(request_id)
+            );
+            (err.status, headers, body).into_response()
+        },
+    }
+}
+
 /// Whether `action` answers with a result element even when it holds nothing.
 fn has_result(action: &str) -> bool {
     matches!(
@@ -329,7 +363,7 @@ fn scalar(value: &Value) -> String {
 
 /// Text as XML character data: `&`, `<`, `>`, `"` and carriage returns escaped (SQS bodies may
 /// hold `\r`, which XML parsers would otherwise turn into `\n`).
-pub(super) fn escape(text: &str) -> String {
+fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
