@@ -42,9 +42,11 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "SendMessageBatch" => answer(send_message_batch(ctx, parse(input)?).await),
         "ReceiveMessage" => answer(receive_message(ctx, parse(input)?).await),
         "DeleteMessage" => answer(delete_message(ctx, parse(input)?).await),
-        "DeleteMessageBatch" => answer(delete_message_batch(ctx, parse(input)?).await),
+        "DeleteMessageBatch" => answer(receipt_batch(ctx, parse(input)?, ReceiptStep::Delete).await),
         "ChangeMessageVisibility" => answer(change_visibility(ctx, parse(input)?).await),
-        "ChangeMessageVisibilityBatch" => answer(change_visibility_batch(ctx, parse(input)?).await),
+        "ChangeMessageVisibilityBatch" => {
+            answer(receipt_batch(ctx, parse(input)?, ReceiptStep::ChangeVisibility).await)
+        },
         "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
         "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
         "DeleteQueue"
@@ -570,9 +572,14 @@ fn receipt_of(text: &str) -> Result<Receipt, SqsError> {
 
 async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    let receipt = receipt_of(&required(input.receipt_handle, "ReceiptHandle")?)?;
-    ctx.leased_from(&url)?.ack(receipt).await?;
+    delete_one(&ctx.leased_from(&url)?, input.receipt_handle).await?;
     Ok(Empty {})
+}
+
+/// Acks the lease `receipt` names.
+async fn delete_one(queue: &QueueRef, receipt: Option<String>) -> Result<(), SqsError> {
+    let receipt = receipt_of(&required(receipt, "ReceiptHandle")?)?;
+    Ok(queue.ack(receipt).await?)
 }
 
 #[derive(Deserialize)]
@@ -590,9 +597,19 @@ struct IdEntry {
     id: String,
 }
 
-async fn delete_message_batch(
+/// What a batch of receipts asks for each.
+#[derive(Debug, Clone, Copy)]
+enum ReceiptStep {
+    Delete,
+    ChangeVisibility,
+}
+
+/// Runs `step` for every entry of a receipt batch, all at once; each entry succeeds or fails on its
+/// own.
+async fn receipt_batch(
     ctx: &Ctx<'_>,
     input: BatchInput<ReceiptEntry>,
+    step: ReceiptStep,
 ) -> Result<BatchOutput<IdEntry>, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
@@ -600,12 +617,13 @@ async fn delete_message_batch(
     let steps = input.entries.into_iter().map(|entry| {
         let queue = &queue;
         async move {
-            let id = entry.id.unwrap_or_default();
-            let done = async {
-                let receipt = receipt_of(&required(entry.receipt_handle, "ReceiptHandle")?)?;
-                queue.ack(receipt).await.map_err(SqsError::from)
+            let result = match step {
+                ReceiptStep::Delete => delete_one(queue, entry.receipt_handle).await,
+                ReceiptStep::ChangeVisibility => {
+                    change_one(ctx, queue, entry.receipt_handle, entry.visibility_timeout).await
+                },
             };
-            (id, done.await)
+            (entry.id.unwrap_or_default(), result)
         }
     });
     Ok(split(futures::future::join_all(steps).await))
@@ -659,23 +677,6 @@ async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Resul
     let queue = ctx.leased_from(&url)?;
     change_one(ctx, &queue, input.receipt_handle, input.visibility_timeout).await?;
     Ok(Empty {})
-}
-
-async fn change_visibility_batch(
-    ctx: &Ctx<'_>,
-    input: BatchInput<ReceiptEntry>,
-) -> Result<BatchOutput<IdEntry>, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
-    let queue = ctx.leased_from(&url)?;
-    let steps = input.entries.into_iter().map(|entry| {
-        let queue = &queue;
-        async move {
-            let id = entry.id.unwrap_or_default();
-            (id, change_one(ctx, queue, entry.receipt_handle, entry.visibility_timeout).await)
-        }
-    });
-    Ok(split(futures::future::join_all(steps).await))
 }
 
 #[derive(Deserialize)]
