@@ -212,3 +212,48 @@ async fn the_javascript_sdk_which_checks_every_md5_sends_and_receives() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_queue_lists_its_sources_and_its_source_shows_its_redrive_policy() {
+    let root = unique_root("sqs-dlq");
+    let mut config = test_config(ZkServer::shared(), &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    declare(&mut config, "jobs", zkq::config::QueueKind::Fifo, None, None);
+    declare(&mut config, "jobs-dead", zkq::config::QueueKind::Fifo, None, None);
+    if let Some(jobs) = config.queues.get_mut("jobs") {
+        jobs.dead_letter = Some("jobs-dead".parse().expect("name"));
+        jobs.max_deliveries = Some(3);
+    }
+    let zkq = TestZkq::start(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let http = reqwest::Client::new();
+    let call = |target: &'static str, body: serde_json::Value| {
+        http.post(&endpoint)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", format!("AmazonSQS.{target}"))
+            .body(body.to_string())
+            .send()
+    };
+    let url = |queue: &str| format!("{endpoint}/000000000000/{queue}");
+    let sources: serde_json::Value =
+        call("ListDeadLetterSourceQueues", serde_json::json!({ "QueueUrl": url("jobs-dead") }))
+            .await
+            .expect("call")
+            .json()
+            .await
+            .expect("json");
+    assert_eq!(sources, serde_json::json!({ "queueUrls": [url("jobs")] }));
+    let attributes: serde_json::Value =
+        call("GetQueueAttributes", serde_json::json!({ "QueueUrl": url("jobs"), "AttributeNames": ["RedrivePolicy"] }))
+            .await
+            .expect("call")
+            .json()
+            .await
+            .expect("json");
+    let policy: serde_json::Value =
+        serde_json::from_str(attributes["Attributes"]["RedrivePolicy"].as_str().expect("a policy")).expect("JSON");
+    assert_eq!(
+        policy,
+        serde_json::json!({ "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:jobs-dead", "maxReceiveCount": 3 })
+    );
+}

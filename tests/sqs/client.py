@@ -120,4 +120,9 @@ check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) =
 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=0)
 check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]["Body"] == held["Body"], "the held one stayed")
 check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionPeriod": "60"})[0] == "InvalidAttributeName", "attributes")
+visibility = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
+check(sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": visibility})["QueueUrl"] == url, "same settings")
+sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": visibility, "DelaySeconds": "0"})
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTimeout": "7"})[0] == "InvalidAttributeValue", "other settings")
+check(sqs.list_dead_letter_source_queues(QueueUrl=url).get("queueUrls", []) == [], "no dead-letter sources")
 print(f"ok {checks} checks")

@@ -49,9 +49,9 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         },
         "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
         "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
+        "SetQueueAttributes" => answer(set_queue_attributes(ctx, parse(input)?).await),
+        "ListDeadLetterSourceQueues" => answer(list_dead_letter_sources(ctx, parse(input)?).await),
         "DeleteQueue"
-        | "SetQueueAttributes"
-        | "ListDeadLetterSourceQueues"
         | "TagQueue"
         | "UntagQueue"
         | "ListQueueTags"
@@ -78,6 +78,8 @@ pub const SERVED: &[&str] = &[
     "ChangeMessageVisibilityBatch",
     "GetQueueAttributes",
     "PurgeQueue",
+    "SetQueueAttributes",
+    "ListDeadLetterSourceQueues",
 ];
 
 fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
@@ -186,31 +188,63 @@ struct CreateQueueInput {
     _tags: Option<Value>,
 }
 
-/// The queue attributes zkq can take at creation: those that say what zkq does anyway.
-fn check_creation_attributes(name: &QueueName, attributes: &Map<String, Value>, grouped: bool) -> Result<(), SqsError> {
-    let fifo = name.as_str().ends_with(".fifo");
+/// The queue's settings as SQS attributes: what zkq's configuration makes them, for
+/// `GetQueueAttributes`, and what `CreateQueue` and `SetQueueAttributes` may say (nothing else).
+fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
+    let config = &ctx.state.config;
+    let mut values = vec![
+        ("VisibilityTimeout", config.lease.default_visibility.as_secs().to_string()),
+        ("MaximumMessageSize", config.api.max_message_bytes.to_string()),
+        ("DelaySeconds", "0".to_owned()),
+        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+    ];
+    if queue.name().as_str().ends_with(".fifo") {
+        values.push(("FifoQueue", "true".to_owned()));
+        values.push(("ContentBasedDeduplication", "false".to_owned()));
+    }
+    if let Some(dead_letter) = queue.dead_letter() {
+        let policy = serde_json::json!({
+            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
+            "maxReceiveCount": dead_letter.max_deliveries,
+        });
+        values.push(("RedrivePolicy", policy.to_string()));
+    }
+    values
+}
+
+/// Checks attributes a client gives a queue: each must be one of its [`settings`] with the value it
+/// has (a JSON value compared as JSON); zkq's configuration, not a client, sets them.
+fn check_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>) -> Result<(), SqsError> {
+    let settings = settings(ctx, queue);
     for (key, value) in attributes {
         let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
-        let fits = match key.as_str() {
-            "FifoQueue" => text == if fifo { "true" } else { "false" },
-            "ContentBasedDeduplication" => text == "false",
-            "DelaySeconds" => text == "0",
-            _ => {
-                return Err(SqsError::invalid_attribute_name(format!(
-                    "zkq takes a queue's settings from its configuration, not from attribute {key}; see docs/sqs.md"
-                )));
-            },
+        let Some((_, served)) = settings.iter().find(|(name, _)| name == key) else {
+            if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
+                continue;
+            }
+            return Err(SqsError::invalid_attribute_name(format!(
+                "zkq takes queue {}'s settings from its configuration, not from attribute {key}; see docs/sqs.md",
+                queue.name()
+            )));
         };
-        if !fits {
+        let same = *served == text
+            || serde_json::from_str::<Value>(served)
+                .ok()
+                .zip(serde_json::from_str::<Value>(&text).ok())
+                .is_some_and(|(a, b)| a == b);
+        if !same {
             return Err(SqsError::invalid_attribute_value(format!(
-                "attribute {key} = {text} does not describe queue {name} as zkq serves it"
+                "queue {} has {key} = {served} in zkq's configuration, not {text}",
+                queue.name()
             )));
         }
     }
-    if fifo && !grouped {
+    if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
         return Err(SqsError::invalid_parameter(format!(
-            "a FIFO queue ({name}) is a grouped queue in zkq: declare queues.{name}.grouped = true (or set \
-             queues_dynamic_grouped)"
+            "a FIFO queue ({}) is a grouped queue in zkq: declare queues.{}.grouped = true (or set \
+             queues_dynamic_grouped)",
+            queue.name(),
+            queue.name()
         )));
     }
     Ok(())
@@ -222,7 +256,7 @@ async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrl
         SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
     })?;
     let queue = ctx.state.queues.create(&name).await?;
-    check_creation_attributes(&name, &input.attributes, queue.grouped())?;
+    check_settings(ctx, &queue, &input.attributes)?;
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
 }
 
@@ -716,7 +750,7 @@ struct AttributesOutput {
 }
 
 /// Every queue attribute zkq answers.
-const QUEUE_ATTRIBUTES: [&str; 10] = [
+const QUEUE_ATTRIBUTES: [&str; 11] = [
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
@@ -726,6 +760,7 @@ const QUEUE_ATTRIBUTES: [&str; 10] = [
     "ReceiveMessageWaitTimeSeconds",
     "QueueArn",
     "FifoQueue",
+    "ContentBasedDeduplication",
     "RedrivePolicy",
 ];
 
@@ -743,26 +778,63 @@ async fn get_queue_attributes(ctx: &Ctx<'_>, input: GetQueueAttributesInput) -> 
         ("ApproximateNumberOfMessages", (info.depth - info.in_flight).max(0).to_string()),
         ("ApproximateNumberOfMessagesNotVisible", info.in_flight.to_string()),
         ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
-        ("VisibilityTimeout", ctx.state.config.lease.default_visibility.as_secs().to_string()),
-        ("MaximumMessageSize", ctx.state.config.api.max_message_bytes.to_string()),
-        ("DelaySeconds", "0".to_owned()),
-        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
         ("QueueArn", ctx.queue_arn(&name)),
     ];
-    if name.ends_with(".fifo") {
-        values.push(("FifoQueue", "true".to_owned()));
-    }
-    if let Some(dead_letter) = queue.dead_letter() {
-        let policy = serde_json::json!({
-            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
-            "maxReceiveCount": dead_letter.max_deliveries,
-        });
-        values.push(("RedrivePolicy", policy.to_string()));
-    }
+    values.extend(settings(ctx, &queue));
     let attributes = values
         .into_iter()
         .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
         .map(|(key, value)| (key.to_owned(), Value::String(value)))
         .collect();
     Ok(AttributesOutput { attributes })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SetQueueAttributesInput {
+    queue_url: Option<String>,
+    #[serde(default)]
+    attributes: Map<String, Value>,
+}
+
+/// Accepts the attributes that describe the queue as zkq's configuration does; refuses any other.
+async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttributesInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    check_settings(ctx, &queue, &input.attributes)?;
+    Ok(Empty {})
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListDeadLetterSourcesInput {
+    queue_url: Option<String>,
+    #[serde(rename = "NextToken")]
+    _next_token: Option<String>,
+    #[serde(default, rename = "MaxResults", deserialize_with = "number")]
+    _max_results: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct DeadLetterSourcesOutput {
+    #[serde(rename = "queueUrls")]
+    queue_urls: Vec<String>,
+}
+
+/// The declared queues whose `dead_letter` is this queue.
+async fn list_dead_letter_sources(
+    ctx: &Ctx<'_>,
+    input: ListDeadLetterSourcesInput,
+) -> Result<DeadLetterSourcesOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    let queue_urls = ctx
+        .state
+        .config
+        .queues
+        .iter()
+        .filter(|(_, declared)| declared.dead_letter.as_ref() == Some(queue.name()))
+        .map(|(name, _)| ctx.queue_url(name.as_str()))
+        .collect();
+    Ok(DeadLetterSourcesOutput { queue_urls })
 }
