@@ -105,6 +105,7 @@ pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now:
     }
     let deliver_at = after_delay.max(fields.deliver_at);
     Ok(PutOptions {
+        attributes: crate::queue::MessageAttributes::new(),
         priority: fields.priority,
         deliver_at,
         id: fields.id,

@@ -20,6 +20,25 @@ pub fn encode<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     out
 }
 
+/// The bytes after the envelope's EOF opcode (where zkq keeps a message's attributes, see
+/// `attributes.rs`); empty when there are none or `data` is not an envelope.
+pub fn after_end(data: &[u8]) -> &[u8] {
+    let Some(mut cursor) = data.strip_prefix(&VERSION) else { return &[] };
+    loop {
+        match cursor.split_first() {
+            Some((&EOF_OPCODE, rest)) => return rest,
+            Some((&ITEM_OPCODE, after)) => {
+                let Some(len) = after.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(i32::from_be_bytes) else {
+                    return &[];
+                };
+                let Some(rest) = usize::try_from(len).ok().and_then(|len| after.get(4 + len..)) else { return &[] };
+                cursor = rest;
+            },
+            _ => return &[],
+        }
+    }
+}
+
 /// The length of [`encode`]'s output for items of these lengths: the version and the end
 /// marker, then an opcode and a length before each item.
 pub fn encoded_len(item_lens: impl IntoIterator<Item = usize>) -> usize {
@@ -74,6 +93,17 @@ pub fn decode(data: &[u8]) -> Result<Vec<Vec<u8>>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_after_the_end_are_found_and_ignored_by_decode() {
+        let mut data = encode([b"hi".as_slice(), b"there".as_slice()]);
+        assert!(after_end(&data).is_empty());
+        data.extend_from_slice(b"ZKQA");
+        assert_eq!(after_end(&data), b"ZKQA");
+        assert_eq!(decode(&data), Ok(vec![b"hi".to_vec(), b"there".to_vec()]));
+        assert!(after_end(b"not an envelope").is_empty());
+        assert!(after_end(&[0, 1, 0, 1, 1, 0x7f, 0xff, 0xff, 0xff]).is_empty(), "a length past the end");
+    }
 
     proptest::proptest! {
         #![proptest_config(crate::test_support::proptest_config())]

@@ -15,6 +15,8 @@ pub struct PutOptions {
     pub id: Option<String>,
     /// Grouped queues only: the message's group (an id queue's id is its group).
     pub group: Option<String>,
+    /// Attributes kept with the message (`attributes.rs`); empty for none.
+    pub attributes: super::MessageAttributes,
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
     /// Stores the message at most once per key within the queue's idempotency window
@@ -38,6 +40,8 @@ pub struct Message {
     pub message_id: String,
     pub body: Vec<u8>,
     pub meta: ItemMeta,
+    /// Its attributes (`attributes.rs`); empty for none.
+    pub attributes: super::MessageAttributes,
 }
 
 /// One message seen by a peek.

@@ -5,6 +5,7 @@
 //! components behind it (puts, claims, leases, browse) own their protocols and their state.
 
 mod acquire;
+pub mod attributes;
 mod browse;
 mod cache;
 mod candidate;
@@ -18,6 +19,7 @@ pub(crate) mod names;
 mod put;
 mod service;
 
+pub use attributes::{AttributeValue, MessageAttributes};
 pub use browse::{HeadAge, Purged, QueueInfo};
 pub use cache::GroupStats;
 pub use context::DeadLetter;

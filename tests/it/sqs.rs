@@ -257,3 +257,49 @@ async fn a_dead_letter_queue_lists_its_sources_and_its_source_shows_its_redrive_
         serde_json::json!({ "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:jobs-dead", "maxReceiveCount": 3 })
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_stay_with_their_message_and_curator_sees_the_body_alone() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-attributes");
+    let (zkq, endpoint) = zkq_with_sqs(&root).await;
+    let http = reqwest::Client::new();
+    let call = |target: &'static str, body: serde_json::Value| {
+        http.post(&endpoint)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", format!("AmazonSQS.{target}"))
+            .body(body.to_string())
+            .send()
+    };
+    let url = call("CreateQueue", serde_json::json!({ "QueueName": "attrs" })).await.expect("create");
+    let url: serde_json::Value = url.json().await.expect("json");
+    let url = url["QueueUrl"].as_str().expect("a URL").to_owned();
+    let attributes = serde_json::json!({ "trace": { "DataType": "String", "StringValue": "t-1" } });
+    let send = |body: &'static str| {
+        call(
+            "SendMessage",
+            serde_json::json!({ "QueueUrl": url, "MessageBody": body, "MessageAttributes": attributes }),
+        )
+    };
+    assert_eq!(send("for curator").await.expect("send").status(), 200);
+    // A Curator lock-safe consumer reads Curator's envelope and stops at its end: the body alone.
+    let path = format!("{root}/queues/attrs");
+    let locks = format!("{root}/locks/attrs");
+    let consumed = Curator::run(zk, &["consume", "fifo", &path, "1", "30000", "--lock", &locks]).await;
+    assert_eq!(consumed.first().map(|line| unhex(line)), Some(b"for curator".to_vec()), "{consumed:?}");
+    // Requeued by zkq's own API, the message keeps its attributes.
+    assert_eq!(send("requeued").await.expect("send").status(), 200);
+    let api = zkq.client();
+    let leased = api.lease("attrs", "wait=5s").await;
+    assert_eq!(leased.text(), "requeued");
+    assert_eq!(api.nack("attrs", &leased.receipt, "mode=requeue").await.status, 204);
+    let received = call(
+        "ReceiveMessage",
+        serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MessageAttributeNames": ["All"] }),
+    )
+    .await
+    .expect("receive");
+    let received: serde_json::Value = received.json().await.expect("json");
+    assert_eq!(received["Messages"][0]["Body"], "requeued");
+    assert_eq!(received["Messages"][0]["MessageAttributes"], attributes);
+}

@@ -98,6 +98,41 @@ attributes = sqs.get_queue_attributes(
 )["Attributes"]
 check(attributes == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}, attributes)
 
+# Message attributes: kept with the message, answered with SQS's MD5 of them.
+def attributes_md5(attributes):
+    import struct
+    out = b""
+    for name in sorted(attributes):
+        value = attributes[name]
+        out += struct.pack(">I", len(name.encode())) + name.encode()
+        out += struct.pack(">I", len(value["DataType"].encode())) + value["DataType"].encode()
+        if "StringValue" in value:
+            out += b"\x01" + struct.pack(">I", len(value["StringValue"].encode())) + value["StringValue"].encode()
+        else:
+            out += b"\x02" + struct.pack(">I", len(value["BinaryValue"])) + value["BinaryValue"]
+    return hashlib.md5(out).hexdigest()
+
+
+given = {
+    "trace.id": {"DataType": "String", "StringValue": "abc-123"},
+    "count": {"DataType": "Number", "StringValue": "42"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff bytes"},
+    "kind": {"DataType": "String.custom", "StringValue": "ünï"},
+}
+sent = sqs.send_message(QueueUrl=url, MessageBody="with attributes", MessageAttributes=given)
+check(sent["MD5OfMessageAttributes"] == attributes_md5(given), "MD5OfMessageAttributes on send")
+got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["All"])["Messages"][0]
+check(got["MessageAttributes"] == given, got.get("MessageAttributes"))
+check(got["MD5OfMessageAttributes"] == attributes_md5(given), "MD5OfMessageAttributes on receive")
+# Released and received again, asking for some of them: the others are left out.
+sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"], VisibilityTimeout=0)
+got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["trace.*", "count"])["Messages"][0]
+chosen = {k: given[k] for k in ("trace.id", "count")}
+check(got["MessageAttributes"] == chosen and got["MD5OfMessageAttributes"] == attributes_md5(chosen), got)
+sqs.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+check(error_of(sqs.send_message, QueueUrl=url, MessageBody="x",
+               MessageAttributes={"AWS.reserved": {"DataType": "String", "StringValue": "v"}})[0] == "InvalidParameterValue", "reserved name")
+
 # Errors, with SQS's codes.
 check(error_of(sqs.get_queue_url, QueueName="no-such-queue") == ("AWS.SimpleQueueService.NonExistentQueue", 400), "no queue")
 try:

@@ -22,7 +22,10 @@ use serde_json::{Map, Value};
 use super::error::SqsError;
 use crate::config::QueueKind;
 use crate::http::AppState;
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueRef, Receipt};
+use crate::queue::attributes;
+use crate::queue::{
+    AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,
+};
 use crate::types::{QueueName, now_epoch_ms};
 
 /// What every action knows of its request.
@@ -326,7 +329,14 @@ struct MessageEntry {
 struct SendMessageOutput {
     #[serde(rename = "MD5OfMessageBody")]
     md5_of_message_body: String,
+    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    md5_of_message_attributes: Option<String>,
     message_id: String,
+}
+
+/// `MD5OfMessageAttributes`, when there are attributes.
+fn attributes_md5(attributes: &MessageAttributes) -> Option<String> {
+    (!attributes.is_empty()).then(|| attributes::md5_hex(attributes))
 }
 
 fn md5_hex(bytes: &[u8]) -> String {
@@ -345,13 +355,12 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
             u32::from(bad)
         )));
     }
-    if entry.message_attributes.as_ref().is_some_and(|a| !a.is_empty())
-        || entry.message_system_attributes.as_ref().is_some_and(|a| !a.is_empty())
-    {
+    if entry.message_system_attributes.as_ref().is_some_and(|a| !a.is_empty()) {
         return Err(SqsError::invalid_parameter(
-            "zkq's SQS-compatible API does not store message attributes yet; send the message without them",
+            "zkq's SQS-compatible API does not keep message system attributes (AWSTraceHeader); send without them",
         ));
     }
+    let attributes = message_attributes(entry.message_attributes.unwrap_or_default())?;
     // A delay queue's messages wait; another kind has no place in its names for a delivery time.
     let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
         Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
@@ -365,6 +374,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         _ => None,
     };
     let options = PutOptions {
+        attributes,
         priority: None,
         deliver_at,
         id: None,
@@ -373,6 +383,66 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         idempotency_key: entry.message_deduplication_id,
     };
     Ok((body, options))
+}
+
+/// A request's `MessageAttributes` (the JSON protocol's shape: name → `DataType` and
+/// `StringValue` or base64 `BinaryValue`), checked as SQS checks them.
+fn message_attributes(given: Map<String, Value>) -> Result<MessageAttributes, SqsError> {
+    let mut attributes = MessageAttributes::new();
+    for (name, value) in given {
+        let field = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+        if value.get("StringListValues").is_some() || value.get("BinaryListValues").is_some() {
+            return Err(SqsError::invalid_parameter(format!(
+                "attribute {name}: list values are reserved by SQS and not supported"
+            )));
+        }
+        let binary =
+            match field("BinaryValue") {
+                Some(text) => Some(base64::engine::general_purpose::STANDARD.decode(text).map_err(|_| {
+                    SqsError::invalid_parameter(format!("attribute {name}: BinaryValue is not base64"))
+                })?),
+                None => None,
+            };
+        let data_type = field("DataType")
+            .ok_or_else(|| SqsError::invalid_parameter(format!("attribute {name}: DataType is required")))?;
+        attributes.insert(name, AttributeValue { data_type, string: field("StringValue"), binary });
+    }
+    attributes::check(&attributes).map_err(|err| SqsError::invalid_parameter(err.to_string()))?;
+    Ok(attributes)
+}
+
+/// The attributes of `attributes` that `names` ask for (`All`, `.*`, `prefix.*` or a name), as
+/// the JSON protocol writes them.
+fn requested_attributes(attributes: &MessageAttributes, names: &[String]) -> MessageAttributes {
+    let wanted = |name: &str| {
+        names.iter().any(|n| {
+            n == "All"
+                || n == ".*"
+                || n == name
+                || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(&format!("{prefix}.")))
+        })
+    };
+    attributes.iter().filter(|(name, _)| wanted(name)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn attributes_json(attributes: &MessageAttributes) -> Map<String, Value> {
+    attributes
+        .iter()
+        .map(|(name, value)| {
+            let mut out = Map::new();
+            out.insert("DataType".to_owned(), Value::String(value.data_type.clone()));
+            if let Some(text) = &value.string {
+                out.insert("StringValue".to_owned(), Value::String(text.clone()));
+            }
+            if let Some(bytes) = &value.binary {
+                out.insert(
+                    "BinaryValue".to_owned(),
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                );
+            }
+            (name.clone(), Value::Object(out))
+        })
+        .collect()
 }
 
 /// The characters SQS accepts in a body: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
@@ -385,9 +455,11 @@ async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMess
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
     let (body, options) = prepare(input.message, &queue)?;
+    let md5_of_message_attributes = attributes_md5(&options.attributes);
     let receipt = queue.put(body.as_bytes(), options).await?;
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
+        md5_of_message_attributes,
         message_id: receipt.message_id.unwrap_or_default(),
     })
 }
@@ -447,6 +519,8 @@ struct SentEntry {
     message_id: String,
     #[serde(rename = "MD5OfMessageBody")]
     md5_of_message_body: String,
+    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    md5_of_message_attributes: Option<String>,
 }
 
 /// Every valid entry is stored in one transaction, all or none; an invalid one fails alone.
@@ -471,11 +545,12 @@ async fn send_message_batch(
         let messages = valid.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
         match queue.put_many(messages, Duration::ZERO).await {
             Ok(receipts) => {
-                for ((id, body, _), receipt) in valid.into_iter().zip(receipts) {
+                for ((id, body, options), receipt) in valid.into_iter().zip(receipts) {
                     successful.push(SentEntry {
                         id,
                         message_id: receipt.message_id.unwrap_or_default(),
                         md5_of_message_body: md5_hex(body.as_bytes()),
+                        md5_of_message_attributes: attributes_md5(&options.attributes),
                     });
                 }
             },
@@ -525,12 +600,22 @@ struct ReceivedMessage {
     body: String,
     #[serde(skip_serializing_if = "Map::is_empty")]
     attributes: Map<String, Value>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    message_attributes: Map<String, Value>,
+    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    md5_of_message_attributes: Option<String>,
 }
 
 /// The system attributes zkq knows of a delivery.
 const SYSTEM_ATTRIBUTES: [&str; 3] = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"];
 
-fn received(message: Message, grant: &LeaseGrant, wanted: &HashSet<&str>, grouped: bool) -> ReceivedMessage {
+fn received(
+    message: Message,
+    grant: &LeaseGrant,
+    (wanted, attribute_names): (&HashSet<&str>, &[String]),
+    grouped: bool,
+) -> ReceivedMessage {
+    let chosen = requested_attributes(&message.attributes, attribute_names);
     // A body that is not UTF-8 (a Curator producer's bytes) is delivered base64-encoded, never
     // altered.
     let body = match String::from_utf8(message.body) {
@@ -555,6 +640,8 @@ fn received(message: Message, grant: &LeaseGrant, wanted: &HashSet<&str>, groupe
         md5_of_body: md5_hex(body.as_bytes()),
         body,
         attributes,
+        message_attributes: attributes_json(&chosen),
+        md5_of_message_attributes: attributes_md5(&chosen),
     }
 }
 
@@ -580,13 +667,14 @@ async fn receive_message(ctx: &Ctx<'_>, input: ReceiveMessageInput) -> Result<Re
     }) {
         return Err(SqsError::invalid_attribute_name(format!("unknown attribute name {unknown}")));
     }
-    let _ = input.message_attribute_names;
     let wanted: HashSet<&str> = names.into_iter().collect();
     let queue = ctx.existing(&url).await?;
     let max = usize::try_from(max).unwrap_or(1);
     let leased = queue.lease_many(seconds(wait), visibility, max, usize::MAX).await?;
     let grouped = queue.grouped();
-    let messages = leased.into_iter().map(|(message, grant)| received(message, &grant, &wanted, grouped)).collect();
+    let names = &input.message_attribute_names;
+    let messages =
+        leased.into_iter().map(|(message, grant)| received(message, &grant, (&wanted, names), grouped)).collect();
     Ok(ReceiveMessageOutput { messages })
 }
 

@@ -23,8 +23,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::super::QueueError;
+use super::super::attributes::{self, MessageAttributes};
 use super::super::candidate::{Declined, Read};
 use super::super::claims::{ClaimMarkers, Outcome};
+use super::super::envelope;
 use super::super::lease::{Claiming, FencingToken, LeasePrepared, NotNow, our_lock_created_at};
 use super::super::names::ItemName;
 use super::Claims;
@@ -37,8 +39,17 @@ use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkErr
 /// A candidate read and ready to claim: the operations it adds to the transaction and what its
 /// claim hands out once they applied.
 enum Ready<'q> {
-    Take { candidate: ItemName, items: Vec<Vec<u8>>, ops: Vec<TxnOp>, splits: Vec<ItemName> },
-    Lease { prepared: LeasePrepared, _claiming: Claiming<'q> },
+    Take {
+        candidate: ItemName,
+        items: Vec<Vec<u8>>,
+        attributes: MessageAttributes,
+        ops: Vec<TxnOp>,
+        splits: Vec<ItemName>,
+    },
+    Lease {
+        prepared: LeasePrepared,
+        _claiming: Claiming<'q>,
+    },
 }
 
 impl Ready<'_> {
@@ -402,7 +413,8 @@ impl Claims {
                     return Ok(Err(Declined::Undecodable));
                 };
                 let (ops, splits) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), stat.version);
-                Ok(Ok(Ready::Take { candidate, items, ops, splits }))
+                let attributes = attributes::from_trailer(envelope::after_end(&data));
+                Ok(Ok(Ready::Take { candidate, items, attributes, ops, splits }))
             },
         }
     }
@@ -423,13 +435,13 @@ impl Claims {
     /// message (with its lease).
     fn book(self: &Arc<Self>, zk: &Zk, ready: Ready<'_>, how: Acquire, token: FencingToken) -> Delivery {
         match (ready, how) {
-            (Ready::Take { candidate, items, splits, .. }, _) => {
+            (Ready::Take { candidate, items, attributes, splits, .. }, _) => {
                 self.cache.removed_local();
                 for item in splits {
                     self.cache.insert_local(item);
                 }
                 self.ctx.qm.messages_taken.inc();
-                (take::first_message(&candidate, items), None)
+                (take::first_message(&candidate, items, attributes), None)
             },
             (Ready::Lease { prepared, .. }, how) => {
                 let visibility = match how {
@@ -453,8 +465,8 @@ impl Claims {
             self.cache.claim_ended(&ready.candidate().name);
             self.ctx.qm.claim(ClaimOutcome::Lost).inc();
             match ready {
-                Ready::Take { candidate, items, .. } => {
-                    let message = take::first_message(&candidate, items);
+                Ready::Take { candidate, items, attributes, .. } => {
+                    let message = take::first_message(&candidate, items, attributes);
                     taken.push((candidate, message));
                 },
                 Ready::Lease { prepared, .. } => leased.push(prepared),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Claims;
+use crate::queue::attributes::{self, MessageAttributes};
 use crate::queue::claims::{ClaimMarkers, Outcome};
 use crate::queue::context::SETTLE_RETRIES;
 use crate::queue::message::Message;
@@ -110,7 +111,8 @@ impl Claims {
         tracing::warn!(queue = %self.ctx.name, message = %message.message_id,
             "taker disconnected after the message was removed; putting it back");
         let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.naming, &message.meta));
-        let data = self.ctx.encode(&message.body);
+        let mut data = self.ctx.encode(&message.body);
+        data.extend(attributes::trailer(&message.attributes));
         let mut pause = SETTLE_RETRIES.retries();
         // A put-back whose answer was lost: its marker, and when it was sent.
         let mut unresolved: Option<(String, Instant)> = None;
@@ -173,10 +175,11 @@ impl Claims {
 }
 
 /// The message a claim of `candidate` hands out: the node's first item, under the node's name.
-pub(super) fn first_message(candidate: &ItemName, items: Vec<Vec<u8>>) -> Message {
+pub(super) fn first_message(candidate: &ItemName, items: Vec<Vec<u8>>, attributes: MessageAttributes) -> Message {
     Message {
         message_id: candidate.name.clone(),
         body: items.into_iter().next().unwrap_or_default(),
         meta: candidate.meta.clone(),
+        attributes,
     }
 }

@@ -237,7 +237,8 @@ impl Leases {
             created_at_ms,
             fencing_token,
         };
-        let message = Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone() };
+        let attributes = super::super::attributes::from_trailer(envelope::after_end(&data));
+        let message = Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone(), attributes };
         let lease = Lease {
             item: candidate,
             lock,

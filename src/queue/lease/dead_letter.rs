@@ -29,7 +29,10 @@ impl Leases {
         let moved = if target.kind == QueueKind::Simple {
             items.concat()
         } else {
-            envelope::encode(items.iter().map(Vec::as_slice))
+            // The message's attributes, after the envelope, go with it.
+            let mut moved = envelope::encode(items.iter().map(Vec::as_slice));
+            moved.extend_from_slice(envelope::after_end(data));
+            moved
         };
         let meta = match (&candidate.meta, target.kind) {
             (ItemMeta::Priority(p), QueueKind::Priority) => ItemMeta::Priority(*p),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::attributes;
 use super::cache::ChildrenCache;
 use super::context::Context;
 use super::message::{NodeCreate, PutOptions, PutReceipt};
@@ -132,7 +133,25 @@ impl Puts {
                 return Err(QueueError::TooLarge { size: body.len(), max: self.ctx.max_message_bytes });
             }
             let meta = self.meta_for(options)?;
-            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.naming, &meta), data: self.ctx.encode(body) });
+            let mut data = self.ctx.encode(body);
+            if !options.attributes.is_empty() {
+                if self.ctx.kind == QueueKind::Simple {
+                    return Err(QueueError::NotForKind(format!(
+                        "simple queue {:?} stores bare bodies: it has no place for message attributes",
+                        self.ctx.name
+                    )));
+                }
+                attributes::check(&options.attributes).map_err(|err| QueueError::InvalidParameter(err.to_string()))?;
+                let trailer = attributes::trailer(&options.attributes);
+                if body.len() + trailer.len() > self.ctx.max_message_bytes {
+                    return Err(QueueError::TooLarge {
+                        size: body.len() + trailer.len(),
+                        max: self.ctx.max_message_bytes,
+                    });
+                }
+                data.extend(trailer);
+            }
+            creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.naming, &meta), data });
             keys.push(match options.idempotency_key.as_deref() {
                 Some(key) => Some(self.keyed_put(key, body, options)?),
                 None => None,
@@ -215,6 +234,12 @@ impl Puts {
                 "format=curator-multi is for fifo, priority and delay queues; Curator has no putMulti for {} queue {:?}",
                 self.ctx.kind.as_str(),
                 self.ctx.name
+            )));
+        }
+        if let Some(index) = messages.iter().position(|(_, options)| !options.attributes.is_empty()) {
+            return Err(QueueError::InvalidParameter(format!(
+                "messages[{index}] has attributes: format=curator-multi stores the batch as one node, which \
+                 holds no attributes"
             )));
         }
         if let Some(index) = messages.iter().position(|(_, options)| options.group.is_some()) {

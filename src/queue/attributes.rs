@@ -1,0 +1,183 @@
+//! Message attributes (SQS's `MessageAttributes`): kept in the message's own node, after the end of
+//! Curator's envelope, where Curator's `ItemSerializer` stops reading (bytes after its EOF opcode
+//! are ignored). So they are written in the put's transaction, removed with the message, carried
+//! by every step that moves its bytes (requeue, dead letter, put-back), and a Curator consumer
+//! sees the body alone.
+//!
+//! The trailer is `ZKQA`, a format byte (1), then the attributes as JSON. Data read from ZooKeeper
+//! is untrusted: a trailer that does not parse is no attributes, never an error.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+const MAGIC: &[u8] = b"ZKQA\x01";
+
+/// The most attributes one message may carry (as in SQS).
+pub const MAX_ATTRIBUTES: usize = 10;
+
+/// One attribute's value: its data type (`String`, `Number` or `Binary`, each optionally followed
+/// by `.` and a custom label) and its value, text or bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttributeValue {
+    #[serde(rename = "t")]
+    pub data_type: String,
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub string: Option<String>,
+    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none", with = "base64_bytes")]
+    pub binary: Option<Vec<u8>>,
+}
+
+/// A message's attributes, by name.
+pub type MessageAttributes = BTreeMap<String, AttributeValue>;
+
+/// Why attributes are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidAttributes(String);
+
+/// Checks attributes as SQS does: at most [`MAX_ATTRIBUTES`], names of 1 to 256 letters, digits,
+/// `_`, `-` and `.` (not starting with `AWS.` or `Amazon.`, no `..`, not starting or ending with
+/// `.`), a data type of String, Number or Binary (with an optional `.label`), and the value its
+/// type needs.
+pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
+    if attributes.len() > MAX_ATTRIBUTES {
+        return Err(InvalidAttributes(format!(
+            "a message carries at most {MAX_ATTRIBUTES} attributes, not {}",
+            attributes.len()
+        )));
+    }
+    for (name, value) in attributes {
+        let lower = name.to_ascii_lowercase();
+        let valid = !name.is_empty()
+            && name.len() <= 256
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && !name.starts_with('.')
+            && !name.ends_with('.')
+            && !name.contains("..")
+            && !lower.starts_with("aws.")
+            && !lower.starts_with("amazon.");
+        if !valid {
+            return Err(InvalidAttributes(format!(
+                "attribute name {name:?} must be 1 to 256 letters, digits, '_', '-' and '.' (not at either end, \
+                 not twice in a row), not starting with AWS. or Amazon."
+            )));
+        }
+        let base = value.data_type.split_once('.').map_or(value.data_type.as_str(), |(base, _)| base);
+        let value_ok = match base {
+            "String" | "Number" => value.string.is_some() && value.binary.is_none(),
+            "Binary" => value.binary.is_some() && value.string.is_none(),
+            _ => {
+                return Err(InvalidAttributes(format!(
+                    "attribute {name}: data type {:?} is not String, Number or Binary",
+                    value.data_type
+                )));
+            },
+        };
+        if !value_ok || value.data_type.len() > 256 {
+            return Err(InvalidAttributes(format!(
+                "attribute {name}: a {base} attribute carries {} and nothing else",
+                if base == "Binary" { "a BinaryValue" } else { "a StringValue" }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The trailer that carries `attributes` after Curator's envelope; empty when there are none.
+pub fn trailer(attributes: &MessageAttributes) -> Vec<u8> {
+    if attributes.is_empty() {
+        return Vec::new();
+    }
+    let mut out = MAGIC.to_vec();
+    // Serializing plain strings and bytes cannot fail.
+    out.extend(serde_json::to_vec(attributes).unwrap_or_default());
+    out
+}
+
+/// The attributes in the bytes after a node's envelope (see `envelope::after_end`); none when
+/// there is no trailer of ours or it does not parse.
+pub fn from_trailer(bytes: &[u8]) -> MessageAttributes {
+    bytes.strip_prefix(MAGIC).and_then(|json| serde_json::from_slice(json).ok()).unwrap_or_default()
+}
+
+/// SQS's `MD5OfMessageAttributes`: for each attribute in name order, its name, its data type and
+/// its value (the byte 1 and its text, or 2 and its bytes), each length-prefixed (4 bytes,
+/// big-endian).
+pub fn md5_hex(attributes: &MessageAttributes) -> String {
+    fn put(bytes: &mut Vec<u8>, data: &[u8]) {
+        bytes.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
+        bytes.extend_from_slice(data);
+    }
+    let mut bytes = Vec::new();
+    for (name, value) in attributes {
+        put(&mut bytes, name.as_bytes());
+        put(&mut bytes, value.data_type.as_bytes());
+        if let Some(text) = &value.string {
+            bytes.push(1);
+            put(&mut bytes, text.as_bytes());
+        } else if let Some(data) = &value.binary {
+            bytes.push(2);
+            put(&mut bytes, data);
+        }
+    }
+    format!("{:x}", md5::compute(&bytes))
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Option<Vec<u8>>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => serializer.serialize_some(&base64::engine::general_purpose::STANDARD.encode(bytes)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?;
+        text.map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(data_type: &str, value: &str) -> AttributeValue {
+        AttributeValue { data_type: data_type.to_owned(), string: Some(value.to_owned()), binary: None }
+    }
+
+    #[test]
+    fn the_md5_of_attributes_is_sqss() {
+        // Vectors computed with the algorithm of the SQS Developer Guide (as the Java SDK checks it).
+        let one: MessageAttributes = [("a1".to_owned(), text("String", "v"))].into();
+        assert_eq!(md5_hex(&one), "66f1690233e41b10dc47cf3dfa4538be");
+        let binary = AttributeValue { data_type: "Binary".to_owned(), string: None, binary: Some(vec![0, 1]) };
+        let two: MessageAttributes = [("b".to_owned(), text("Number", "1")), ("a".to_owned(), binary)].into();
+        assert_eq!(md5_hex(&two), "eb841ba5088ac48a23559ffac27ea7da");
+    }
+
+    #[test]
+    fn attributes_survive_their_trailer_and_a_foreign_one_is_none() {
+        let attributes: MessageAttributes = [("k".to_owned(), text("String.json", "{}"))].into();
+        assert_eq!(from_trailer(&trailer(&attributes)), attributes);
+        assert!(trailer(&MessageAttributes::new()).is_empty());
+        assert!(from_trailer(b"anything else").is_empty());
+        assert!(from_trailer(b"ZKQA\x01not json").is_empty());
+    }
+
+    #[test]
+    fn attributes_are_checked_as_sqs_checks_them() {
+        assert!(check(&[("ok.name-1_x".to_owned(), text("Number", "1"))].into()).is_ok());
+        for bad in ["", ".a", "a.", "a..b", "AWS.x", "amazon.y", "a b", &"x".repeat(257)] {
+            assert!(check(&[(bad.to_owned(), text("String", "v"))].into()).is_err(), "{bad:?}");
+        }
+        assert!(check(&[("a".to_owned(), text("Date", "v"))].into()).is_err());
+        let no_value = AttributeValue { data_type: "String".to_owned(), string: None, binary: None };
+        assert!(check(&[("a".to_owned(), no_value)].into()).is_err());
+        let many: MessageAttributes = (0..11).map(|i| (format!("a{i}"), text("String", "v"))).collect();
+        assert!(check(&many).is_err());
+    }
+}
