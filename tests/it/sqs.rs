@@ -149,6 +149,28 @@ async fn bridge(args: Vec<String>) -> Vec<String> {
     String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
 }
 
+/// Each of `expected` is in `got` exactly once, and nothing else is; a failure names what differs.
+fn assert_exactly_once(got: &[String], expected: &[String], what: &str) {
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for body in got {
+        *counts.entry(body.as_str()).or_default() += 1;
+    }
+    let missing: Vec<&String> = expected.iter().filter(|b| !counts.contains_key(b.as_str())).collect();
+    let twice: Vec<(&&str, &usize)> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    let expected: std::collections::HashSet<&str> = expected.iter().map(String::as_str).collect();
+    let extra: Vec<&&str> = counts.keys().filter(|b| !expected.contains(**b)).collect();
+    assert!(
+        missing.is_empty() && twice.is_empty() && extra.is_empty(),
+        "{what}: {} missing (first {:?}), {} more than once (first {:?}), {} never sent (first {:?})",
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>(),
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>(),
+        extra.len(),
+        extra.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_messages_cross_between_curator_and_an_sqs_sdk_each_way() {
     let zk = ZkServer::shared();
@@ -167,28 +189,18 @@ async fn ten_thousand_messages_cross_between_curator_and_an_sqs_sdk_each_way() {
         Curator::run(zk, &args).await;
     }
     let received = bridge(vec!["drain".into(), endpoint.clone(), "bridge".into(), "10000".into()]).await;
-    let mut sorted = received.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), received.len(), "no message received twice");
-    let mut expected = bodies.clone();
-    expected.sort();
-    assert_eq!(sorted, expected, "every Curator message received through SQS");
+    assert_exactly_once(&received, &bodies, "Curator → SQS");
     // SQS → Curator: 10,000 through SendMessageBatch, consumed by a Curator lock-safe consumer.
     bridge(vec!["send".into(), endpoint.clone(), "bridge".into(), "10000".into(), "sqs-".into()]).await;
-    let consumed = Curator::run(zk, &["consume", "fifo", &path, "10000", "120000", "--lock", &locks]).await;
-    let mut got: Vec<String> = consumed
+    // It answers once it has all 10,000; the long deadline only bounds a failure.
+    let consumed = Curator::run(zk, &["consume", "fifo", &path, "10000", "600000", "--lock", &locks]).await;
+    let got: Vec<String> = consumed
         .iter()
         .filter(|line| !line.starts_with("DONE") && !line.is_empty())
         .map(|line| String::from_utf8_lossy(&unhex(line.strip_prefix("EXTRA ").unwrap_or(line))).into_owned())
         .collect();
-    let total = got.len();
-    got.sort();
-    got.dedup();
-    assert_eq!(got.len(), total, "no message consumed twice");
-    let mut expected: Vec<String> = (0..10_000).map(|i| format!("sqs-{i}")).collect();
-    expected.sort();
-    assert_eq!(got, expected, "every SQS message consumed by Curator");
+    let expected: Vec<String> = (0..10_000).map(|i| format!("sqs-{i}")).collect();
+    assert_exactly_once(&got, &expected, "SQS → Curator");
     assert_eq!(zkq.client().take("bridge", "wait=0").await.status, 204);
 }
 

@@ -2,7 +2,7 @@
 
 bridge.py send ENDPOINT QUEUE N PREFIX   sends PREFIX0 .. PREFIX{N-1} with SendMessageBatch (10 a call)
 bridge.py drain ENDPOINT QUEUE N         receives (10 at a time) and deletes until N are deleted or
-                                         the queue stays empty for 10 s; prints each deleted body
+                                         the queue stays empty for 30 s; prints each deleted body
 """
 
 import sys
@@ -38,7 +38,7 @@ elif command == "drain":
         messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
         if not messages:
             empty_since = empty_since or time.monotonic()
-            if time.monotonic() - empty_since > 10:
+            if time.monotonic() - empty_since > 30:
                 break
             continue
         empty_since = None

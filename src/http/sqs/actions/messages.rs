@@ -1,308 +1,25 @@
-//! The SQS actions zkq serves, each an input type (the JSON protocol's shape, which the query
-//! protocol is decoded into) and an answer (the JSON protocol's output object).
-//!
-//! The mapping, kept exact:
-//! - A queue URL is `http://{the Host the client used}/{sqs.account_id}/{queue}`; its last segment
-//!   is the queue's name.
-//! - `MessageId` is the message's node name: the same on every sidecar and every delivery.
-//! - A receipt handle is a lease receipt: `ReceiveMessage` leases, `DeleteMessage` acks,
-//!   `ChangeMessageVisibility` extends (0: released now, in its place).
-//! - `ApproximateReceiveCount` is the lease's delivery count, `SentTimestamp` the node's creation.
-//! - `MessageGroupId` is the message's group on a grouped queue, `MessageDeduplicationId` its
-//!   idempotency key.
+//! The message actions: send, receive, delete and change visibility, one or a batch, and message
+//! attributes as SQS writes them.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use base64::Engine;
-use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::error::SqsError;
+use super::{Ctx, Empty, bounded, number, required, seconds};
 use crate::config::QueueKind;
-use crate::http::AppState;
+use crate::http::sqs::error::SqsError;
 use crate::queue::attributes;
 use crate::queue::{
     AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,
 };
-use crate::types::{QueueName, now_epoch_ms};
-
-/// What every action knows of its request.
-pub(super) struct Ctx<'a> {
-    pub(super) state: &'a AppState,
-    /// `http://{host}`, from the request's `Host` header.
-    pub(super) origin: String,
-}
-
-/// Runs `action` with `input`; its answer in the JSON protocol's shape.
-pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Value, SqsError> {
-    match action {
-        "GetQueueUrl" => answer(get_queue_url(ctx, parse(input)?).await),
-        "CreateQueue" => answer(create_queue(ctx, parse(input)?).await),
-        "ListQueues" => answer(list_queues(ctx, parse(input)?)),
-        "SendMessage" => answer(send_message(ctx, parse(input)?).await),
-        "SendMessageBatch" => answer(send_message_batch(ctx, parse(input)?).await),
-        "ReceiveMessage" => answer(receive_message(ctx, parse(input)?).await),
-        "DeleteMessage" => answer(delete_message(ctx, parse(input)?).await),
-        "DeleteMessageBatch" => answer(receipt_batch(ctx, parse(input)?, ReceiptStep::Delete).await),
-        "ChangeMessageVisibility" => answer(change_visibility(ctx, parse(input)?).await),
-        "ChangeMessageVisibilityBatch" => {
-            answer(receipt_batch(ctx, parse(input)?, ReceiptStep::ChangeVisibility).await)
-        },
-        "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
-        "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
-        "SetQueueAttributes" => answer(set_queue_attributes(ctx, parse(input)?).await),
-        "ListDeadLetterSourceQueues" => answer(list_dead_letter_sources(ctx, parse(input)?).await),
-        "DeleteQueue"
-        | "TagQueue"
-        | "UntagQueue"
-        | "ListQueueTags"
-        | "AddPermission"
-        | "RemovePermission"
-        | "StartMessageMoveTask"
-        | "ListMessageMoveTasks"
-        | "CancelMessageMoveTask" => Err(SqsError::unsupported(action)),
-        other => Err(SqsError::invalid_action(format!("{other:?} is not an SQS action"))),
-    }
-}
-
-/// The actions [`run`] serves, for the docs and their test.
-pub const SERVED: &[&str] = &[
-    "GetQueueUrl",
-    "CreateQueue",
-    "ListQueues",
-    "SendMessage",
-    "SendMessageBatch",
-    "ReceiveMessage",
-    "DeleteMessage",
-    "DeleteMessageBatch",
-    "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch",
-    "GetQueueAttributes",
-    "PurgeQueue",
-    "SetQueueAttributes",
-    "ListDeadLetterSourceQueues",
-];
-
-fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
-    serde_json::from_value(input).map_err(|err| SqsError::invalid_parameter(format!("{err}")))
-}
-
-fn answer<T: Serialize>(result: Result<T, SqsError>) -> Result<Value, SqsError> {
-    let output = result?;
-    serde_json::to_value(output).map_err(|err| SqsError::invalid_parameter(err.to_string()))
-}
-
-/// A number sent as JSON or (by the query protocol) as text.
-fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Either {
-        Number(i64),
-        Text(String),
-    }
-    match Option::<Either>::deserialize(deserializer)? {
-        None => Ok(None),
-        Some(Either::Number(n)) => Ok(Some(n)),
-        Some(Either::Text(text)) => {
-            text.trim().parse().map(Some).map_err(|_| serde::de::Error::custom(format!("{text:?} is not a number")))
-        },
-    }
-}
-
-/// `value` within `min..=max`, else SQS's error naming `name`.
-fn bounded(name: &str, value: Option<i64>, min: i64, max: i64) -> Result<Option<i64>, SqsError> {
-    match value {
-        Some(v) if !(min..=max).contains(&v) => {
-            Err(SqsError::invalid_parameter(format!("{name} must be {min} to {max}, not {v}")))
-        },
-        other => Ok(other),
-    }
-}
-
-fn seconds(value: i64) -> Duration {
-    Duration::from_secs(u64::try_from(value).unwrap_or(0))
-}
-
-impl Ctx<'_> {
-    fn queue_url(&self, name: &str) -> String {
-        format!("{}/{}/{name}", self.origin, self.state.config.sqs.account_id)
-    }
-
-    fn queue_arn(&self, name: &str) -> String {
-        let sqs = &self.state.config.sqs;
-        format!("arn:aws:sqs:{}:{}:{name}", sqs.region, sqs.account_id)
-    }
-
-    /// The queue a queue URL names: its last path segment.
-    fn name_of(url: &str) -> Result<QueueName, SqsError> {
-        let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
-        last.parse().map_err(|_| SqsError::no_such_queue(last))
-    }
-
-    /// The queue `url` names, for a read or a lease: it must exist.
-    async fn existing(&self, url: &str) -> Result<QueueRef, SqsError> {
-        let name = Ctx::name_of(url)?;
-        match self.state.queues.existing(&name, Duration::ZERO).await? {
-            Some(queue) => Ok(queue),
-            None => Err(SqsError::no_such_queue(name.as_str())),
-        }
-    }
-
-    /// The queue `url` names for a lease step: this process leased from it.
-    fn leased_from(&self, url: &str) -> Result<QueueRef, SqsError> {
-        let name = Ctx::name_of(url)?;
-        Ok(self.state.queues.open_only(&name)?)
-    }
-}
-
-fn required<T>(value: Option<T>, name: &str) -> Result<T, SqsError> {
-    value.ok_or_else(|| SqsError::missing_parameter(name))
-}
+use crate::types::now_epoch_ms;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct GetQueueUrlInput {
-    queue_name: Option<String>,
-    #[serde(rename = "QueueOwnerAWSAccountId")]
-    _owner: Option<String>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct QueueUrlOutput {
-    queue_url: String,
-}
-
-async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Result<QueueUrlOutput, SqsError> {
-    let name = required(input.queue_name, "QueueName")?;
-    let queue = ctx.existing(&name).await?;
-    Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct CreateQueueInput {
-    queue_name: Option<String>,
-    #[serde(default)]
-    attributes: Map<String, Value>,
-    #[serde(default, rename = "tags")]
-    _tags: Option<Value>,
-}
-
-/// The queue's settings as SQS attributes: what zkq's configuration makes them, for
-/// `GetQueueAttributes`, and what `CreateQueue` and `SetQueueAttributes` may say (nothing else).
-fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
-    let config = &ctx.state.config;
-    let mut values = vec![
-        ("VisibilityTimeout", config.lease.default_visibility.as_secs().to_string()),
-        ("MaximumMessageSize", config.api.max_message_bytes.to_string()),
-        ("DelaySeconds", "0".to_owned()),
-        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
-    ];
-    if queue.name().as_str().ends_with(".fifo") {
-        values.push(("FifoQueue", "true".to_owned()));
-        values.push(("ContentBasedDeduplication", "false".to_owned()));
-    }
-    if let Some(dead_letter) = queue.dead_letter() {
-        let policy = serde_json::json!({
-            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
-            "maxReceiveCount": dead_letter.max_deliveries,
-        });
-        values.push(("RedrivePolicy", policy.to_string()));
-    }
-    values
-}
-
-/// Checks attributes a client gives a queue: each must be one of its [`settings`] with the value it
-/// has (a JSON value compared as JSON); zkq's configuration, not a client, sets them.
-fn check_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>) -> Result<(), SqsError> {
-    let settings = settings(ctx, queue);
-    for (key, value) in attributes {
-        let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
-        let Some((_, served)) = settings.iter().find(|(name, _)| name == key) else {
-            if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
-                continue;
-            }
-            return Err(SqsError::invalid_attribute_name(format!(
-                "zkq takes queue {}'s settings from its configuration, not from attribute {key}; see docs/sqs.md",
-                queue.name()
-            )));
-        };
-        let same = *served == text
-            || serde_json::from_str::<Value>(served)
-                .ok()
-                .zip(serde_json::from_str::<Value>(&text).ok())
-                .is_some_and(|(a, b)| a == b);
-        if !same {
-            return Err(SqsError::invalid_attribute_value(format!(
-                "queue {} has {key} = {served} in zkq's configuration, not {text}",
-                queue.name()
-            )));
-        }
-    }
-    if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
-        return Err(SqsError::invalid_parameter(format!(
-            "a FIFO queue ({}) is a grouped queue in zkq: declare queues.{}.grouped = true (or set \
-             queues_dynamic_grouped)",
-            queue.name(),
-            queue.name()
-        )));
-    }
-    Ok(())
-}
-
-async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
-    let text = required(input.queue_name, "QueueName")?;
-    let name: QueueName = text.parse().map_err(|_| {
-        SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
-    })?;
-    let queue = ctx.state.queues.create(&name).await?;
-    check_settings(ctx, &queue, &input.attributes)?;
-    Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct ListQueuesInput {
-    queue_name_prefix: Option<String>,
-    next_token: Option<String>,
-    #[serde(default, deserialize_with = "number")]
-    max_results: Option<i64>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct ListQueuesOutput {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    queue_urls: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_token: Option<String>,
-}
-
-/// The queues this zkq has open (every declared one, and dynamic ones in use), by name.
-fn list_queues(ctx: &Ctx<'_>, input: ListQueuesInput) -> Result<ListQueuesOutput, SqsError> {
-    let max = bounded("MaxResults", input.max_results, 1, 1000)?;
-    let prefix = input.queue_name_prefix.unwrap_or_default();
-    let after = input.next_token.unwrap_or_default();
-    let mut names: Vec<String> = ctx.state.config.queues.keys().map(|n| n.to_string()).collect();
-    names.extend(ctx.state.queues.opened().iter().map(|q| q.name().to_string()));
-    names.sort();
-    names.dedup();
-    let mut matching = names.into_iter().filter(|n| n.starts_with(&prefix) && n.as_str() > after.as_str());
-    let limit = usize::try_from(max.unwrap_or(1000)).unwrap_or(1000);
-    let page: Vec<String> = matching.by_ref().take(limit).collect();
-    let next_token = match (max, matching.next()) {
-        (Some(_), Some(_)) => page.last().cloned(),
-        _ => None,
-    };
-    Ok(ListQueuesOutput { queue_urls: page.iter().map(|n| ctx.queue_url(n)).collect(), next_token })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct SendMessageInput {
+pub(super) struct SendMessageInput {
     queue_url: Option<String>,
     #[serde(flatten)]
     message: MessageEntry,
@@ -310,7 +27,7 @@ struct SendMessageInput {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct MessageEntry {
+pub(super) struct MessageEntry {
     #[serde(default)]
     id: Option<String>,
     message_body: Option<String>,
@@ -326,7 +43,7 @@ struct MessageEntry {
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct SendMessageOutput {
+pub(super) struct SendMessageOutput {
     #[serde(rename = "MD5OfMessageBody")]
     md5_of_message_body: String,
     #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
@@ -451,7 +168,7 @@ fn is_sqs_char(c: char) -> bool {
     matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
+pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
     let (body, options) = prepare(input.message, &queue)?;
@@ -466,7 +183,7 @@ async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMess
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct BatchInput<E> {
+pub(super) struct BatchInput<E> {
     queue_url: Option<String>,
     #[serde(default = "Vec::new")]
     entries: Vec<E>,
@@ -474,14 +191,14 @@ struct BatchInput<E> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct BatchOutput<S> {
+pub(super) struct BatchOutput<S> {
     successful: Vec<S>,
     failed: Vec<BatchError>,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct BatchError {
+pub(super) struct BatchError {
     id: String,
     sender_fault: bool,
     code: String,
@@ -514,7 +231,7 @@ fn check_batch<'a>(ids: impl Iterator<Item = &'a str>) -> Result<(), SqsError> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct SentEntry {
+pub(super) struct SentEntry {
     id: String,
     message_id: String,
     #[serde(rename = "MD5OfMessageBody")]
@@ -524,7 +241,7 @@ struct SentEntry {
 }
 
 /// Every valid entry is stored in one transaction, all or none; an invalid one fails alone.
-async fn send_message_batch(
+pub(super) async fn send_message_batch(
     ctx: &Ctx<'_>,
     input: BatchInput<MessageEntry>,
 ) -> Result<BatchOutput<SentEntry>, SqsError> {
@@ -565,7 +282,7 @@ async fn send_message_batch(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct ReceiveMessageInput {
+pub(super) struct ReceiveMessageInput {
     queue_url: Option<String>,
     #[serde(default, deserialize_with = "number")]
     max_number_of_messages: Option<i64>,
@@ -585,14 +302,14 @@ struct ReceiveMessageInput {
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct ReceiveMessageOutput {
+pub(super) struct ReceiveMessageOutput {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     messages: Vec<ReceivedMessage>,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct ReceivedMessage {
+pub(super) struct ReceivedMessage {
     message_id: String,
     receipt_handle: String,
     #[serde(rename = "MD5OfBody")]
@@ -645,7 +362,10 @@ fn received(
     }
 }
 
-async fn receive_message(ctx: &Ctx<'_>, input: ReceiveMessageInput) -> Result<ReceiveMessageOutput, SqsError> {
+pub(super) async fn receive_message(
+    ctx: &Ctx<'_>,
+    input: ReceiveMessageInput,
+) -> Result<ReceiveMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let max = bounded("MaxNumberOfMessages", input.max_number_of_messages, 1, 10)?.unwrap_or(1);
     let wait = bounded("WaitTimeSeconds", input.wait_time_seconds, 0, 20)?.unwrap_or(0);
@@ -680,19 +400,16 @@ async fn receive_message(ctx: &Ctx<'_>, input: ReceiveMessageInput) -> Result<Re
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct DeleteMessageInput {
+pub(super) struct DeleteMessageInput {
     queue_url: Option<String>,
     receipt_handle: Option<String>,
 }
-
-#[derive(Serialize)]
-struct Empty {}
 
 fn receipt_of(text: &str) -> Result<Receipt, SqsError> {
     text.parse().map_err(|_| SqsError::receipt_handle_invalid(format!("the receipt handle {text:?} is not valid")))
 }
 
-async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
+pub(super) async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     delete_one(&ctx.leased_from(&url)?, input.receipt_handle).await?;
     Ok(Empty {})
@@ -706,7 +423,7 @@ async fn delete_one(queue: &QueueRef, receipt: Option<String>) -> Result<(), Sqs
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct ReceiptEntry {
+pub(super) struct ReceiptEntry {
     id: Option<String>,
     receipt_handle: Option<String>,
     #[serde(default, deserialize_with = "number")]
@@ -715,20 +432,20 @@ struct ReceiptEntry {
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct IdEntry {
+pub(super) struct IdEntry {
     id: String,
 }
 
 /// What a batch of receipts asks for each.
 #[derive(Debug, Clone, Copy)]
-enum ReceiptStep {
+pub(super) enum ReceiptStep {
     Delete,
     ChangeVisibility,
 }
 
 /// Runs `step` for every entry of a receipt batch, all at once; each entry succeeds or fails on its
 /// own.
-async fn receipt_batch(
+pub(super) async fn receipt_batch(
     ctx: &Ctx<'_>,
     input: BatchInput<ReceiptEntry>,
     step: ReceiptStep,
@@ -764,7 +481,7 @@ fn split(results: Vec<(String, Result<(), SqsError>)>) -> BatchOutput<IdEntry> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct ChangeVisibilityInput {
+pub(super) struct ChangeVisibilityInput {
     queue_url: Option<String>,
     receipt_handle: Option<String>,
     #[serde(default, deserialize_with = "number")]
@@ -794,135 +511,9 @@ async fn change_one(
     })
 }
 
-async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
+pub(super) async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.leased_from(&url)?;
     change_one(ctx, &queue, input.receipt_handle, input.visibility_timeout).await?;
     Ok(Empty {})
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct QueueUrlInput {
-    queue_url: Option<String>,
-}
-
-/// Removes every message no consumer holds, before it answers (SQS answers first and purges
-/// within a minute; zkq's purge is done, or as far as its deadline let it go, when it answers).
-async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.existing(&url).await?;
-    let purged = queue.purge().await?;
-    if !purged.complete {
-        return Err(SqsError::server_unavailable(format!(
-            "the purge removed {} messages before its deadline; purge again for the rest",
-            purged.removed
-        )));
-    }
-    Ok(Empty {})
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct GetQueueAttributesInput {
-    queue_url: Option<String>,
-    #[serde(default)]
-    attribute_names: Vec<String>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct AttributesOutput {
-    #[serde(skip_serializing_if = "Map::is_empty")]
-    attributes: Map<String, Value>,
-}
-
-/// Every queue attribute zkq answers.
-const QUEUE_ATTRIBUTES: [&str; 11] = [
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed",
-    "VisibilityTimeout",
-    "MaximumMessageSize",
-    "DelaySeconds",
-    "ReceiveMessageWaitTimeSeconds",
-    "QueueArn",
-    "FifoQueue",
-    "ContentBasedDeduplication",
-    "RedrivePolicy",
-];
-
-async fn get_queue_attributes(ctx: &Ctx<'_>, input: GetQueueAttributesInput) -> Result<AttributesOutput, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let all = input.attribute_names.iter().any(|n| n == "All");
-    if let Some(unknown) = input.attribute_names.iter().find(|n| *n != "All" && !QUEUE_ATTRIBUTES.contains(&n.as_str()))
-    {
-        return Err(SqsError::invalid_attribute_name(format!("unknown or unsupported attribute name {unknown}")));
-    }
-    let queue = ctx.existing(&url).await?;
-    let info = queue.info().await?;
-    let name = queue.name().to_string();
-    let mut values: Vec<(&str, String)> = vec![
-        ("ApproximateNumberOfMessages", (info.depth - info.in_flight).max(0).to_string()),
-        ("ApproximateNumberOfMessagesNotVisible", info.in_flight.to_string()),
-        ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
-        ("QueueArn", ctx.queue_arn(&name)),
-    ];
-    values.extend(settings(ctx, &queue));
-    let attributes = values
-        .into_iter()
-        .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
-        .map(|(key, value)| (key.to_owned(), Value::String(value)))
-        .collect();
-    Ok(AttributesOutput { attributes })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct SetQueueAttributesInput {
-    queue_url: Option<String>,
-    #[serde(default)]
-    attributes: Map<String, Value>,
-}
-
-/// Accepts the attributes that describe the queue as zkq's configuration does; refuses any other.
-async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttributesInput) -> Result<Empty, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.existing(&url).await?;
-    check_settings(ctx, &queue, &input.attributes)?;
-    Ok(Empty {})
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct ListDeadLetterSourcesInput {
-    queue_url: Option<String>,
-    #[serde(rename = "NextToken")]
-    _next_token: Option<String>,
-    #[serde(default, rename = "MaxResults", deserialize_with = "number")]
-    _max_results: Option<i64>,
-}
-
-#[derive(Serialize)]
-struct DeadLetterSourcesOutput {
-    #[serde(rename = "queueUrls")]
-    queue_urls: Vec<String>,
-}
-
-/// The declared queues whose `dead_letter` is this queue.
-async fn list_dead_letter_sources(
-    ctx: &Ctx<'_>,
-    input: ListDeadLetterSourcesInput,
-) -> Result<DeadLetterSourcesOutput, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.existing(&url).await?;
-    let queue_urls = ctx
-        .state
-        .config
-        .queues
-        .iter()
-        .filter(|(_, declared)| declared.dead_letter.as_ref() == Some(queue.name()))
-        .map(|(name, _)| ctx.queue_url(name.as_str()))
-        .collect();
-    Ok(DeadLetterSourcesOutput { queue_urls })
 }

@@ -1,0 +1,277 @@
+//! The queue-level actions: finding, creating and listing queues, their attributes, purge.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{Ctx, Empty, bounded, number, required};
+use crate::http::sqs::error::SqsError;
+use crate::queue::QueueRef;
+use crate::types::QueueName;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct GetQueueUrlInput {
+    queue_name: Option<String>,
+    #[serde(rename = "QueueOwnerAWSAccountId")]
+    _owner: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct QueueUrlOutput {
+    queue_url: String,
+}
+
+pub(super) async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Result<QueueUrlOutput, SqsError> {
+    let name = required(input.queue_name, "QueueName")?;
+    let queue = ctx.existing(&name).await?;
+    Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct CreateQueueInput {
+    queue_name: Option<String>,
+    #[serde(default)]
+    attributes: Map<String, Value>,
+    #[serde(default, rename = "tags")]
+    _tags: Option<Value>,
+}
+
+/// The queue's settings as SQS attributes: what zkq's configuration makes them, for
+/// `GetQueueAttributes`, and what `CreateQueue` and `SetQueueAttributes` may say (nothing else).
+fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
+    let config = &ctx.state.config;
+    let mut values = vec![
+        ("VisibilityTimeout", config.lease.default_visibility.as_secs().to_string()),
+        ("MaximumMessageSize", config.api.max_message_bytes.to_string()),
+        ("DelaySeconds", "0".to_owned()),
+        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+    ];
+    if queue.name().as_str().ends_with(".fifo") {
+        values.push(("FifoQueue", "true".to_owned()));
+        values.push(("ContentBasedDeduplication", "false".to_owned()));
+    }
+    if let Some(dead_letter) = queue.dead_letter() {
+        let policy = serde_json::json!({
+            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
+            "maxReceiveCount": dead_letter.max_deliveries,
+        });
+        values.push(("RedrivePolicy", policy.to_string()));
+    }
+    values
+}
+
+/// Checks attributes a client gives a queue: each must be one of its [`settings`] with the value it
+/// has (a JSON value compared as JSON); zkq's configuration, not a client, sets them.
+fn check_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>) -> Result<(), SqsError> {
+    let settings = settings(ctx, queue);
+    for (key, value) in attributes {
+        let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+        let Some((_, served)) = settings.iter().find(|(name, _)| name == key) else {
+            if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
+                continue;
+            }
+            return Err(SqsError::invalid_attribute_name(format!(
+                "zkq takes queue {}'s settings from its configuration, not from attribute {key}; see docs/sqs.md",
+                queue.name()
+            )));
+        };
+        let same = *served == text
+            || serde_json::from_str::<Value>(served)
+                .ok()
+                .zip(serde_json::from_str::<Value>(&text).ok())
+                .is_some_and(|(a, b)| a == b);
+        if !same {
+            return Err(SqsError::invalid_attribute_value(format!(
+                "queue {} has {key} = {served} in zkq's configuration, not {text}",
+                queue.name()
+            )));
+        }
+    }
+    if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
+        return Err(SqsError::invalid_parameter(format!(
+            "a FIFO queue ({}) is a grouped queue in zkq: declare queues.{}.grouped = true (or set \
+             queues_dynamic_grouped)",
+            queue.name(),
+            queue.name()
+        )));
+    }
+    Ok(())
+}
+
+pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
+    let text = required(input.queue_name, "QueueName")?;
+    let name: QueueName = text.parse().map_err(|_| {
+        SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
+    })?;
+    let queue = ctx.state.queues.create(&name).await?;
+    check_settings(ctx, &queue, &input.attributes)?;
+    Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct ListQueuesInput {
+    queue_name_prefix: Option<String>,
+    next_token: Option<String>,
+    #[serde(default, deserialize_with = "number")]
+    max_results: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct ListQueuesOutput {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    queue_urls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_token: Option<String>,
+}
+
+/// The queues this zkq has open (every declared one, and dynamic ones in use), by name.
+pub(super) fn list_queues(ctx: &Ctx<'_>, input: ListQueuesInput) -> Result<ListQueuesOutput, SqsError> {
+    let max = bounded("MaxResults", input.max_results, 1, 1000)?;
+    let prefix = input.queue_name_prefix.unwrap_or_default();
+    let after = input.next_token.unwrap_or_default();
+    let mut names: Vec<String> = ctx.state.config.queues.keys().map(|n| n.to_string()).collect();
+    names.extend(ctx.state.queues.opened().iter().map(|q| q.name().to_string()));
+    names.sort();
+    names.dedup();
+    let mut matching = names.into_iter().filter(|n| n.starts_with(&prefix) && n.as_str() > after.as_str());
+    let limit = usize::try_from(max.unwrap_or(1000)).unwrap_or(1000);
+    let page: Vec<String> = matching.by_ref().take(limit).collect();
+    let next_token = match (max, matching.next()) {
+        (Some(_), Some(_)) => page.last().cloned(),
+        _ => None,
+    };
+    Ok(ListQueuesOutput { queue_urls: page.iter().map(|n| ctx.queue_url(n)).collect(), next_token })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct QueueUrlInput {
+    queue_url: Option<String>,
+}
+
+/// Removes every message no consumer holds, before it answers (SQS answers first and purges
+/// within a minute; zkq's purge is done, or as far as its deadline let it go, when it answers).
+pub(super) async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    let purged = queue.purge().await?;
+    if !purged.complete {
+        return Err(SqsError::server_unavailable(format!(
+            "the purge removed {} messages before its deadline; purge again for the rest",
+            purged.removed
+        )));
+    }
+    Ok(Empty {})
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct GetQueueAttributesInput {
+    queue_url: Option<String>,
+    #[serde(default)]
+    attribute_names: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct AttributesOutput {
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    attributes: Map<String, Value>,
+}
+
+/// Every queue attribute zkq answers.
+const QUEUE_ATTRIBUTES: [&str; 11] = [
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "VisibilityTimeout",
+    "MaximumMessageSize",
+    "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds",
+    "QueueArn",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "RedrivePolicy",
+];
+
+pub(super) async fn get_queue_attributes(
+    ctx: &Ctx<'_>,
+    input: GetQueueAttributesInput,
+) -> Result<AttributesOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let all = input.attribute_names.iter().any(|n| n == "All");
+    if let Some(unknown) = input.attribute_names.iter().find(|n| *n != "All" && !QUEUE_ATTRIBUTES.contains(&n.as_str()))
+    {
+        return Err(SqsError::invalid_attribute_name(format!("unknown or unsupported attribute name {unknown}")));
+    }
+    let queue = ctx.existing(&url).await?;
+    let info = queue.info().await?;
+    let name = queue.name().to_string();
+    let mut values: Vec<(&str, String)> = vec![
+        ("ApproximateNumberOfMessages", (info.depth - info.in_flight).max(0).to_string()),
+        ("ApproximateNumberOfMessagesNotVisible", info.in_flight.to_string()),
+        ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
+        ("QueueArn", ctx.queue_arn(&name)),
+    ];
+    values.extend(settings(ctx, &queue));
+    let attributes = values
+        .into_iter()
+        .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
+        .map(|(key, value)| (key.to_owned(), Value::String(value)))
+        .collect();
+    Ok(AttributesOutput { attributes })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct SetQueueAttributesInput {
+    queue_url: Option<String>,
+    #[serde(default)]
+    attributes: Map<String, Value>,
+}
+
+/// Accepts the attributes that describe the queue as zkq's configuration does; refuses any other.
+pub(super) async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttributesInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    check_settings(ctx, &queue, &input.attributes)?;
+    Ok(Empty {})
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct ListDeadLetterSourcesInput {
+    queue_url: Option<String>,
+    #[serde(rename = "NextToken")]
+    _next_token: Option<String>,
+    #[serde(default, rename = "MaxResults", deserialize_with = "number")]
+    _max_results: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub(super) struct DeadLetterSourcesOutput {
+    #[serde(rename = "queueUrls")]
+    queue_urls: Vec<String>,
+}
+
+/// The declared queues whose `dead_letter` is this queue.
+pub(super) async fn list_dead_letter_sources(
+    ctx: &Ctx<'_>,
+    input: ListDeadLetterSourcesInput,
+) -> Result<DeadLetterSourcesOutput, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let queue = ctx.existing(&url).await?;
+    let queue_urls = ctx
+        .state
+        .config
+        .queues
+        .iter()
+        .filter(|(_, declared)| declared.dead_letter.as_ref() == Some(queue.name()))
+        .map(|(name, _)| ctx.queue_url(name.as_str()))
+        .collect();
+    Ok(DeadLetterSourcesOutput { queue_urls })
+}
