@@ -315,3 +315,46 @@ async fn attributes_stay_with_their_message_and_curator_sees_the_body_alone() {
     assert_eq!(received["Messages"][0]["Body"], "requeued");
     assert_eq!(received["Messages"][0]["MessageAttributes"], attributes);
 }
+
+/// The README's SQS example (a boto3 producer, then the AWS CLI's receive), as written there, against
+/// a live zkq, so the front door cannot rot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_sqs_example_works_as_written() {
+    let root = unique_root("sqs-readme");
+    let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    let readme = std::fs::read_to_string(repo_file("README.md")).expect("README");
+    let section = readme.split("## Using it").nth(1).and_then(|s| s.split("\n## ").next()).expect("Using it");
+    let python = section.split("```python").nth(1).and_then(|b| b.split("```").next()).expect("a python block");
+    let cli = section
+        .split("```sh")
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.trim_start().starts_with("aws "))
+        .expect("a sh block with the AWS CLI");
+    let here = endpoint.trim_start_matches("http://").to_owned();
+    let [(interpreter, _), _] = pythons();
+    let script = format!("import boto3\n{}", python.replace("127.0.0.1:9324", &here));
+    let produced = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(interpreter).args(["-c", &script]).output().expect("python runs")
+    })
+    .await
+    .expect("join");
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let command = cli.trim().replace("127.0.0.1:9324", &here).replacen("aws ", "/usr/bin/aws --output json ", 1);
+    let received = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("sh")
+            .args(["-c", &command])
+            .env("AWS_ACCESS_KEY_ID", "any")
+            .env("AWS_SECRET_ACCESS_KEY", "any")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .expect("sh runs")
+    })
+    .await
+    .expect("join");
+    assert!(received.status.success(), "{}", String::from_utf8_lossy(&received.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&received.stdout).expect("JSON");
+    assert_eq!(json["Messages"][0]["Body"], "hello");
+}
