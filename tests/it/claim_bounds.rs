@@ -95,9 +95,12 @@ async fn a_put_back_unsettled_past_the_marker_age_is_given_up_and_never_stored_t
     })
     .await;
     // The claim applies; the message is put back, and that answer is lost; no reconnection.
-    // Aimed at the put-back's create under the queue: the claim's marker, once applied, is
-    // deleted by a multi of its own that may go first.
-    let put_back = proxy.arm_containing_then_refuse(&[op::MULTI], &format!("{queue}/"), Fault::DropAnswer);
+    // Aimed at the put-back's create of a sequential `queue-` node (its path ends there, and the
+    // length of its data follows, a zero byte first): not the claim's marker delete, and not a
+    // claim sent again after a slow machine let the held connection time out (its delete names
+    // the whole node, `queue-0000000000`).
+    let needle = format!("{queue}/queue-\u{0}");
+    let put_back = proxy.arm_containing_then_refuse(&[op::MULTI], &needle, Fault::DropAnswer);
     held.release_deliver();
     tokio::time::timeout(SOON, put_back.fired()).await.expect("the put-back reached ZooKeeper");
     assert_eq!(children(&direct, &queue).await.len(), 1, "the dropped answer was the put-back's, which applied");
