@@ -50,18 +50,20 @@ fn parse_body(body: &[u8]) -> (usize, usize) {
 /// What a consumer does with the next message it gets.
 #[derive(Debug, Clone, Copy)]
 enum Mode {
-    Take,
-    TakeMany,
-    LeaseAck,
-    LeaseMany,
+    /// Lease, then ack.
+    Ack,
+    /// `?max=` lease, then an ack each.
+    Many,
     /// Lease, then nack (keep): delivered again, first of its group.
-    LeaseNack,
+    Nack,
     /// Lease with a short visibility and walk away: it expires and is delivered again.
-    LeaseExpire,
+    Expire,
 }
 
-const MODES: [Mode; 6] =
-    [Mode::Take, Mode::TakeMany, Mode::LeaseAck, Mode::LeaseMany, Mode::LeaseNack, Mode::LeaseExpire];
+/// Leases only: a take settles as its answer leaves zkq, so the next message of its group may reach
+/// another consumer before the take's answer reaches its own (docs/groups.md); the order a user
+/// sees across consumers is promised for leases. Takes are checked in `a_busy_group_holds_back_only_itself`.
+const MODES: [Mode; 4] = [Mode::Ack, Mode::Many, Mode::Nack, Mode::Expire];
 
 /// Set when a consumer's task panics (an assertion failed): the test stops waiting at once.
 struct FailFast(Arc<AtomicBool>);
@@ -91,7 +93,7 @@ async fn consume(
         let mode = MODES[rng.random_range(0..MODES.len())];
         // Rarely fail on purpose, so that most of the run makes progress.
         let mode = match mode {
-            Mode::LeaseNack | Mode::LeaseExpire if rng.random_range(0..6) != 0 => Mode::LeaseAck,
+            Mode::Nack | Mode::Expire if rng.random_range(0..6) != 0 => Mode::Ack,
             other => other,
         };
         let work = async {
@@ -104,23 +106,8 @@ async fn consume(
                 consumer: name.clone(),
             };
             match mode {
-                Mode::Take => {
-                    let taken = api.take(&queue, "wait=1s").await;
-                    if taken.status == 200 {
-                        let (group, index) = parse_body(&taken.body);
-                        let now = Instant::now();
-                        log.lock().expect("log").push(record(group, index, now, true));
-                    } else {
-                        assert_eq!(taken.status, 204, "take: {}", taken.code);
-                    }
-                },
-                Mode::TakeMany | Mode::LeaseMany => {
-                    let many = matches!(mode, Mode::TakeMany);
-                    let answer = if many {
-                        api.take(&queue, "wait=1s&max=4").await
-                    } else {
-                        api.lease(&queue, "wait=1s&max=4").await
-                    };
+                Mode::Many => {
+                    let answer = api.lease(&queue, "wait=1s&max=4").await;
                     if answer.status == 204 {
                         return;
                     }
@@ -134,10 +121,6 @@ async fn consume(
                             .expect("base64");
                         let (group, index) = parse_body(&body);
                         assert!(groups.insert(group), "one ?max= answer held two messages of group {group}");
-                        if many {
-                            log.lock().expect("log").push(record(group, index, start, true));
-                            continue;
-                        }
                         let receipt = message["lease"].as_str().expect("lease").to_owned();
                         tokio::task::yield_now().await;
                         log.lock().expect("log").push(record(group, index, start, true));
@@ -145,8 +128,8 @@ async fn consume(
                         assert_eq!(acked.status, 204, "ack of a ?max= lease: {}", acked.code);
                     }
                 },
-                Mode::LeaseAck | Mode::LeaseNack | Mode::LeaseExpire => {
-                    let visibility = if matches!(mode, Mode::LeaseExpire) { "1s" } else { "30s" };
+                Mode::Ack | Mode::Nack | Mode::Expire => {
+                    let visibility = if matches!(mode, Mode::Expire) { "1s" } else { "30s" };
                     let leased = api.lease(&queue, &format!("wait=1s&visibility={visibility}")).await;
                     if leased.status == 204 {
                         return;
@@ -157,14 +140,14 @@ async fn consume(
                     // "Processing".
                     tokio::time::sleep(Duration::from_millis(rng.random_range(0..5))).await;
                     match mode {
-                        Mode::LeaseExpire => {
+                        Mode::Expire => {
                             // Walked away: the message stays in flight until its lease expires, so
                             // its end is not known here; the next delivery proves it ended.
                             log.lock()
                                 .expect("log")
                                 .push(Delivery { end: start, ..record(group, index, start, false) });
                         },
-                        Mode::LeaseNack => {
+                        Mode::Nack => {
                             log.lock().expect("log").push(record(group, index, start, false));
                             // No mode: on a grouped queue a nack keeps the message's place.
                             let nacked = api.nack(&queue, &leased.receipt, "").await;
@@ -456,16 +439,8 @@ async fn faulty_consumer(api: Api, seed: u64, log: Arc<Mutex<Vec<Held>>>, stop: 
     let mut rng = StdRng::seed_from_u64(seed);
     while !stop.load(Ordering::SeqCst) {
         let roll = rng.random_range(0..100u32);
-        if roll < 15 {
-            let taken = api.try_send(reqwest::Method::POST, "/v1/queues/jobs/take?wait=1s", None).await;
-            if let Ok(taken) = taken.filter_status(200) {
-                let (group, index) = parse_body(&taken.body);
-                let now = Instant::now();
-                let id = taken.id.clone();
-                log.lock().expect("log").push(Held { group, index, start: now, end: now, done: true, id, how: "take" });
-            }
-            continue;
-        }
+        // Leases only, as in the test above: a take's answer can reach its client after the next
+        // message of its group reached another.
         let max = if roll < 30 { "&max=3" } else { "" };
         let Ok(leased) = api
             .try_send(reqwest::Method::POST, &format!("/v1/queues/jobs/leases?wait=1s&visibility=5s{max}"), None)
