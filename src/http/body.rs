@@ -11,8 +11,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
+
+use crate::queue::Handover;
 
 /// The body did not arrive within `api.body_read_timeout`.
 #[derive(Debug, thiserror::Error)]
@@ -72,4 +75,48 @@ pub(super) fn timed_out(error: &(dyn Error + 'static)) -> bool {
         next = error.source();
     }
     false
+}
+
+/// An answer's body that carries a grouped take's [`Handover`]: once the connection has taken
+/// its last byte the messages are taken; dropped before that (the client left, the request
+/// timed out, the connection failed before the body), they are released and keep their places.
+pub(super) struct HandoverBody {
+    inner: Body,
+    handover: Option<Handover>,
+}
+
+impl HandoverBody {
+    /// `response` with its body carrying `handover`.
+    pub(super) fn wrap(response: Response, handover: Handover) -> Response {
+        response.map(|inner| Body::new(HandoverBody { inner, handover: Some(handover) }))
+    }
+}
+
+impl http_body::Body for HandoverBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for HandoverBody {
+    fn drop(&mut self) {
+        // hyper drops a body once it has taken its last frame (or at once, an empty one, as it
+        // writes the head); it writes and flushes them in the same turn.
+        if http_body::Body::is_end_stream(&self.inner)
+            && let Some(handover) = self.handover.take()
+        {
+            handover.handed_over();
+        }
+    }
 }

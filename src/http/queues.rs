@@ -8,6 +8,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::body::HandoverBody;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration};
 use super::state::AppState;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef};
+use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef, Taken};
 use crate::types::QueueName;
 
 /// Path parameters: a queue name and a message id.
@@ -342,14 +343,22 @@ pub async fn take_message(
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let wait = wait_until.saturating_duration_since(Instant::now());
-    if let Some(max) = max {
-        let taken = queue.take_many(wait, max, state.config.api.max_batch_bytes).await?;
-        return Ok(delivered(taken.into_iter().map(|message| (message, None)).collect()));
-    }
-    match queue.take(wait).await? {
-        Some(message) => Ok(message_response(message)),
-        None => Ok(StatusCode::NO_CONTENT.into_response()),
-    }
+    let Taken { messages, handover } = match max {
+        Some(max) => queue.take_many(wait, max, state.config.api.max_batch_bytes).await?,
+        None => queue.take(wait).await?,
+    };
+    let response = match (max, messages.into_iter()) {
+        (Some(_), messages) => delivered(messages.map(|message| (message, None)).collect()),
+        (None, mut messages) => match messages.next() {
+            Some(message) => message_response(message),
+            None => StatusCode::NO_CONTENT.into_response(),
+        },
+    };
+    // A grouped take's messages are taken once the answer has left: its body carries them.
+    Ok(match handover {
+        Some(handover) => HandoverBody::wrap(response, handover),
+        None => response,
+    })
 }
 
 /// Peek at the first messages in delivery order.

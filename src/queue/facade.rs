@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::acquire::Claims;
+use super::acquire::{Claims, Taken};
 use super::browse::Browse;
 use super::cache::ChildrenCache;
 use super::context::Context;
@@ -188,14 +188,15 @@ impl Queue {
         self.puts.put_multi(messages, wait).await
     }
 
-    /// Removes the head message and returns it, waiting up to `wait` for one.
-    pub async fn take(&self, wait: Duration) -> Result<Option<Message>, QueueError> {
+    /// Removes the head message and returns it, waiting up to `wait` for one. A grouped queue's
+    /// message comes with the [`Handover`](super::Handover) its answer must carry to the client.
+    pub async fn take(&self, wait: Duration) -> Result<Taken, QueueError> {
         self.claims.take(wait).await
     }
 
     /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
     /// head: waits up to `wait` for the first, then takes whatever else is there at once.
-    pub async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Vec<Message>, QueueError> {
+    pub async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Taken, QueueError> {
         self.claims.take_many(wait, max, max_bytes).await
     }
 

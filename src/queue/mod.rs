@@ -19,6 +19,7 @@ pub(crate) mod names;
 mod put;
 mod service;
 
+pub use acquire::{Handover, Taken};
 pub use attributes::{AttributeValue, MessageAttributes};
 pub use browse::{HeadAge, Purged, QueueInfo};
 pub use cache::GroupStats;

@@ -58,12 +58,13 @@ enum Mode {
     Nack,
     /// Lease with a short visibility and walk away: it expires and is delivered again.
     Expire,
+    /// Take: done as it arrives (a take is settled by its answer).
+    Take,
+    /// `?max=` take.
+    TakeMany,
 }
 
-/// Leases only: a take settles as its answer leaves zkq, so the next message of its group may reach
-/// another consumer before the take's answer reaches its own (docs/groups.md); the order a user
-/// sees across consumers is promised for leases. Takes are checked in `a_busy_group_holds_back_only_itself`.
-const MODES: [Mode; 4] = [Mode::Ack, Mode::Many, Mode::Nack, Mode::Expire];
+const MODES: [Mode; 6] = [Mode::Ack, Mode::Many, Mode::Nack, Mode::Expire, Mode::Take, Mode::TakeMany];
 
 /// Set when a consumer's task panics (an assertion failed): the test stops waiting at once.
 struct FailFast(Arc<AtomicBool>);
@@ -106,6 +107,34 @@ async fn consume(
                 consumer: name.clone(),
             };
             match mode {
+                Mode::Take => {
+                    let taken = api.take(&queue, "wait=1s").await;
+                    if taken.status == 204 {
+                        return;
+                    }
+                    assert_eq!(taken.status, 200, "take: {}", taken.code);
+                    let start = Instant::now();
+                    let (group, index) = parse_body(&taken.body);
+                    log.lock().expect("log").push(Delivery { end: start, ..record(group, index, start, true) });
+                },
+                Mode::TakeMany => {
+                    let answer = api.take(&queue, "wait=1s&max=4").await;
+                    if answer.status == 204 {
+                        return;
+                    }
+                    assert_eq!(answer.status, 200, "?max= take: {}", answer.code);
+                    let start = Instant::now();
+                    let json = answer.json();
+                    let mut groups = HashSet::new();
+                    for message in json["messages"].as_array().expect("messages") {
+                        let body = base64::engine::general_purpose::STANDARD
+                            .decode(message["body"].as_str().expect("body"))
+                            .expect("base64");
+                        let (group, index) = parse_body(&body);
+                        assert!(groups.insert(group), "one ?max= take held two messages of group {group}");
+                        log.lock().expect("log").push(Delivery { end: start, ..record(group, index, start, true) });
+                    }
+                },
                 Mode::Many => {
                     let answer = api.lease(&queue, "wait=1s&max=4").await;
                     if answer.status == 204 {
@@ -434,27 +463,29 @@ async fn settle(api: &Api, method: reqwest::Method, path: &str) -> u16 {
     }
 }
 
-/// Leases (mostly one, sometimes `?max=3`) or takes, acks or (now and then) nacks, until `stop`.
+/// One of a faulty consumer's deliveries: body, lease receipt (none for a take), message id.
+type Got = (Vec<u8>, Option<String>, String);
+
+/// Leases or takes (one, or `?max=3`), acks or (now and then) nacks, until `stop`.
 async fn faulty_consumer(api: Api, seed: u64, log: Arc<Mutex<Vec<Held>>>, stop: Arc<AtomicBool>) {
     let mut rng = StdRng::seed_from_u64(seed);
     while !stop.load(Ordering::SeqCst) {
-        let roll = rng.random_range(0..100u32);
-        // Leases only, as in the test above: a take's answer can reach its client after the next
-        // message of its group reached another.
-        let max = if roll < 30 { "&max=3" } else { "" };
-        let Ok(leased) = api
-            .try_send(reqwest::Method::POST, &format!("/v1/queues/jobs/leases?wait=1s&visibility=5s{max}"), None)
-            .await
-            .filter_status(200)
-        else {
+        let take = rng.random_bool(0.3);
+        let max = if rng.random_bool(0.3) { "&max=3" } else { "" };
+        let path = if take {
+            format!("/v1/queues/jobs/take?wait=1s{max}")
+        } else {
+            format!("/v1/queues/jobs/leases?wait=1s&visibility=5s{max}")
+        };
+        let Ok(answer) = api.try_send(reqwest::Method::POST, &path, None).await.filter_status(200) else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let start = Instant::now();
-        let got: Vec<(Vec<u8>, String, String)> = if max.is_empty() {
-            vec![(leased.body.clone(), leased.receipt.clone(), leased.id.clone())]
+        let got: Vec<Got> = if max.is_empty() {
+            vec![(answer.body.clone(), (!take).then(|| answer.receipt.clone()), answer.id.clone())]
         } else {
-            leased.json()["messages"]
+            answer.json()["messages"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -463,12 +494,18 @@ async fn faulty_consumer(api: Api, seed: u64, log: Arc<Mutex<Vec<Held>>>, stop: 
                         .decode(m["body"].as_str().unwrap_or(""))
                         .expect("base64");
                     let id = m["message_id"].as_str().unwrap_or("").to_owned();
-                    (body, m["lease"].as_str().unwrap_or("").to_owned(), id)
+                    (body, m["lease"].as_str().map(str::to_owned), id)
                 })
                 .collect()
         };
         for (body, receipt, id) in got {
             let (group, index) = parse_body(&body);
+            let Some(receipt) = receipt else {
+                // A take is done as it arrives.
+                let how = if max.is_empty() { "take" } else { "take ?max=" };
+                log.lock().expect("log").push(Held { group, index, start, end: start, done: true, id, how });
+                continue;
+            };
             let nack = rng.random_range(0..10) == 0;
             let end = Instant::now();
             let path = if nack {

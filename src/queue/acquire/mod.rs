@@ -13,8 +13,12 @@
 //!   session.
 
 mod claim;
+mod handover;
 mod split;
 mod take;
+
+use handover::GROUPED_TAKE_VISIBILITY;
+pub use handover::Handover;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
-use super::context::SETTLE_RETRIES;
 use super::lease::LeaseGrant;
 use super::lease::Leases;
 use super::message::Message;
@@ -38,7 +41,18 @@ use crate::zk::ZkError;
 pub(super) type Delivery = (Message, Option<LeaseGrant>);
 
 /// Where the answer of an acquisition goes; closed when the HTTP client went away.
-pub(super) type Caller = oneshot::Sender<Result<Vec<Delivery>, QueueError>>;
+pub(super) type Caller = oneshot::Sender<Result<Acquired, QueueError>>;
+
+/// What an acquisition hands out: its deliveries, and for a grouped take their [`Handover`].
+pub(super) type Acquired = (Vec<Delivery>, Option<Handover>);
+
+/// Messages taken; a grouped queue's come with their [`Handover`], which the caller settles once
+/// it has handed them on.
+#[derive(Debug, Default)]
+pub struct Taken {
+    pub messages: Vec<Message>,
+    pub handover: Option<Handover>,
+}
 
 /// Takes and lease claims of one queue: the one acquire pipeline. Its fields are private to
 /// `acquire/`; a lease's own operations are asked of [`Leases`].
@@ -54,17 +68,13 @@ impl Claims {
     }
 }
 
-/// How long a grouped take's lease lasts: from its claim to its ack, which follows the answer
-/// at once; a zkq that dies in between leaves it to expire (the message is delivered again).
-const GROUPED_TAKE_VISIBILITY: Duration = Duration::from_secs(60);
-
 /// What follows once the caller has the answer.
 #[derive(Debug, Clone, Copy)]
 enum AfterAnswer {
     /// Nothing: a take is settled by its claim, a lease by its client.
     Keep,
-    /// Ack the leases handed over (a grouped take).
-    Ack,
+    /// The leases go with the answer, in a [`Handover`] (a grouped take).
+    HandOver,
 }
 
 /// What kind of consumption is asked for.
@@ -76,8 +86,8 @@ pub(super) enum Acquire {
 
 impl Claims {
     /// Removes the head message and returns it, waiting up to `wait` for one.
-    pub(super) async fn take(self: &Arc<Self>, wait: Duration) -> Result<Option<Message>, QueueError> {
-        Ok(self.take_many(wait, 1, usize::MAX).await?.into_iter().next())
+    pub(super) async fn take(self: &Arc<Self>, wait: Duration) -> Result<Taken, QueueError> {
+        self.take_many(wait, 1, usize::MAX).await
     }
 
     /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
@@ -88,18 +98,18 @@ impl Claims {
         wait: Duration,
         max: usize,
         max_bytes: usize,
-    ) -> Result<Vec<Message>, QueueError> {
-        if self.ctx.grouped {
-            // A grouped take is a lease acked as it is answered: its message keeps its place at
-            // the head of its group until the answer is handed over, so a taker that leaves puts
-            // nothing out of order (a take's put-back would go to the tail).
+    ) -> Result<Taken, QueueError> {
+        let (acquired, handover) = if self.ctx.grouped {
+            // A grouped take is a lease acked once its answer has left zkq (`handover.rs`): its
+            // message keeps its place at the head of its group until then, so a taker that
+            // leaves puts nothing out of order (a take's put-back would go to the tail).
             self.leases.check_leasable()?;
             let how = Acquire::Lease(GROUPED_TAKE_VISIBILITY);
-            let acquired = self.acquire(wait, how, max, max_bytes, AfterAnswer::Ack).await?;
-            return Ok(acquired.into_iter().map(|(message, _)| message).collect());
-        }
-        let acquired = self.acquire(wait, Acquire::Take, max, max_bytes, AfterAnswer::Keep).await?;
-        Ok(acquired.into_iter().map(|(message, _)| message).collect())
+            self.acquire(wait, how, max, max_bytes, AfterAnswer::HandOver).await?
+        } else {
+            self.acquire(wait, Acquire::Take, max, max_bytes, AfterAnswer::Keep).await?
+        };
+        Ok(Taken { messages: acquired.into_iter().map(|(message, _)| message).collect(), handover })
     }
 
     /// Leases the head message for `visibility`, waiting up to `wait` for one. The message stays
@@ -121,7 +131,7 @@ impl Claims {
         max_bytes: usize,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
         self.leases.check_leasable()?;
-        let acquired = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes, AfterAnswer::Keep).await?;
+        let (acquired, _) = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes, AfterAnswer::Keep).await?;
         Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
     }
 
@@ -132,7 +142,7 @@ impl Claims {
         max: usize,
         max_bytes: usize,
         after: AfterAnswer,
-    ) -> Result<Vec<Delivery>, QueueError> {
+    ) -> Result<Acquired, QueueError> {
         if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
@@ -144,57 +154,33 @@ impl Claims {
             async move {
                 let mut tx = tx;
                 let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
-                let to_ack: Vec<_> = match (&result, after) {
-                    (Ok(delivered), AfterAnswer::Ack) => {
-                        delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt)).collect()
+                let result = result.map(|delivered| match after {
+                    AfterAnswer::HandOver if !delivered.is_empty() => {
+                        let receipts = delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt));
+                        let handover = Handover::new(queue.clone(), receipts.collect());
+                        (delivered, Some(handover))
                     },
-                    _ => Vec::new(),
-                };
-                match tx.send(result) {
-                    Err(Ok(delivered)) => {
-                        // The caller left after messages were claimed: give them back.
-                        // Boxed, like the claims below: the task's own future stays small while it
-                        // only waits (10,000 waiting takes are 10,000 such tasks).
-                        for (message, grant) in delivered {
-                            match grant {
-                                Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
-                                None => Box::pin(queue.put_back(message)).await,
-                            }
+                    AfterAnswer::HandOver | AfterAnswer::Keep => (delivered, None),
+                });
+                if let Err(Ok((delivered, handover))) = tx.send(result) {
+                    // The caller left after messages were claimed: give them back (a handover
+                    // releases its leases as it is dropped).
+                    if handover.is_some() {
+                        return;
+                    }
+                    // Boxed, like the claims below: the task's own future stays small while it
+                    // only waits (10,000 waiting takes are 10,000 such tasks).
+                    for (message, grant) in delivered {
+                        match grant {
+                            Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
+                            None => Box::pin(queue.put_back(message)).await,
                         }
-                    },
-                    Ok(()) => {
-                        for receipt in to_ack {
-                            Box::pin(queue.ack_handed_over(receipt)).await;
-                        }
-                    },
-                    Err(Err(_)) => {},
+                    }
                 }
             },
             span,
         ));
         rx.await.unwrap_or(Err(QueueError::ShuttingDown))
-    }
-
-    /// Acknowledges the lease of a grouped take whose answer was handed over: retried while
-    /// ZooKeeper cannot be asked or its answer was lost (a retry is settled by the first
-    /// attempt's evidence), for up to half the lease, so the message is not delivered again.
-    async fn ack_handed_over(&self, receipt: super::Receipt) {
-        let give_up = Instant::now() + GROUPED_TAKE_VISIBILITY / 2;
-        let mut pause = SETTLE_RETRIES.retries();
-        loop {
-            match self.leases.ack(receipt).await {
-                Ok(()) => return self.ctx.qm.messages_taken.inc(),
-                Err(QueueError::Zk(ZkError::Unavailable | ZkError::OutcomeUnknown)) if Instant::now() < give_up => {
-                    pause.sleep().await;
-                },
-                // Its lease is gone (its session was lost, zkq is stopping): the message is
-                // delivered again, first of its group.
-                Err(err) => {
-                    return tracing::warn!(queue = %self.ctx.name, error = %err,
-                        "a grouped take's message was answered but could not be acknowledged; it will be delivered again");
-                },
-            }
-        }
     }
 
     /// The first delivery (waiting until `wait_until`), then more that are there now, up to
