@@ -369,3 +369,74 @@ async fn a_batch_take_of_another_sidecars_messages_reads_only_within_its_byte_bu
     assert!(answered < 1_000_000.0, "ZooKeeper answered A {answered} bytes for a take of about 400 KB");
     a.stop().await;
 }
+
+/// Single takes and leases ready at the same time share their claims (`acquire/crew.rs`): 32
+/// consumers each taking (or leasing, then acking) one message at a time from a queue of 640
+/// make far fewer reads and transactions than messages, and every message comes out once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_claims_share_their_round_trips() {
+    let zk = ZkServer::shared();
+    let root = unique_root("claims-shared");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    for lease in [false, true] {
+        let queue = if lease { "leased" } else { "taken" };
+        let total = 640;
+        for chunk in 0..total / 64 {
+            let messages: Vec<serde_json::Value> =
+                (0..64).map(|n| serde_json::json!({ "text": format!("m{}", chunk * 64 + n) })).collect();
+            let put = zkq.client().batch_put(queue, "", &serde_json::json!({ "messages": messages })).await;
+            assert_eq!(put.status, 201, "batch put: {}", put.text());
+        }
+        eventually(SOON, "zkq sees the messages", || async {
+            let info: serde_json::Value = zkq
+                .http
+                .get(zkq.url(&format!("/v1/queues/{queue}")))
+                .send()
+                .await
+                .expect("info")
+                .json()
+                .await
+                .unwrap_or_default();
+            info["depth"].as_u64() == Some(total as u64)
+        })
+        .await;
+        let before = zk_requests(&zkq.metrics().await);
+        let mut consumers = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let api = zkq.client();
+            consumers.spawn(async move {
+                let mut bodies = Vec::new();
+                loop {
+                    let answer =
+                        if lease { api.lease(queue, "wait=0s").await } else { api.take(queue, "wait=0s").await };
+                    if answer.status == 204 {
+                        return bodies;
+                    }
+                    assert_eq!(answer.status, 200, "{}", answer.code);
+                    if lease {
+                        assert_eq!(api.ack(queue, &answer.receipt).await.status, 204, "ack");
+                    }
+                    bodies.push(answer.text());
+                }
+            });
+        }
+        let mut bodies = Vec::new();
+        while let Some(consumer) = consumers.join_next().await {
+            bodies.extend(consumer.expect("consumer"));
+        }
+        bodies.sort();
+        let mut expected: Vec<String> = (0..total).map(|n| format!("m{n}")).collect();
+        expected.sort();
+        assert_eq!(bodies, expected, "{queue}: every message once");
+        let after = zk_requests(&zkq.metrics().await);
+        let grew = |operation: &str| {
+            after.get(operation).copied().unwrap_or(0.0) - before.get(operation).copied().unwrap_or(0.0)
+        };
+        let (reads, transactions) = (grew("multi_read") + grew("get_data"), grew("multi"));
+        eprintln!("{queue}: {total} messages by 32 single consumers: {reads} reads, {transactions} transactions");
+        // Alone, each claim would be one read and one transaction (and a lease's ack another).
+        assert!(reads < total as f64 / 2.0, "{queue}: {reads} reads for {total} single claims");
+        assert!(transactions < total as f64, "{queue}: {transactions} transactions for {total} single claims");
+    }
+    zkq.stop().await;
+}

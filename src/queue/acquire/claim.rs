@@ -32,7 +32,7 @@ use super::super::names::ItemName;
 use super::Claims;
 use super::split::Fit;
 use super::take;
-use super::{Acquire, Caller, Delivery};
+use super::{Acquire, Delivery};
 use crate::metrics::ClaimOutcome;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
@@ -97,7 +97,7 @@ impl Claims {
         candidates: Vec<ItemName>,
         byte_budget: usize,
         how: Acquire,
-        caller: &Caller,
+        abandoned: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<Delivery>, QueueError> {
         let lock_dir = match (how, &self.ctx.lock_path) {
             (Acquire::Lease(_), None) => {
@@ -199,7 +199,7 @@ impl Claims {
         let locking = self.ctx.lock_path.is_some();
         let mut delivered = Vec::with_capacity(chosen.len());
         while !chosen.is_empty() {
-            if caller.is_closed() {
+            if abandoned() {
                 self.give_back(chosen.iter().map(|ready| ready.candidate().clone()).collect());
                 return Ok(delivered);
             }

@@ -13,6 +13,7 @@
 //!   session.
 
 mod claim;
+mod crew;
 mod handover;
 mod split;
 mod take;
@@ -60,11 +61,13 @@ pub(super) struct Claims {
     ctx: Arc<Context>,
     cache: Arc<ChildrenCache>,
     leases: Arc<Leases>,
+    /// Single claims ready at the same time, sharing a round trip (`crew.rs`).
+    crew: crew::Crew,
 }
 
 impl Claims {
     pub(super) fn new(ctx: Arc<Context>, cache: Arc<ChildrenCache>, leases: Arc<Leases>) -> Claims {
-        Claims { ctx, cache, leases }
+        Claims { ctx, cache, leases, crew: crew::Crew::default() }
     }
 }
 
@@ -78,7 +81,7 @@ enum AfterAnswer {
 }
 
 /// What kind of consumption is asked for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Acquire {
     Take,
     Lease(Duration),
@@ -168,13 +171,8 @@ impl Claims {
                     if handover.is_some() {
                         return;
                     }
-                    // Boxed, like the claims below: the task's own future stays small while it
-                    // only waits (10,000 waiting takes are 10,000 such tasks).
-                    for (message, grant) in delivered {
-                        match grant {
-                            Some(grant) => Box::pin(queue.leases.abandon_lease(grant.receipt)).await,
-                            None => Box::pin(queue.put_back(message)).await,
-                        }
+                    for delivery in delivered {
+                        queue.give_back_delivery(delivery).await;
                     }
                 }
             },
@@ -234,7 +232,17 @@ impl Claims {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        self.claim_now(&zk, candidates, byte_budget, how, caller).await
+        self.claim_now(&zk, candidates, byte_budget, how, &|| caller.is_closed()).await
+    }
+
+    /// Gives back a message claimed for a caller that left: a lease is released, a taken message
+    /// put back. Boxed, like the claims: an acquisition's task stays small while it only waits
+    /// (10,000 waiting takes are 10,000 such tasks).
+    async fn give_back_delivery(&self, (message, grant): Delivery) {
+        match grant {
+            Some(grant) => Box::pin(self.leases.abandon_lease(grant.receipt)).await,
+            None => Box::pin(self.put_back(message)).await,
+        }
     }
 
     /// Offers candidates that were popped but not claimed again, in their places.
@@ -319,9 +327,9 @@ impl Claims {
             };
             // Each claim gets the full request timeout, whatever is left of the taker's wait.
             let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
-            match Box::pin(self.claim_now(&zk, vec![candidate], usize::MAX, how, caller)).await {
-                Ok(mut delivered) => {
-                    if let Some(first) = delivered.pop() {
+            match Box::pin(self.claim_one(&zk, candidate, how, caller)).await {
+                Ok(delivered) => {
+                    if let Some(first) = delivered {
                         return Ok(Some(first));
                     }
                     // Lost to another consumer, gone, locked or unreadable: the next candidate.
