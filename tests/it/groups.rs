@@ -698,24 +698,18 @@ struct Fenced {
     received: Instant,
 }
 
-/// Leases `?max=10` and acks them in one batch until the queue stays empty; returns each lease.
-async fn fenced_consumer(api: Api) -> Vec<Fenced> {
+/// Leases `?max=10` and acks them in one batch (each receipt again while its ack answers 503 or
+/// 504: an election) until `stop`; returns each lease.
+async fn fenced_consumer(api: Api, stop: Arc<AtomicBool>) -> Vec<Fenced> {
     let mut seen = Vec::new();
-    let mut empty_since: Option<Instant> = None;
-    loop {
+    while !stop.load(Ordering::SeqCst) {
         let sent = Instant::now();
         let answer = api.try_send(reqwest::Method::POST, "/v1/queues/jobs/leases?max=10&wait=1s", None).await;
         let received = Instant::now();
         let Ok(answer) = answer else { continue };
         match answer.status {
-            200 => empty_since = None,
-            204 => {
-                // Empty for 3 s in a row: drained (an election makes a few answers 503 first).
-                if empty_since.get_or_insert(received).elapsed() > Duration::from_secs(3) {
-                    return seen;
-                }
-                continue;
-            },
+            200 => {},
+            204 => continue,
             _ => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -729,13 +723,24 @@ async fn fenced_consumer(api: Api) -> Vec<Fenced> {
             receipts.push(message["lease"].as_str().unwrap_or("").to_owned());
         }
         let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if api.batch_ack("jobs", &receipts).await.status == 200 {
-                break;
+        while !receipts.is_empty() && started.elapsed() < Duration::from_secs(30) {
+            let acked = api.batch_ack("jobs", &receipts).await;
+            if acked.status == 200 {
+                let unsettled: Vec<String> = acked.json()["results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| matches!(r["status"].as_u64(), Some(503 | 504)))
+                    .filter_map(|r| r["lease"].as_str().map(str::to_owned))
+                    .collect();
+                receipts = unsettled;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !receipts.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -761,10 +766,11 @@ async fn fencing_tokens_grow_over_ten_thousand_leases_across_three_sidecars_and_
         let put = zkqs[chunk % 3].client().batch_put("jobs", "", &serde_json::json!({ "messages": messages })).await;
         assert_eq!(put.status, 201, "{}", put.text());
     }
+    let stop = Arc::new(AtomicBool::new(false));
     let mut consumers = tokio::task::JoinSet::new();
     for zkq in &zkqs {
         for _ in 0..2 {
-            consumers.spawn(fenced_consumer(zkq.client()));
+            consumers.spawn(fenced_consumer(zkq.client(), stop.clone()));
         }
     }
     // A leader failover while the consumers lease.
@@ -785,6 +791,14 @@ async fn fencing_tokens_grow_over_ten_thousand_leases_across_three_sidecars_and_
     })
     .await
     .expect("failover");
+    // Drained: every message acked (a lease whose ack was lost expires and is leased again).
+    let direct = zk_client(&*ensemble).await;
+    let path = format!("{root}/queues/jobs");
+    eventually(Duration::from_secs(180), "every message is acked", || async {
+        children(&direct, &path).await.is_empty()
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
     let mut leases = Vec::new();
     while let Some(done) = consumers.join_next().await {
         leases.extend(done.expect("consumer"));
