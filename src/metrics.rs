@@ -265,8 +265,8 @@ impl Metrics {
             sqs_requests: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_sqs_requests_total",
-                    "Requests to the SQS-compatible listener by action (`other` for actions zkq does not serve) and \
-                     outcome (`ok`, or the SQS error code answered).",
+                    "Requests to the SQS-compatible listener by action (`other` for actions zkq does not serve, and \
+                     requests refused for their signature) and outcome (`ok`, or the SQS error code answered).",
                 ),
                 &["action", "code"],
             )?)?,

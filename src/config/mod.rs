@@ -222,6 +222,12 @@ pub struct SqsConfig {
     pub account_id: String,
     /// The region in queue ARNs.
     pub region: String,
+    /// The access key id SQS requests must be signed with (AWS Signature Version 4), with the
+    /// secret of `secret_access_key_file`; both or neither, and both when `api.token_file` is
+    /// set. Without them any signature, or none, is accepted.
+    pub access_key_id: Option<String>,
+    /// A file holding the secret access key of `access_key_id`.
+    pub secret_access_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -489,7 +495,13 @@ impl Default for AdminConfig {
 
 impl Default for SqsConfig {
     fn default() -> Self {
-        SqsConfig { listen: None, account_id: "000000000000".to_owned(), region: "us-east-1".to_owned() }
+        SqsConfig {
+            listen: None,
+            account_id: "000000000000".to_owned(),
+            region: "us-east-1".to_owned(),
+            access_key_id: None,
+            secret_access_key_file: None,
+        }
     }
 }
 

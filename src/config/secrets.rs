@@ -10,9 +10,12 @@ use super::{Config, Secret};
 pub struct FileSecrets {
     pub sasl_password: Option<Secret>,
     pub api_token: Option<Secret>,
+    /// The secret of `sqs.access_key_id`.
+    pub sqs_secret_key: Option<Secret>,
 }
 
-/// Reads and checks `zookeeper.sasl.password_file` and `api.token_file` (or takes the password
+/// Reads and checks `zookeeper.sasl.password_file`, `api.token_file` and
+/// `sqs.secret_access_key_file` (or takes the password
 /// given inline). A file that is missing, unreadable, not UTF-8 or empty, or a token that cannot
 /// be a header value, is a configuration error.
 pub fn read_secret_files(config: &Config) -> Result<FileSecrets, ConfigError> {
@@ -36,7 +39,11 @@ pub fn read_secret_files(config: &Config) -> Result<FileSecrets, ConfigError> {
         },
         None => None,
     };
-    Ok(FileSecrets { sasl_password, api_token })
+    let sqs_secret_key = match &config.sqs.secret_access_key_file {
+        Some(path) => Some(read_secret_file("sqs.secret_access_key_file", path)?),
+        None => None,
+    };
+    Ok(FileSecrets { sasl_password, api_token, sqs_secret_key })
 }
 
 /// A file holding one secret; line breaks at its end are not part of it.

@@ -460,8 +460,16 @@ fn the_sqs_listener_is_off_by_default_and_its_keys_are_checked() {
         ("[sqs]\nregion = \"Us East\"\n", "sqs.region"),
         ("[sqs]\nlisten = \"127.0.0.1:8080\"\n", "sqs.listen"),
         ("[sqs]\nlisten = \"127.0.0.1:9324\"\n[api]\ntoken_file = \"/run/token\"\n", "sqs.listen"),
+        ("[sqs]\naccess_key_id = \"AKID\"\n", "sqs.access_key_id"),
+        ("[sqs]\nsecret_access_key_file = \"/run/secret\"\n", "sqs.secret_access_key_file"),
+        ("[sqs]\naccess_key_id = \"AK ID\"\nsecret_access_key_file = \"/run/secret\"\n", "sqs.access_key_id"),
     ] {
         let err = load_toml(toml).expect_err(toml);
         assert_eq!(err.key, key, "{toml}: {err}");
     }
+    // With an API token, the SQS listener verifies signatures with a key pair.
+    let signed = "[sqs]\nlisten = \"127.0.0.1:9324\"\naccess_key_id = \"AKID\"\nsecret_access_key_file = \"/run/secret\"\n\
+                  [api]\ntoken_file = \"/run/token\"\n";
+    let config = load_toml(signed).expect("a signed SQS listener beside a token-guarded API");
+    assert_eq!(config.sqs.access_key_id.as_deref(), Some("AKID"));
 }

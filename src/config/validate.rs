@@ -259,14 +259,40 @@ impl Config {
             if listen.port() != 0 && (listen == self.api.listen || listen == self.admin.listen) {
                 return Err(invalid("sqs.listen", listen, "must differ from api.listen and admin.listen"));
             }
-            if self.api.token_file.is_some() {
+            if self.api.token_file.is_some() && sqs.access_key_id.is_none() {
                 return Err(invalid(
                     "sqs.listen",
                     listen,
-                    "the SQS-compatible listener does not verify request signatures yet, so it cannot be served \
-                     while api.token_file guards the API; serve it without an API token, on loopback",
+                    "with api.token_file guarding the API, the SQS listener needs sqs.access_key_id and \
+                     sqs.secret_access_key_file: it verifies every request's AWS signature with them",
                 ));
             }
+        }
+        match (&sqs.access_key_id, &sqs.secret_access_key_file) {
+            (Some(id), Some(_)) => {
+                if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                    return Err(invalid(
+                        "sqs.access_key_id",
+                        id,
+                        "1 to 128 letters and digits, as an AWS access key id",
+                    ));
+                }
+            },
+            (Some(id), None) => {
+                return Err(invalid(
+                    "sqs.access_key_id",
+                    id,
+                    "needs sqs.secret_access_key_file, the file of its secret",
+                ));
+            },
+            (None, Some(path)) => {
+                return Err(invalid(
+                    "sqs.secret_access_key_file",
+                    path.display(),
+                    "needs sqs.access_key_id, the key id its secret belongs to",
+                ));
+            },
+            (None, None) => {},
         }
         Ok(())
     }
@@ -387,6 +413,7 @@ impl Config {
             ("zookeeper.tls.key_file", &tls.key_file),
             ("zookeeper.sasl.password_file", &zk.sasl.password_file),
             ("api.token_file", &self.api.token_file),
+            ("sqs.secret_access_key_file", &self.sqs.secret_access_key_file),
         ] {
             if let Some(path) = path {
                 check_file_path(key, path)?;

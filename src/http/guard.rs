@@ -18,11 +18,22 @@ use super::wire::API_TOKEN_HEADER;
 use crate::config::Config;
 use crate::metrics::Metrics;
 
+/// Who may use a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// Whoever reaches it (the admin listener).
+    Open,
+    /// Not a web page of another site, and with `api.token_file`, only with the token (the API).
+    Token,
+    /// Not a web page of another site; the SQS listener checks signatures itself (`sqs/sigv4.rs`).
+    NoBrowsers,
+}
+
 /// Who may use the API: refuses requests a web browser sends for another site's page (403
 /// `cross_origin_refused`, unless `api.refuse_cross_origin = false`), and with an API token
-/// configured, requests without it (401 `unauthorized`). The OpenAPI document and its viewer
-/// (`/openapi.json`, `/docs`) hold no data and need no token.
-fn access_refusal(state: &AppState, request: &Request) -> Option<ApiError> {
+/// configured and `token` asked, requests without it (401 `unauthorized`). The OpenAPI document
+/// and its viewer (`/openapi.json`, `/docs`) hold no data and need no token.
+fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<ApiError> {
     if state.config.api.refuse_cross_origin
         && let Some(why) = browser_request_refused(request.headers())
     {
@@ -34,7 +45,7 @@ fn access_refusal(state: &AppState, request: &Request) -> Option<ApiError> {
             ),
         ));
     }
-    if let Some(token) = &state.api_token {
+    if let Some(token) = state.api_token.as_ref().filter(|_| token) {
         let path = request.uri().path();
         let open = path == "/openapi.json" || path == "/docs" || path.starts_with("/docs/");
         if !open {
@@ -104,8 +115,8 @@ pub(super) struct Guard {
     /// `api.max_concurrent_requests` permits (long-polls included).
     pub(super) in_flight: Option<Arc<tokio::sync::Semaphore>>,
     pub(super) body_limits: Option<BodyLimits>,
-    /// The API listener checks who may use it ([`access_refusal`]); the admin listener does not.
-    pub(super) access: bool,
+    /// Who may use the listener ([`access_refusal`]).
+    pub(super) access: Access,
 }
 
 /// What the API accepts of a request body: its size, and the time it may take to arrive.
@@ -139,8 +150,8 @@ fn refusal(
     route: &str,
     request: &Request,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
-    if guard.access
-        && let Some(refused) = access_refusal(&guard.state, request)
+    if guard.access != Access::Open
+        && let Some(refused) = access_refusal(&guard.state, request, guard.access == Access::Token)
     {
         return Err(refused);
     }

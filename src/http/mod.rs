@@ -56,7 +56,7 @@ pub fn api_router(state: AppState) -> Router {
         state: state.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(limits),
-        access: true,
+        access: guard::Access::Token,
     };
     with_layers(router, guard, Some(limits.message.max(limits.batch))).with_state(state)
 }
@@ -107,7 +107,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None, access: false };
+    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None, access: guard::Access::Open };
     with_layers(router, guard, None).with_state(state)
 }
 

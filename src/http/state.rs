@@ -22,4 +22,6 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// The token every API request must carry in `zkq-api-token` (`api.token_file`), if any.
     pub api_token: Option<Arc<Secret>>,
+    /// The key pair SQS requests must be signed with (`sqs.access_key_id`), if any.
+    pub sqs_credentials: Option<Arc<super::sqs::Credentials>>,
 }

@@ -158,10 +158,17 @@ const KEYS: &[Key] = &[
         "sqs.listen",
         "address",
         "none: not served",
-        "address of the [SQS-compatible API](../sqs.md) (AWS SDKs, the AWS CLI); keep it on loopback, it checks no signatures",
+        "address of the [SQS-compatible API](../sqs.md) (AWS SDKs, the AWS CLI); without `sqs.access_key_id` it checks no signatures: keep it on loopback",
     ),
     key("sqs.account_id", "12 digits", "the account id in queue URLs and ARNs"),
     key("sqs.region", "region name", "the region in queue ARNs"),
+    key_or(
+        "sqs.access_key_id",
+        "string",
+        "none: any signature",
+        "the access key id every SQS request must be signed with (AWS Signature Version 4); with `sqs.secret_access_key_file`, and required with `api.token_file`",
+    ),
+    key_or("sqs.secret_access_key_file", "path", "none", "file holding the secret access key of `sqs.access_key_id`"),
     key("queues_dynamic", "boolean", "create undeclared queues on their first put"),
     key(
         "queues_dynamic_grouped",

@@ -13,6 +13,7 @@ pub struct Secrets {
     pub tls: Option<(TlsSettings, TlsMaterial)>,
     pub sasl_password: Option<Secret>,
     pub api_token: Option<Secret>,
+    pub sqs_secret_key: Option<Secret>,
 }
 
 /// Reads and checks every file the configuration names. A file that is missing, unreadable or
@@ -38,8 +39,8 @@ pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
         },
         _ => None,
     };
-    let FileSecrets { sasl_password, api_token } = read_secret_files(config)?;
-    Ok(Secrets { tls, sasl_password, api_token })
+    let FileSecrets { sasl_password, api_token, sqs_secret_key } = read_secret_files(config)?;
+    Ok(Secrets { tls, sasl_password, api_token, sqs_secret_key })
 }
 
 /// The session's settings: the configuration with the secrets read from their files.

@@ -95,19 +95,26 @@ async fn messages_cross_between_the_sqs_api_and_zkqs_own() {
     assert_eq!(metric_value(&metrics, "zkq_sqs_requests_total{action=\"ReceiveMessage\",code=\"ok\"}"), Some(2.0));
 }
 
-/// Runs Debian's AWS CLI (`/usr/bin/aws`, installed by scripts/test.sh) with `args`; its JSON output.
-async fn aws_cli(endpoint: &str, args: &[&str]) -> serde_json::Value {
+/// Runs Debian's AWS CLI (`/usr/bin/aws`, installed by scripts/test.sh) with `args`, signing with
+/// `key` (key id, secret); its output.
+async fn aws_cli_as(endpoint: &str, (key_id, secret): (&str, &str), args: &[&str]) -> std::process::Output {
     let mut command = std::process::Command::new("/usr/bin/aws");
     command
         .args(["--endpoint-url", endpoint, "--output", "json", "sqs"])
         .args(args)
-        .env("AWS_ACCESS_KEY_ID", "any")
-        .env("AWS_SECRET_ACCESS_KEY", "any")
+        .env("AWS_ACCESS_KEY_ID", key_id)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_MAX_ATTEMPTS", "1")
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    let output = tokio::task::spawn_blocking(move || command.output().expect("aws runs")).await.expect("join");
+    tokio::task::spawn_blocking(move || command.output().expect("aws runs")).await.expect("join")
+}
+
+/// Runs Debian's AWS CLI with `args`; its JSON output.
+async fn aws_cli(endpoint: &str, args: &[&str]) -> serde_json::Value {
+    let output = aws_cli_as(endpoint, ("any", "any"), args).await;
     assert!(
         output.status.success(),
         "aws sqs {args:?}: {}{}",
@@ -357,4 +364,85 @@ async fn the_readmes_sqs_example_works_as_written() {
     assert!(received.status.success(), "{}", String::from_utf8_lossy(&received.stderr));
     let json: serde_json::Value = serde_json::from_slice(&received.stdout).expect("JSON");
     assert_eq!(json["Messages"][0]["Body"], "hello");
+}
+
+/// With `api.token_file` guarding the API, the SQS listener verifies AWS Signature Version 4 with
+/// the configured key pair: boto3 in both protocols, the JavaScript SDK and the AWS CLI work when
+/// they sign with it; a wrong secret, another key id and an unsigned request are refused with
+/// SQS's codes, and store nothing. zkq's own API still asks for its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (token_file, secret_file) = (dir.path().join("token"), dir.path().join("sqs-secret"));
+    std::fs::write(&token_file, "api-token-0123456789\n").expect("write");
+    let (key_id, secret) = ("AKIAZKQTEST0001", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzkqEXAMPLE");
+    std::fs::write(&secret_file, format!("{secret}\n")).expect("write");
+    let mut config = test_config(ZkServer::shared(), &unique_root("sqs-signed"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    config.api.token_file = Some(token_file);
+    config.sqs.access_key_id = Some(key_id.to_owned());
+    config.sqs.secret_access_key_file = Some(secret_file);
+    let zkq = TestZkq::start(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
+    let endpoint = format!("http://{addr}");
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/signed.py");
+    for (python, protocol) in pythons() {
+        let (script, endpoint) = (script.clone(), endpoint.clone());
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(&python)
+                .arg(script)
+                .args([endpoint.as_str(), protocol, key_id, secret])
+                .output()
+                .expect("python runs")
+        })
+        .await
+        .expect("join");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.starts_with("ok "),
+            "{protocol}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    let listed = aws_cli_as(&endpoint, (key_id, secret), &["list-queues", "--queue-name-prefix", "signed-"]).await;
+    assert!(listed.status.success(), "the CLI signs with the key pair: {}", String::from_utf8_lossy(&listed.stderr));
+    let wrong = aws_cli_as(&endpoint, (key_id, "not-the-secret"), &["list-queues"]).await;
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("SignatureDoesNotMatch"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let js = manifest.join("target/sqs-js/signed-client.mjs");
+    std::fs::copy(manifest.join("tests/sqs/js/client.mjs"), &js).expect("the SDK is installed in target/sqs-js");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(js)
+            .args([endpoint.as_str(), "signed-js"])
+            .env("ZKQ_SQS_KEY_ID", key_id)
+            .env("ZKQ_SQS_SECRET", secret)
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.starts_with("ok "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // zkq's own API is still guarded by its token.
+    let put = zkq.http.post(zkq.url("/v1/queues/signed-json/messages")).body("x").send().await.expect("put");
+    assert_eq!(put.status(), 401, "the API asks for its token");
+    let refused = metric_value(
+        &zkq.registered_metrics(),
+        "zkq_sqs_requests_total{action=\"other\",code=\"SignatureDoesNotMatch\"}",
+    );
+    assert!(refused.unwrap_or(0.0) >= 5.0, "refusals are counted: {refused:?}");
 }

@@ -113,6 +113,12 @@ impl SqsError {
         SqsError::sender("InvalidMessageContents", "InvalidMessageContents", message)
     }
 
+    /// A request whose signature does not pass (`sigv4.rs`): its code is the shape in both protocols.
+    pub(super) fn auth(code: &'static str, status: u16, message: impl Into<String>) -> SqsError {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+        SqsError { status, ..SqsError::sender(code, code, message) }
+    }
+
     pub(super) fn server_unavailable(message: impl Into<String>) -> SqsError {
         SqsError::server("ServiceUnavailable", "ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE, message)
     }

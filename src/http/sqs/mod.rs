@@ -9,19 +9,21 @@
 mod actions;
 mod error;
 mod protocol;
+mod sigv4;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri, header};
+use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::Response;
 
 use super::AppState;
-use super::guard::{BodyLimits, Guard};
+use super::guard::{Access, BodyLimits, Guard};
 pub use actions::SERVED as SERVED_ACTIONS;
 use protocol::Protocol;
+pub use sigv4::Credentials;
 
 /// The SQS-compatible router: every path and method goes to [`handle`] (the query protocol may
 /// post to a queue's URL).
@@ -33,15 +35,21 @@ pub fn sqs_router(state: AppState) -> Router {
         state: state.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(BodyLimits { message: body, batch: body, read_timeout: limits.read_timeout }),
-        access: true,
+        access: Access::NoBrowsers,
     };
     let router = Router::new().route("/", axum::routing::any(handle)).route("/{*path}", axum::routing::any(handle));
     super::with_layers(router, guard, Some(body)).with_state(state)
 }
 
-async fn handle(State(state): State<AppState>, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
+async fn handle(State(state): State<AppState>, method: Method, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
     let protocol = protocol::protocol_of(&headers);
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    if let Some(credentials) = &state.sqs_credentials
+        && let Err(err) = sigv4::verify(credentials, &method, &uri, &headers, &body, std::time::SystemTime::now())
+    {
+        state.metrics.sqs_requests.with_label_values(&["other", err.code]).inc();
+        return protocol::encode_error(protocol, err, &request_id);
+    }
     let decoded = match protocol {
         Protocol::Json => protocol::decode_json(&headers, &body),
         Protocol::Query => protocol::decode_query(uri.query(), &body),
