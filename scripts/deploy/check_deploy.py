@@ -475,6 +475,8 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         zk_expected.pop("sasl")
     if zkq_values["apiTokenSecret"]["name"]:
         expected_config["api"]["token_file"] = f"{SECRETS_DIR}/api-token/token"
+    if zkq_values["sqsSecret"]["name"]:
+        expected_config.setdefault("sqs", {})["secret_access_key_file"] = f"{SECRETS_DIR}/sqs/secret-access-key"
     C.ok(
         "zkq.toml holds exactly the configured values (every key, types intact)",
         toml == expected_config,
@@ -590,6 +592,8 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
          [(zkq_values["saslSecret"]["key"], "password")]),
         ("zkq-api-token", f"{SECRETS_DIR}/api-token", zkq_values["apiTokenSecret"]["name"],
          [(zkq_values["apiTokenSecret"]["key"], "token")]),
+        ("zkq-sqs", f"{SECRETS_DIR}/sqs", zkq_values["sqsSecret"]["name"],
+         [(zkq_values["sqsSecret"]["key"], "secret-access-key")]),
     ]
     for volume, mount_path, secret, items in secret_files:
         if not secret:
@@ -609,6 +613,7 @@ def check_case(name: str, values: dict[str, Any], rendered: dict[str, str], outd
         )
     paths = [toml["zookeeper"].get("tls", {}).get(k) for k in ("ca_file", "cert_file", "key_file")]
     paths += [toml["zookeeper"].get("sasl", {}).get("password_file"), toml["api"].get("token_file")]
+    paths += [toml.get("sqs", {}).get("secret_access_key_file")]
     mounted = {f"{m['mountPath']}/" for m in zkq_c.get("volumeMounts", [])}
     C.ok(
         "every file zkq.toml names lies in a volume mounted in the zkq container",

@@ -2,8 +2,8 @@
 zkq-sidecar.config: zkq.toml rendered from zkq.config. Strings are written as TOML basic strings
 (JSON escaping is a subset of TOML's), integers as integers. No secret ever appears here:
 zookeeper.auth_digest is refused in values and reaches zkq as ZKQ__ZOOKEEPER__AUTH_DIGEST from a
-Secret; the TLS files, the SASL password and the API token are files mounted from Secrets, and
-only their paths are written here.
+Secret; the TLS files, the SASL password, the API token and the SQS secret access key are files
+mounted from Secrets, and only their paths are written here.
 */}}
 {{- define "zkq-sidecar.config" -}}
 {{- $zkq := include "zkq-sidecar.values" . | fromYaml -}}
@@ -14,6 +14,7 @@ only their paths are written here.
 # environment variable, TLS files, the SASL password and the API token from files mounted from
 # Secrets. Validate with: zkq check-config --config zkq.toml (in the pod, where the files are)
 queues_dynamic = {{ $c.queues_dynamic }}
+queues_dynamic_grouped = {{ $c.queues_dynamic_grouped }}
 max_dynamic_queues = {{ int64 $c.max_dynamic_queues }}
 counters_dynamic = {{ $c.counters_dynamic }}
 
@@ -56,6 +57,18 @@ token_file = {{ include "zkq-sidecar.apiTokenFile" . | toJson }}
 
 [admin]
 listen = {{ toString $c.admin.listen | toJson }}
+{{- with $c.sqs }}
+
+[sqs]
+{{- range $key := list "listen" "account_id" "region" "access_key_id" }}
+{{- if not (kindIs "invalid" (index $c.sqs $key)) }}
+{{ $key }} = {{ toString (index $c.sqs $key) | toJson }}
+{{- end }}
+{{- end }}
+{{- if $zkq.sqsSecret.name }}
+secret_access_key_file = {{ printf "%s/sqs/secret-access-key" $secrets | toJson }}
+{{- end }}
+{{- end }}
 
 [log]
 format = {{ toString $c.log.format | toJson }}
@@ -91,6 +104,9 @@ dead_letter = {{ toString $q.dead_letter | toJson }}
 {{- end }}
 {{- if $q.idempotency_window }}
 idempotency_window = {{ toString $q.idempotency_window | toJson }}
+{{- end }}
+{{- if not (kindIs "invalid" $q.grouped) }}
+grouped = {{ $q.grouped }}
 {{- end }}
 {{- with $q.push }}
 {{- $p := . }}

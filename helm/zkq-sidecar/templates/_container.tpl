@@ -91,6 +91,11 @@ Usage (under `initContainers:` of a pod spec, any indentation):
       mountPath: {{ printf "%s/api-token" $secrets }}
       readOnly: true
     {{- end }}
+    {{- if $zkq.sqsSecret.name }}
+    - name: zkq-sqs
+      mountPath: {{ printf "%s/sqs" $secrets }}
+      readOnly: true
+    {{- end }}
   terminationMessagePolicy: FallbackToLogsOnError
 {{- end -}}
 
@@ -124,7 +129,8 @@ Together they make zkq.nativeSidecar a pure values switch:
 zkq-sidecar.volumes: the pod volumes of zkq, as items of the pod's `volumes:` list: zkq-config
 (zkq.toml, from the zkq-sidecar.configmap ConfigMap), and the Secrets that are configured:
 zkq-tls (zkq.tlsSecret: ca.crt, and tls.crt and tls.key for mutual TLS), zkq-sasl
-(zkq.saslSecret: password) and zkq-api-token (zkq.apiTokenSecret: token). Only the named keys are
+(zkq.saslSecret: password), zkq-api-token (zkq.apiTokenSecret: token) and zkq-sqs (zkq.sqsSecret:
+secret-access-key). Only the named keys are
 projected, under fixed file names.
 */}}
 {{- define "zkq-sidecar.volumes" -}}
@@ -169,6 +175,16 @@ projected, under fixed file names.
     items:
       - key: {{ .key | quote }}
         path: token
+{{- end }}
+{{- end }}
+{{- with $zkq.sqsSecret }}
+{{- if .name }}
+- name: zkq-sqs
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .key | quote }}
+        path: secret-access-key
 {{- end }}
 {{- end }}
 {{- end -}}

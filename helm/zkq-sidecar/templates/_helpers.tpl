@@ -34,6 +34,9 @@ saslSecret:
 apiTokenSecret:
   name: ""
   key: token
+sqsSecret:
+  name: ""
+  key: secret-access-key
 extraEnv: []
 resources:
   requests:
@@ -167,6 +170,7 @@ config:
   shutdown:
     grace: 10s
   queues_dynamic: true
+  queues_dynamic_grouped: false
   max_dynamic_queues: 1000
   counters_dynamic: true
   queues: {}
@@ -345,8 +349,8 @@ container and configmap templates.
 {{- end -}}
 
 {{/*
-zkq-sidecar.secretsDir: where the Secrets of zkq.tlsSecret, zkq.saslSecret and zkq.apiTokenSecret
-are mounted (one directory each), outside /etc/zkq (a ConfigMap volume cannot hold mount points).
+zkq-sidecar.secretsDir: where the Secrets of zkq.tlsSecret, zkq.saslSecret, zkq.apiTokenSecret and
+zkq.sqsSecret are mounted (one directory each), outside /etc/zkq (a ConfigMap volume cannot hold mount points).
 */}}
 {{- define "zkq-sidecar.secretsDir" -}}
 /var/run/secrets/zkq
