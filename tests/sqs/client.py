@@ -68,6 +68,8 @@ for m in messages:
     check(m["MD5OfBody"] == md5(m["Body"]), "MD5OfBody")
     check(m["Attributes"]["ApproximateReceiveCount"] == "1", m["Attributes"])
     check(int(m["Attributes"]["SentTimestamp"]) > 1_600_000_000_000, m["Attributes"])
+    first_receive = int(m["Attributes"]["ApproximateFirstReceiveTimestamp"])
+    check(first_receive >= int(m["Attributes"]["SentTimestamp"]), m["Attributes"])
 check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == [], "all four are in flight")
 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
 check(attributes["ApproximateNumberOfMessagesNotVisible"] == "4", attributes)
@@ -76,9 +78,15 @@ check(attributes["QueueArn"] == f"arn:aws:sqs:us-east-1:000000000000:{queue}", a
 sqs.delete_message(QueueUrl=url, ReceiptHandle=messages[0]["ReceiptHandle"])
 # Visibility 0: released now, delivered again, counted twice.
 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=messages[1]["ReceiptHandle"], VisibilityTimeout=0)
-again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+again = sqs.receive_message(
+    QueueUrl=url, WaitTimeSeconds=2, AttributeNames=["ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp"]
+)["Messages"]
 check(again[0]["MessageId"] == messages[1]["MessageId"], "the released message comes back")
-check(again[0]["Attributes"] == {"ApproximateReceiveCount": "2"}, again[0]["Attributes"])
+first_of_released = messages[1]["Attributes"]["ApproximateFirstReceiveTimestamp"]
+check(
+    again[0]["Attributes"] == {"ApproximateReceiveCount": "2", "ApproximateFirstReceiveTimestamp": first_of_released},
+    again[0]["Attributes"],
+)
 changed = sqs.change_message_visibility_batch(
     QueueUrl=url,
     Entries=[{"Id": "a", "ReceiptHandle": again[0]["ReceiptHandle"], "VisibilityTimeout": 60},

@@ -219,15 +219,18 @@ impl Claims {
                 },
             };
             let sent = Instant::now();
-            // The transaction's zxid, once it is known to have applied (a lease's fencing token).
-            let mut claimed_at = None;
+            // The transaction's zxid, once it is known to have applied (a lease's fencing token),
+            // and its time by ZooKeeper's clock when its answer said it.
+            let (mut claimed_at, mut claimed_ms) = (None, None);
             match self.ctx.apply_txn(zk, &ops, &parents).await {
                 Ok(results) => {
-                    // Every operation of a transaction shares its zxid: a lease's lock write says it.
-                    claimed_at = results.iter().find_map(|result| match result {
-                        TxnResult::DataSet(stat) => Some(stat.mzxid),
+                    // Every operation of a transaction shares its zxid and time: a lease's lock
+                    // write says them.
+                    let written = results.iter().find_map(|result| match result {
+                        TxnResult::DataSet(stat) => Some((stat.mzxid, stat.mtime)),
                         _ => None,
                     });
+                    (claimed_at, claimed_ms) = (written.map(|(zxid, _)| zxid), written.map(|(_, ms)| ms));
                 },
                 Err(TxnError { error: ZkError::OutcomeUnknown, .. }) => {
                     let deadline = Instant::now() + self.ctx.session.request_timeout();
@@ -290,7 +293,7 @@ impl Claims {
                 self.cache.claim_ended(&ready.candidate().name);
                 self.ctx.qm.claim(ClaimOutcome::Won).inc();
                 let token = FencingToken::new(claimed_at.unwrap_or_default(), place);
-                delivered.push(self.book(zk, ready, how, token));
+                delivered.push(self.book(zk, ready, how, (token, claimed_ms)));
             }
         }
         Ok(delivered)
@@ -433,7 +436,13 @@ impl Claims {
 
     /// Books a claim that applied: the cache and the metrics follow, and the caller gets the
     /// message (with its lease).
-    fn book(self: &Arc<Self>, zk: &Zk, ready: Ready<'_>, how: Acquire, token: FencingToken) -> Delivery {
+    fn book(
+        self: &Arc<Self>,
+        zk: &Zk,
+        ready: Ready<'_>,
+        how: Acquire,
+        claimed: (FencingToken, Option<i64>),
+    ) -> Delivery {
         match (ready, how) {
             (Ready::Take { candidate, items, attributes, splits, .. }, _) => {
                 self.cache.removed_local();
@@ -449,7 +458,7 @@ impl Claims {
                     Acquire::Take => std::time::Duration::ZERO,
                 };
                 self.ctx.qm.messages_leased.inc();
-                let (message, grant) = self.leases.grant_lease(zk, prepared, visibility, token);
+                let (message, grant) = self.leases.grant_lease(zk, prepared, visibility, claimed);
                 (message, Some(grant))
             },
         }

@@ -53,6 +53,9 @@ pub(in crate::queue) struct LeasePrepared {
     data: Vec<u8>,
     /// The node's creation time (`ctime`, epoch ms), from the read the claim is based on.
     created_at_ms: i64,
+    /// When the message was first delivered: its delivery count's creation (epoch ms), when it
+    /// had one.
+    first_delivered_at_ms: Option<i64>,
     data_version: i32,
     count: u32,
     pub(in crate::queue) body: Vec<u8>,
@@ -157,9 +160,9 @@ impl Leases {
         count: Read,
     ) -> Result<Result<LeasePrepared, Declined>, ZkError> {
         let counter = self.counter_path(&candidate.name);
-        let (previous, counter_version) = match count {
-            Some(Ok((bytes, stat))) => (read_counter(&bytes), Some(stat.version)),
-            _ => (0, None),
+        let (previous, counter_version, first_delivered_at_ms) = match count {
+            Some(Ok((bytes, stat))) => (read_counter(&bytes), Some(stat.version), Some(stat.ctime)),
+            _ => (0, None, None),
         };
         let count = previous.saturating_add(1);
         let undecodable = self.ctx.kind != crate::config::QueueKind::Simple
@@ -193,6 +196,7 @@ impl Leases {
             counter_version,
             data,
             created_at_ms: stat.ctime,
+            first_delivered_at_ms,
             data_version,
             count,
             body,
@@ -208,7 +212,7 @@ impl Leases {
         zk: &Zk,
         prepared: LeasePrepared,
         visibility: Duration,
-        fencing_token: FencingToken,
+        (fencing_token, claimed_ms): (FencingToken, Option<i64>),
     ) -> (Message, LeaseGrant) {
         let LeasePrepared {
             candidate,
@@ -218,6 +222,7 @@ impl Leases {
             counter_version,
             data,
             created_at_ms,
+            first_delivered_at_ms,
             data_version,
             count,
             body,
@@ -235,6 +240,10 @@ impl Leases {
             expires_at_ms,
             delivery_count: count,
             created_at_ms,
+            // A first delivery creates the count in the claim's own transaction.
+            first_delivered_at_ms: first_delivered_at_ms
+                .or(claimed_ms)
+                .unwrap_or_else(|| epoch_ms_after(Duration::ZERO)),
             fencing_token,
         };
         let attributes = super::super::attributes::from_trailer(envelope::after_end(&data));

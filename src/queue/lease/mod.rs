@@ -68,6 +68,9 @@ pub struct LeaseGrant {
     /// its put, or for an item split from a Curator `putMulti` node, the split. The same on every
     /// delivery of the node.
     pub created_at_ms: i64,
+    /// When the message was first delivered (epoch ms, by ZooKeeper's clock; by zkq's when the
+    /// claim's answer was lost): the creation of its delivery count, which its first claim wrote.
+    pub first_delivered_at_ms: i64,
     /// Larger than the token of every earlier lease of every message on the ensemble.
     pub fencing_token: FencingToken,
 }

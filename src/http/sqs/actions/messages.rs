@@ -324,7 +324,8 @@ pub(super) struct ReceivedMessage {
 }
 
 /// The system attributes zkq knows of a delivery.
-const SYSTEM_ATTRIBUTES: [&str; 3] = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"];
+const SYSTEM_ATTRIBUTES: [&str; 4] =
+    ["ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp", "SentTimestamp", "MessageGroupId"];
 
 fn received(
     message: Message,
@@ -348,6 +349,7 @@ fn received(
     };
     add("ApproximateReceiveCount", grant.delivery_count.to_string());
     add("SentTimestamp", grant.created_at_ms.to_string());
+    add("ApproximateFirstReceiveTimestamp", grant.first_delivered_at_ms.to_string());
     if let (true, ItemMeta::Id(group)) = (grouped, &message.meta) {
         add("MessageGroupId", group.clone());
     }

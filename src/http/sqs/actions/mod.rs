@@ -7,7 +7,8 @@
 //! - `MessageId` is the message's node name: the same on every sidecar and every delivery.
 //! - A receipt handle is a lease receipt: `ReceiveMessage` leases, `DeleteMessage` acks,
 //!   `ChangeMessageVisibility` extends (0: released now, in its place).
-//! - `ApproximateReceiveCount` is the lease's delivery count, `SentTimestamp` the node's creation.
+//! - `ApproximateReceiveCount` is the lease's delivery count, `SentTimestamp` the node's creation,
+//!   `ApproximateFirstReceiveTimestamp` its delivery count's (written by its first claim).
 //! - `MessageGroupId` is the message's group on a grouped queue, `MessageDeduplicationId` its
 //!   idempotency key.
 //!
