@@ -152,6 +152,20 @@ check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == 
 check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
       == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "distinct ids")
 check(error_of(sqs.delete_queue, QueueUrl=url)[0] == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+
+# Tags: stored in ZooKeeper, shared by every sidecar.
+check(sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}, "no tags yet")
+sqs.tag_queue(QueueUrl=url, Tags={"team": "orders", "note": "a <&> \"b\" é"})
+check(sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "orders", "note": "a <&> \"b\" é"}, "TagQueue")
+sqs.tag_queue(QueueUrl=url, Tags={"team": "billing"})
+sqs.untag_queue(QueueUrl=url, TagKeys=["note", "never-set"])
+check(sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "billing"}, "UntagQueue")
+check(error_of(sqs.tag_queue, QueueUrl=url, Tags={"aws:owner": "x"})[0] == "InvalidParameterValue", "aws: keys")
+check(error_of(sqs.tag_queue, QueueUrl=url, Tags={f"k{i}": "v" for i in range(50)})[0] == "InvalidParameterValue",
+      "at most 50 tags")
+check(sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "billing"}, "a refused TagQueue changed nothing")
+tagged = sqs.create_queue(QueueName=f"{queue}-tagged", tags={"made-by": "CreateQueue"})["QueueUrl"]
+check(sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"made-by": "CreateQueue"}, "CreateQueue's tags")
 check(error_of(sqs.send_message, QueueUrl=url.replace(queue, "never-created"), MessageBody="x")[0]
       == "AWS.SimpleQueueService.NonExistentQueue", "a send needs the queue")
 check(error_of(sqs.send_message, QueueUrl=url, MessageBody="x", DelaySeconds=5)[0] == "InvalidParameterValue", "no delay")

@@ -13,11 +13,12 @@
 //!   idempotency key.
 //!
 //! This file dispatches and holds what every action shares (the request's context, the queue a
-//! URL names, number parsing); `queues.rs` has the queue-level actions, `messages.rs` the message
-//! actions and message attributes.
+//! URL names, number parsing); `queues.rs` has the queue-level actions, `tags.rs` the queue tags,
+//! `messages.rs` the message actions and message attributes.
 
 mod messages;
 mod queues;
+mod tags;
 
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ use queues::{
     create_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues, purge_queue,
     set_queue_attributes,
 };
+use tags::{list_queue_tags, tag_queue, untag_queue};
 
 use super::error::SqsError;
 use crate::http::AppState;
@@ -64,10 +66,10 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
         "SetQueueAttributes" => answer(set_queue_attributes(ctx, parse(input)?).await),
         "ListDeadLetterSourceQueues" => answer(list_dead_letter_sources(ctx, parse(input)?).await),
+        "TagQueue" => answer(tag_queue(ctx, parse(input)?).await),
+        "UntagQueue" => answer(untag_queue(ctx, parse(input)?).await),
+        "ListQueueTags" => answer(list_queue_tags(ctx, parse(input)?).await),
         "DeleteQueue"
-        | "TagQueue"
-        | "UntagQueue"
-        | "ListQueueTags"
         | "AddPermission"
         | "RemovePermission"
         | "StartMessageMoveTask"
@@ -93,6 +95,9 @@ pub const SERVED: &[&str] = &[
     "PurgeQueue",
     "SetQueueAttributes",
     "ListDeadLetterSourceQueues",
+    "TagQueue",
+    "UntagQueue",
+    "ListQueueTags",
 ];
 
 fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {

@@ -34,8 +34,9 @@ pub(super) struct CreateQueueInput {
     queue_name: Option<String>,
     #[serde(default)]
     attributes: Map<String, Value>,
-    #[serde(default, rename = "tags")]
-    _tags: Option<Value>,
+    /// `tags` in the JSON protocol, `Tag.N.Key`/`Tag.N.Value` (decoded as `Tags`) in the query one.
+    #[serde(default, alias = "Tags", rename = "tags")]
+    tags: super::tags::Tags,
 }
 
 /// The queue's settings as SQS attributes: what zkq's configuration makes them, for
@@ -107,6 +108,7 @@ pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Resu
     })?;
     let queue = ctx.state.queues.create(&name).await?;
     check_settings(ctx, &queue, &input.attributes)?;
+    super::tags::add_tags(ctx, &name, input.tags).await?;
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
 }
 
