@@ -89,13 +89,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let stop_session = CancellationToken::new();
     let tasks = TaskTracker::new();
     let api_token = secrets.api_token.clone();
-    let sqs_credentials = match (&config.sqs.access_key_id, &secrets.sqs_secret_key) {
-        (Some(access_key_id), Some(secret)) => Some(Arc::new(crate::http::sqs::Credentials {
-            access_key_id: access_key_id.clone(),
-            secret: secret.clone(),
-        })),
-        _ => None,
-    };
+    let sqs_key_pair = secrets.sqs_key_pair.clone().map(Arc::new);
     let settings = session_settings(&config, secrets);
     let (session, session_task) = ZkSession::start(settings, metrics.clone(), stop_session.clone()).map_err(|err| {
         ConfigError { key: "zookeeper.tls".to_owned(), value: "(files)".to_owned(), allowed: err.to_string() }
@@ -116,7 +110,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         ),
         draining: draining.clone(),
         api_token: api_token.map(Arc::new),
-        sqs_credentials,
+        sqs_key_pair,
     };
 
     let stop_api = CancellationToken::new();

@@ -22,7 +22,7 @@ pub use crate::types::{
 };
 pub use error::ConfigError;
 pub use load::Overrides;
-pub use secrets::{FileSecrets, read_secret_files};
+pub use secrets::{FileSecrets, SqsKeyPair, read_secret_files};
 
 mod error;
 mod load;

@@ -10,8 +10,15 @@ use super::{Config, Secret};
 pub struct FileSecrets {
     pub sasl_password: Option<Secret>,
     pub api_token: Option<Secret>,
-    /// The secret of `sqs.access_key_id`.
-    pub sqs_secret_key: Option<Secret>,
+    /// `sqs.access_key_id` with the secret of `sqs.secret_access_key_file`.
+    pub sqs_key_pair: Option<SqsKeyPair>,
+}
+
+/// The one key pair SQS requests must be signed with. `Debug` shows the key id only.
+#[derive(Debug, Clone)]
+pub struct SqsKeyPair {
+    pub access_key_id: String,
+    pub secret: Secret,
 }
 
 /// Reads and checks `zookeeper.sasl.password_file`, `api.token_file` and
@@ -39,11 +46,14 @@ pub fn read_secret_files(config: &Config) -> Result<FileSecrets, ConfigError> {
         },
         None => None,
     };
-    let sqs_secret_key = match &config.sqs.secret_access_key_file {
-        Some(path) => Some(read_secret_file("sqs.secret_access_key_file", path)?),
-        None => None,
+    let sqs_key_pair = match (&config.sqs.access_key_id, &config.sqs.secret_access_key_file) {
+        (Some(access_key_id), Some(path)) => Some(SqsKeyPair {
+            access_key_id: access_key_id.clone(),
+            secret: read_secret_file("sqs.secret_access_key_file", path)?,
+        }),
+        _ => None,
     };
-    Ok(FileSecrets { sasl_password, api_token, sqs_secret_key })
+    Ok(FileSecrets { sasl_password, api_token, sqs_key_pair })
 }
 
 /// A file holding one secret; line breaks at its end are not part of it.

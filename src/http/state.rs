@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, Secret};
+use crate::config::{Config, Secret, SqsKeyPair};
 use crate::counter::CounterService;
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
@@ -23,5 +23,5 @@ pub struct AppState {
     /// The token every API request must carry in `zkq-api-token` (`api.token_file`), if any.
     pub api_token: Option<Arc<Secret>>,
     /// The key pair SQS requests must be signed with (`sqs.access_key_id`), if any.
-    pub sqs_credentials: Option<Arc<super::sqs::Credentials>>,
+    pub sqs_key_pair: Option<Arc<SqsKeyPair>>,
 }

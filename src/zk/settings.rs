@@ -2,7 +2,7 @@
 //! certificates here, the SASL password and API token by `config::read_secret_files`). `app` and
 //! `inspect` both start a session from them.
 
-use crate::config::{Config, ConfigError, FileSecrets, Secret, read_secret_files};
+use crate::config::{Config, ConfigError, FileSecrets, Secret, SqsKeyPair, read_secret_files};
 
 use super::{SaslCredentials, SessionSettings, TlsMaterial, TlsSettings};
 
@@ -13,7 +13,7 @@ pub struct Secrets {
     pub tls: Option<(TlsSettings, TlsMaterial)>,
     pub sasl_password: Option<Secret>,
     pub api_token: Option<Secret>,
-    pub sqs_secret_key: Option<Secret>,
+    pub sqs_key_pair: Option<SqsKeyPair>,
 }
 
 /// Reads and checks every file the configuration names. A file that is missing, unreadable or
@@ -39,8 +39,8 @@ pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
         },
         _ => None,
     };
-    let FileSecrets { sasl_password, api_token, sqs_secret_key } = read_secret_files(config)?;
-    Ok(Secrets { tls, sasl_password, api_token, sqs_secret_key })
+    let FileSecrets { sasl_password, api_token, sqs_key_pair } = read_secret_files(config)?;
+    Ok(Secrets { tls, sasl_password, api_token, sqs_key_pair })
 }
 
 /// The session's settings: the configuration with the secrets read from their files.

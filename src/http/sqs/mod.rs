@@ -23,7 +23,6 @@ use super::AppState;
 use super::guard::{Access, BodyLimits, Guard};
 pub use actions::SERVED as SERVED_ACTIONS;
 use protocol::Protocol;
-pub use sigv4::Credentials;
 
 /// The SQS-compatible router: every path and method goes to [`handle`] (the query protocol may
 /// post to a queue's URL).
@@ -44,8 +43,8 @@ pub fn sqs_router(state: AppState) -> Router {
 async fn handle(State(state): State<AppState>, method: Method, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
     let protocol = protocol::protocol_of(&headers);
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    if let Some(credentials) = &state.sqs_credentials
-        && let Err(err) = sigv4::verify(credentials, &method, &uri, &headers, &body, std::time::SystemTime::now())
+    if let Some(key_pair) = &state.sqs_key_pair
+        && let Err(err) = sigv4::verify(key_pair, &method, &uri, &headers, &body, std::time::SystemTime::now())
     {
         state.metrics.sqs_requests.with_label_values(&["other", err.code]).inc();
         return protocol::encode_error(protocol, err, &request_id);

@@ -19,19 +19,12 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::error::SqsError;
-use crate::types::Secret;
+use crate::config::SqsKeyPair;
 
 /// How far a request's date may be from zkq's clock.
 const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
-
-/// The one key pair the SQS listener accepts.
-#[derive(Debug)]
-pub struct Credentials {
-    pub access_key_id: String,
-    pub secret: Secret,
-}
 
 /// The parts of an `Authorization` header.
 struct Authorization<'h> {
@@ -93,7 +86,7 @@ fn parse_authorization(value: &str) -> Result<Authorization<'_>, SqsError> {
 
 /// Checks the request's signature against `credentials` at `now`.
 pub(super) fn verify(
-    credentials: &Credentials,
+    credentials: &SqsKeyPair,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -263,6 +256,7 @@ fn encode(text: &str, slash: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Secret;
 
     /// AWS's own example of a signed request (the SigV4 documentation's IAM `ListUsers` GET, with
     /// its published signature), re-scoped to no service check: the algorithm is the same.
@@ -306,7 +300,7 @@ mod tests {
 
     #[test]
     fn each_refusal_has_its_code() {
-        let credentials = Credentials { access_key_id: "AKIDEXAMPLE".to_owned(), secret: Secret::new("secret") };
+        let credentials = SqsKeyPair { access_key_id: "AKIDEXAMPLE".to_owned(), secret: Secret::new("secret") };
         let uri: Uri = "/".parse().expect("uri");
         let now = UNIX_EPOCH + Duration::from_secs(1_440_938_160);
         let code =
