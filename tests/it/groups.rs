@@ -47,6 +47,21 @@ fn parse_body(body: &[u8]) -> (usize, usize) {
     (group.parse().expect("group"), index.parse().expect("index"))
 }
 
+/// The messages of a `?max=` answer: group, index and lease receipt (none for a take). One answer
+/// never holds two messages of a group.
+fn batch_answer(json: &serde_json::Value) -> Vec<(usize, usize, Option<String>)> {
+    let mut groups = HashSet::new();
+    let mut messages = Vec::new();
+    for message in json["messages"].as_array().expect("messages") {
+        let body =
+            base64::engine::general_purpose::STANDARD.decode(message["body"].as_str().expect("body")).expect("base64");
+        let (group, index) = parse_body(&body);
+        assert!(groups.insert(group), "one ?max= answer held two messages of group {group}");
+        messages.push((group, index, message["lease"].as_str().map(str::to_owned)));
+    }
+    messages
+}
+
 /// What a consumer does with the next message it gets.
 #[derive(Debug, Clone, Copy)]
 enum Mode {
@@ -124,14 +139,7 @@ async fn consume(
                     }
                     assert_eq!(answer.status, 200, "?max= take: {}", answer.code);
                     let start = Instant::now();
-                    let json = answer.json();
-                    let mut groups = HashSet::new();
-                    for message in json["messages"].as_array().expect("messages") {
-                        let body = base64::engine::general_purpose::STANDARD
-                            .decode(message["body"].as_str().expect("body"))
-                            .expect("base64");
-                        let (group, index) = parse_body(&body);
-                        assert!(groups.insert(group), "one ?max= take held two messages of group {group}");
+                    for (group, index, _) in batch_answer(&answer.json()) {
                         log.lock().expect("log").push(Delivery { end: start, ..record(group, index, start, true) });
                     }
                 },
@@ -142,15 +150,8 @@ async fn consume(
                     }
                     assert_eq!(answer.status, 200, "?max=: {}", answer.code);
                     let start = Instant::now();
-                    let json = answer.json();
-                    let mut groups = HashSet::new();
-                    for message in json["messages"].as_array().expect("messages") {
-                        let body = base64::engine::general_purpose::STANDARD
-                            .decode(message["body"].as_str().expect("body"))
-                            .expect("base64");
-                        let (group, index) = parse_body(&body);
-                        assert!(groups.insert(group), "one ?max= answer held two messages of group {group}");
-                        let receipt = message["lease"].as_str().expect("lease").to_owned();
+                    for (group, index, receipt) in batch_answer(&answer.json()) {
+                        let receipt = receipt.expect("a ?max= lease's receipt");
                         tokio::task::yield_now().await;
                         log.lock().expect("log").push(record(group, index, start, true));
                         let acked = api.ack(&queue, &receipt).await;

@@ -366,6 +366,17 @@ async fn the_readmes_sqs_example_works_as_written() {
     assert_eq!(json["Messages"][0]["Body"], "hello");
 }
 
+/// Runs a client script to its end; it must succeed and print `ok N checks`.
+async fn runs_ok(mut command: std::process::Command, what: &str) {
+    let output = tokio::task::spawn_blocking(move || command.output().expect("the client runs")).await.expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.starts_with("ok "),
+        "{what}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// With `api.token_file` guarding the API, the SQS listener verifies AWS Signature Version 4 with
 /// the configured key pair: boto3 in both protocols, the JavaScript SDK and the AWS CLI work when
 /// they sign with it; a wrong secret, another key id and an unsigned request are refused with
@@ -388,22 +399,9 @@ async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/signed.py");
     for (python, protocol) in pythons() {
-        let (script, endpoint) = (script.clone(), endpoint.clone());
-        let output = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(&python)
-                .arg(script)
-                .args([endpoint.as_str(), protocol, key_id, secret])
-                .output()
-                .expect("python runs")
-        })
-        .await
-        .expect("join");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.starts_with("ok "),
-            "{protocol}: {stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let mut command = std::process::Command::new(&python);
+        command.arg(&script).args([endpoint.as_str(), protocol, key_id, secret]);
+        runs_ok(command, protocol).await;
     }
 
     let listed = aws_cli_as(&endpoint, (key_id, secret), &["list-queues", "--queue-name-prefix", "signed-"]).await;
@@ -419,23 +417,9 @@ async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let js = manifest.join("target/sqs-js/signed-client.mjs");
     std::fs::copy(manifest.join("tests/sqs/js/client.mjs"), &js).expect("the SDK is installed in target/sqs-js");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(js)
-            .args([endpoint.as_str(), "signed-js"])
-            .env("ZKQ_SQS_KEY_ID", key_id)
-            .env("ZKQ_SQS_SECRET", secret)
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .expect("join");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.starts_with("ok "),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut command = std::process::Command::new("node");
+    command.arg(js).args([endpoint.as_str(), "signed-js"]).env("ZKQ_SQS_KEY_ID", key_id).env("ZKQ_SQS_SECRET", secret);
+    runs_ok(command, "the JavaScript SDK").await;
 
     // zkq's own API is still guarded by its token.
     let put = zkq.http.post(zkq.url("/v1/queues/signed-json/messages")).body("x").send().await.expect("put");

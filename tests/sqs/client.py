@@ -10,7 +10,9 @@ import sys
 
 import boto3
 import botocore
-from botocore.exceptions import ClientError
+
+import checks
+from checks import check, error_of
 
 endpoint, queue, protocol = sys.argv[1:4]
 sqs = boto3.client(
@@ -21,22 +23,6 @@ sqs = boto3.client(
     aws_secret_access_key="any",
     config=botocore.config.Config(retries={"max_attempts": 1}),
 )
-checks = 0
-
-
-def check(condition, what):
-    global checks
-    if not condition:
-        raise AssertionError(what)
-    checks += 1
-
-
-def error_of(call, **kwargs):
-    try:
-        call(**kwargs)
-    except ClientError as err:
-        return err.response["Error"]["Code"], err.response["ResponseMetadata"]["HTTPStatusCode"]
-    raise AssertionError(f"{call.__name__} did not fail")
 
 
 def md5(text):
@@ -146,7 +132,7 @@ check(error_of(sqs.get_queue_url, QueueName="no-such-queue") == ("AWS.SimpleQueu
 try:
     sqs.get_queue_url(QueueName="no-such-queue")
 except sqs.exceptions.QueueDoesNotExist:
-    checks += 1
+    check(True, "QueueDoesNotExist")
 check(error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-receipt")[0] == "ReceiptHandleIsInvalid", "bad receipt")
 check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == "InvalidParameterValue", "max 10")
 check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
@@ -182,4 +168,4 @@ check(sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": visibil
 sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": visibility, "DelaySeconds": "0"})
 check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTimeout": "7"})[0] == "InvalidAttributeValue", "other settings")
 check(sqs.list_dead_letter_source_queues(QueueUrl=url).get("queueUrls", []) == [], "no dead-letter sources")
-print(f"ok {checks} checks")
+print(f"ok {checks.count} checks")

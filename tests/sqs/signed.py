@@ -11,17 +11,11 @@ import sys
 import boto3
 import botocore
 from botocore import UNSIGNED
-from botocore.exceptions import ClientError
+
+import checks
+from checks import check, error_of
 
 endpoint, protocol, key_id, secret = sys.argv[1:5]
-checks = 0
-
-
-def check(condition, what):
-    global checks
-    if not condition:
-        raise AssertionError(what)
-    checks += 1
 
 
 def client(key, secret_key, **config):
@@ -33,14 +27,6 @@ def client(key, secret_key, **config):
         aws_secret_access_key=secret_key,
         config=botocore.config.Config(retries={"max_attempts": 1}, **config),
     )
-
-
-def error_of(call, **kwargs):
-    try:
-        call(**kwargs)
-    except ClientError as err:
-        return err.response["Error"]["Code"], err.response["ResponseMetadata"]["HTTPStatusCode"]
-    raise AssertionError(f"{call.__name__} did not fail")
 
 
 good = client(key_id, secret)
@@ -66,4 +52,4 @@ for refused, expected in [
 # Nothing a refused request sent was stored.
 left = good.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
 check([m["Body"] for m in left] == ["x y+z&=%"], left)
-print(f"ok {checks} checks")
+print(f"ok {checks.count} checks")
