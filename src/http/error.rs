@@ -119,6 +119,8 @@ error_codes! {
     /// message is, or will be, delivered again), or another step already ended it (an ack or a
     /// nack; retrying the step that ended it answers as that step did).
     LeaseLost => CONFLICT, "lease_lost";
+    /// A delete of a queue declared in the configuration (remove it there; purge empties it).
+    QueueDeclared => CONFLICT, "queue_declared";
     /// The counter node is not a 4-byte int; it is left untouched.
     CounterNotAnInt => CONFLICT, "counter_not_an_int";
     /// A compare-and-set against version -1, which ZooKeeper reads as "any version"; refused, as
@@ -287,6 +289,7 @@ impl From<QueueError> for ApiError {
             QueueError::LeaseNotFound(_) => ErrorCode::LeaseNotFound,
             QueueError::TooManyLeases(_) => ErrorCode::TooManyLeases,
             QueueError::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
+            QueueError::Declared(_) => ErrorCode::QueueDeclared,
             QueueError::ShuttingDown => ErrorCode::ShuttingDown,
             QueueError::Zk(zk) => return zk.clone().into(),
         };

@@ -28,7 +28,7 @@ struct ApiDoc;
 pub(super) fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(queues::list_queues))
-        .routes(routes!(queues::get_queue))
+        .routes(routes!(queues::get_queue, queues::delete_queue))
         .routes(routes!(queues::put_message, queues::peek_messages, queues::remove_by_id))
         .routes(routes!(batch::put_batch))
         .routes(routes!(batch::ack_batch))

@@ -217,6 +217,17 @@ pub struct PurgedResponse {
     pub complete: bool,
 }
 
+/// A queue delete's answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeletedResponse {
+    pub queue: String,
+    /// Message nodes deleted.
+    pub removed: usize,
+    /// False when the request's deadline (`zookeeper.request_timeout`) came first: the queue is
+    /// not gone yet; delete again to go on.
+    pub complete: bool,
+}
+
 /// 400 for text ZooKeeper would refuse in a node name (else it answers an error zkq would report as 502).
 fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
     match crate::queue::names::refused_char(text) {
@@ -448,6 +459,29 @@ pub async fn purge_queue(
     let queue = existing(&state, &path.queue).await?;
     let purged = queue.purge().await?;
     Ok(Json(PurgedResponse { queue: queue.name().to_string(), removed: purged.removed, complete: purged.complete }))
+}
+
+/// Delete a dynamic queue: every message (held by a consumer or not), its locks, delivery
+/// counts, idempotency records and tags, then its node. A put afterwards creates it anew.
+/// Deleted here at once; another zkq that has it open sees its messages gone at once and closes
+/// it when idle. A message put while the delete runs may be deleted with it.
+#[utoipa::path(
+    delete, path = "/v1/queues/{queue}", tag = "queues",
+    params(QueuePath),
+    responses(
+        (status = 200, description = "How many message nodes were deleted, and whether the queue is gone", body = DeletedResponse),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 404, description = "No such queue: its node does not exist, or dynamic queues disabled", body = ErrorBody),
+        (status = 409, description = "The queue is declared in the configuration", body = ErrorBody),
+        ZookeeperErrors,
+    )
+)]
+pub async fn delete_queue(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<QueuePath>,
+) -> Result<Json<DeletedResponse>, ApiError> {
+    let deleted = state.queues.delete(&path.queue).await?;
+    Ok(Json(DeletedResponse { queue: path.queue.to_string(), removed: deleted.removed, complete: deleted.complete }))
 }
 
 /// Remove every message with an id (id queues; Curator's `remove(id)`).

@@ -114,6 +114,11 @@ impl Queue {
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 
+    /// Whether a request uses the queue or waits on it.
+    pub(super) fn in_use(&self) -> bool {
+        self.users.load(Ordering::SeqCst) > 0 || self.cache.waiting() > 0
+    }
+
     /// Ends the queue's own tasks (it was closed).
     pub(super) fn close(&self) {
         self.stop.cancel();

@@ -74,6 +74,9 @@ pub enum QueueError {
          than its request limit of {max}; send fewer messages (or shorter keys) per batch"
     )]
     TransactionTooLarge { size: usize, max: usize },
+    /// A queue declared in the configuration is not deleted through the API.
+    #[error("queue {0:?} is declared in zkq's configuration; remove it there (and purge it) instead of deleting it")]
+    Declared(QueueName),
     #[error("zkq is shutting down; retry on another instance")]
     ShuttingDown,
     #[error(transparent)]

@@ -421,14 +421,84 @@ impl QueueService {
         let idle_names: Vec<QueueName> =
             queues.values().filter(|q| !q.declared() && q.idle_for(idle)).map(|q| q.name().clone()).collect();
         for name in idle_names {
-            let Some(queue) = queues.remove(&name) else { continue };
-            queue.close();
-            self.metrics.forget_queue(&name);
-            self.lease_memories.closed(&name);
-            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
-            *dynamic = dynamic.saturating_sub(1);
+            self.close_locked(&mut queues, &name);
             tracing::debug!(queue = %name, "closed an idle dynamic queue");
         }
+    }
+
+    /// Whether queue `name` exists now: declared, or its node is in ZooKeeper (after a `sync`,
+    /// so a queue another sidecar created or deleted is seen as it is).
+    pub async fn stored(&self, name: &QueueName) -> Result<bool, QueueError> {
+        if self.config.queues.contains_key(name) {
+            return Ok(true);
+        }
+        let path = self.layout(name).path;
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        zk.sync(&path).await?;
+        Ok(zk.exists(&path).await?.is_some())
+    }
+
+    /// Deletes dynamic queue `name` (SQS's `DeleteQueue`): its messages, held or not, its lock
+    /// directory, its delivery counts, its idempotency records and its tags, then its node, so
+    /// a retried put with an old idempotency key stores anew and a stale receipt is refused.
+    /// Closed here at once when no request uses it; on other sidecars it closes when idle. A
+    /// put to it afterwards creates it anew (a message put while the delete runs may be deleted
+    /// with it). `complete: false` when the request's deadline came first: deleting again goes
+    /// on. A declared queue is refused; a queue whose node does not exist is no such queue.
+    pub async fn delete(&self, name: &QueueName) -> Result<super::Purged, QueueError> {
+        if self.config.queues.contains_key(name) {
+            return Err(QueueError::Declared(name.clone()));
+        }
+        if !self.config.queues_dynamic {
+            return Err(QueueError::UnknownQueue(name.clone()));
+        }
+        let layout = self.layout(name);
+        let paths = Layout::new(&self.config.zookeeper.root);
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        zk.sync(&layout.path).await?;
+        if zk.exists(&layout.path).await?.is_none() {
+            return Err(QueueError::NoSuchQueue(name.clone()));
+        }
+        // The messages go first, with the queue node: the locks, counts and records then
+        // describe nothing.
+        let (deleted, complete) = zk.delete_tree(&layout.path).await?;
+        let removed = deleted.saturating_sub(1);
+        if !complete {
+            return Ok(super::Purged { removed, complete });
+        }
+        let attached =
+            [layout.lock_path, Some(paths.deliveries(name)), Some(paths.idempotency_of(name)), Some(paths.tags(name))];
+        for path in attached.into_iter().flatten() {
+            if !zk.delete_tree(&path).await?.1 {
+                return Ok(super::Purged { removed, complete: false });
+            }
+        }
+        self.close_deleted(name);
+        tracing::info!(queue = %name, removed, "deleted a dynamic queue");
+        Ok(super::Purged { removed, complete: true })
+    }
+
+    /// Closes deleted queue `name` here unless a request is using it (a long-poll: it stays open
+    /// until idle). Its leases end with it, and its lease memory is forgotten: a receipt of the
+    /// deleted queue is never taken for one of a queue made anew under its name.
+    fn close_deleted(&self, name: &QueueName) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if queues.get(name).is_some_and(|q| !q.in_use()) {
+            self.close_locked(&mut queues, name);
+            self.lease_memories.forget(name);
+        }
+    }
+
+    /// Closes dynamic queue `name`, under the map's lock.
+    fn close_locked(&self, queues: &mut HashMap<QueueName, Arc<Queue>>, name: &QueueName) {
+        let Some(queue) = queues.remove(name) else { return };
+        queue.close();
+        self.metrics.forget_queue(name);
+        self.lease_memories.closed(name);
+        let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
+        *dynamic = dynamic.saturating_sub(1);
     }
 
     /// Kind, path and lock path of a queue, declared or not.

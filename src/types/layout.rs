@@ -6,6 +6,7 @@
 //! {root}/locks/{queue}         its lock directory (Curator's lockPath)
 //! {root}/deliveries/{queue}    delivery counts of its leased messages
 //! {root}/idempotency/{queue}   records of its idempotency keys
+//! {root}/sqs/tags/{queue}     its tags, set through the SQS-compatible API
 //! {root}/claims                claim markers: evidence for transactions whose answer was lost
 //! {root}/counters/{counter}    a dynamic counter (Curator SharedCount)
 //! ```
@@ -51,6 +52,11 @@ impl Layout {
         format!("{}/idempotency/{queue}", self.root)
     }
 
+    /// A queue's tags (the SQS-compatible API's `TagQueue`), a JSON object of strings.
+    pub fn tags(&self, queue: &str) -> String {
+        format!("{}/sqs/tags/{queue}", self.root)
+    }
+
     pub fn claims(&self) -> String {
         format!("{}/claims", self.root)
     }
@@ -71,6 +77,7 @@ mod tests {
         assert_eq!(layout.locks("orders"), "/app/zkq/locks/orders");
         assert_eq!(layout.deliveries("orders"), "/app/zkq/deliveries/orders");
         assert_eq!(layout.idempotency_of("orders"), "/app/zkq/idempotency/orders");
+        assert_eq!(layout.tags("orders"), "/app/zkq/sqs/tags/orders");
         assert_eq!(layout.claims(), "/app/zkq/claims");
         assert_eq!(layout.counter("hits"), "/app/zkq/counters/hits");
     }
@@ -95,7 +102,7 @@ mod tests {
                 let text = std::fs::read_to_string(&path).expect("a source file is text");
                 for (number, line) in text.lines().enumerate() {
                     let by_hand = line.contains("format!(")
-                        && ["/queues/", "/locks/", "/deliveries/", "/idempotency", "/claims", "/counters/"]
+                        && ["/queues/", "/locks/", "/deliveries/", "/idempotency", "/claims", "/counters/", "/sqs/"]
                             .iter()
                             .any(|dir| line.contains(&format!("}}{dir}")));
                     if by_hand {

@@ -367,6 +367,90 @@ impl Zk {
             .collect())
     }
 
+    /// Deletes `path` and everything under it, deepest nodes first, in transactions that fit
+    /// the request limit; a node another client creates meanwhile is deleted too (its parent's
+    /// delete fails `NotEmpty`, and that level is listed again). The number of nodes deleted, and
+    /// whether `path` is gone: `false` when the handle's deadline came first (what was deleted
+    /// stays deleted; calling again goes on). A missing `path` is gone already.
+    pub async fn delete_tree(&self, path: &str) -> Result<(usize, bool), ZkError> {
+        /// At most this many deletes per transaction (and within the request limit).
+        const PER_TXN: usize = 500;
+        let mut deleted = 0;
+        // Depth-first: a node is deleted once its children are; a level whose delete finds a
+        // child again is listed again.
+        let mut stack = vec![path.to_owned()];
+        while let Some(node) = stack.last().cloned() {
+            if Instant::now() >= self.call_deadline() {
+                return Ok((deleted, false));
+            }
+            let children = match self.get_children(&node).await {
+                Ok((children, _)) => children,
+                Err(ZkError::NoNode) => {
+                    stack.pop();
+                    continue;
+                },
+                Err(_) if Instant::now() >= self.call_deadline() => return Ok((deleted, false)),
+                Err(err) => return Err(err),
+            };
+            let prefix = node.trim_end_matches('/');
+            let children = children.into_iter().map(|child| format!("{prefix}/{child}")).collect();
+            let (gone, parents) = match self.delete_leaves(children, PER_TXN).await {
+                Ok(done) => done,
+                // Out of time: what was sent may or may not be applied; deleting again goes on.
+                Err(_) if Instant::now() >= self.call_deadline() => return Ok((deleted, false)),
+                Err(err) => return Err(err),
+            };
+            deleted += gone;
+            if !parents.is_empty() {
+                // Children with children of their own: each is emptied first, then this level.
+                stack.extend(parents);
+                continue;
+            }
+            match self.delete(&node, None).await {
+                Ok(()) => {
+                    deleted += 1;
+                    stack.pop();
+                },
+                Err(ZkError::NoNode) => {
+                    stack.pop();
+                },
+                // A child appeared (a put, a lock): list this level again.
+                Err(ZkError::NotEmpty) => {},
+                Err(_) if Instant::now() >= self.call_deadline() => return Ok((deleted, false)),
+                Err(err) => return Err(err),
+            }
+        }
+        Ok((deleted, true))
+    }
+
+    /// Deletes `nodes` in transactions of up to `per_txn` within the request limit, as if each
+    /// had no child; one gone already is left out, one that has children is set aside, and the
+    /// rest sent again. How many were deleted, and the nodes set aside.
+    async fn delete_leaves(&self, nodes: Vec<String>, per_txn: usize) -> Result<(usize, Vec<String>), ZkError> {
+        let mut deleted = 0;
+        let mut parents = Vec::new();
+        let mut ops: Vec<TxnOp> = nodes.into_iter().map(|path| TxnOp::Delete { path, version: None }).collect();
+        while !ops.is_empty() {
+            let mut take = ops.len().min(per_txn);
+            while take > 1 && self.request_bytes(&ops[..take]) > MAX_REQUEST_BYTES / 2 {
+                take /= 2;
+            }
+            match self.multi(&ops[..take]).await {
+                Ok(_) => {
+                    deleted += take;
+                    ops.drain(..take);
+                },
+                Err(TxnError { index: Some(index), error }) if index < take => match (error, ops.remove(index)) {
+                    (ZkError::NotEmpty, TxnOp::Delete { path, .. }) => parents.push(path),
+                    (ZkError::NoNode, _) => {},
+                    (error, _) => return Err(error),
+                },
+                Err(err) => return Err(err.error),
+            }
+        }
+        Ok((deleted, parents))
+    }
+
     /// Creates `path` as a persistent node and its missing parents as containers, the way
     /// Curator's `creatingParentContainersIfNeeded()` does; an existing node is fine.
     pub async fn ensure_path(&self, path: &str) -> Result<(), ZkError> {

@@ -654,3 +654,44 @@ async fn a_purge_removes_every_message_but_those_a_consumer_holds_and_foreign_no
     let missing = api.send(reqwest::Method::POST, "/v1/queues/never-made/purge", None).await;
     assert_eq!(missing.status, 404);
 }
+
+#[tokio::test]
+async fn a_deleted_queue_leaves_nothing_in_zookeeper_and_a_retried_key_stores_anew() {
+    let zk = ZkServer::shared();
+    let root = unique_root("delete-queue");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "declared", QueueKind::Fifo, None, None);
+    let zkq = TestZkq::start(config).await;
+    let api = zkq.client();
+    let messages: Vec<serde_json::Value> = (0..1200).map(|i| serde_json::json!({ "text": format!("m{i}") })).collect();
+    for chunk in messages.chunks(100) {
+        assert_eq!(api.batch_put("doomed", "", &serde_json::json!({ "messages": chunk })).await.status, 201);
+    }
+    let keyed = zkq.http.post(zkq.url("/v1/queues/doomed/messages")).header("idempotency-key", "k1").body("once");
+    assert_eq!(keyed.send().await.expect("put").status(), 201);
+    let held = api.lease("doomed", "wait=5s").await;
+    assert_eq!(held.status, 200);
+
+    let deleted = api.send(reqwest::Method::DELETE, "/v1/queues/doomed", None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert_eq!(deleted.json(), serde_json::json!({ "queue": "doomed", "removed": 1201, "complete": true }));
+    let direct = zk_client(zk).await;
+    for dir in ["queues", "locks", "deliveries", "idempotency"] {
+        let left = children(&direct, &format!("{root}/{dir}")).await;
+        assert!(!left.contains(&"doomed".to_owned()), "{dir}/doomed is still there: {left:?}");
+    }
+    assert_eq!(api.info("doomed").await.status, 404, "the queue is gone");
+    assert_eq!(api.ack("doomed", &held.receipt).await.status, 404, "a lease on a deleted queue is over");
+    assert_eq!(api.send(reqwest::Method::DELETE, "/v1/queues/doomed", None).await.status, 404);
+
+    // A put creates it anew, and an idempotency key of the deleted queue stores again.
+    let again = zkq.http.post(zkq.url("/v1/queues/doomed/messages")).header("idempotency-key", "k1").body("anew");
+    let again = again.send().await.expect("put");
+    assert_eq!(again.status(), 201);
+    assert!(again.headers().get("zkq-idempotent-replay").is_none(), "a key of the deleted queue replayed");
+    assert_eq!(zkq.take_body("doomed", "2s").await.as_deref(), Some(b"anew".as_slice()));
+
+    let declared = api.send(reqwest::Method::DELETE, "/v1/queues/declared", None).await;
+    assert_eq!(declared.status, 409);
+    assert_eq!(declared.json()["code"], "queue_declared");
+}

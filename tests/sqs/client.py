@@ -137,7 +137,8 @@ check(error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-receipt")[
 check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == "InvalidParameterValue", "max 10")
 check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
       == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "distinct ids")
-check(error_of(sqs.delete_queue, QueueUrl=url)[0] == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+check(error_of(sqs.add_permission, QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])[0]
+      == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
 
 # Tags: stored in ZooKeeper, shared by every sidecar.
 check(sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}, "no tags yet")
@@ -168,4 +169,15 @@ check(sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": visibil
 sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": visibility, "DelaySeconds": "0"})
 check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTimeout": "7"})[0] == "InvalidAttributeValue", "other settings")
 check(sqs.list_dead_letter_source_queues(QueueUrl=url).get("queueUrls", []) == [], "no dead-letter sources")
+# DeleteQueue: its messages (a received one too) and its tags go with it; made anew, it is empty.
+sqs.send_message_batch(QueueUrl=tagged, Entries=[{"Id": f"d{i}", "MessageBody": f"doomed {i}"} for i in range(5)])
+sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=2)
+sqs.delete_queue(QueueUrl=tagged)
+check(error_of(sqs.get_queue_url, QueueName=f"{queue}-tagged")[0] == "AWS.SimpleQueueService.NonExistentQueue", "deleted")
+check(error_of(sqs.send_message, QueueUrl=tagged, MessageBody="x")[0] == "AWS.SimpleQueueService.NonExistentQueue",
+      "a send to a deleted queue")
+check(error_of(sqs.delete_queue, QueueUrl=tagged)[0] == "AWS.SimpleQueueService.NonExistentQueue", "deleted twice")
+check(sqs.create_queue(QueueName=f"{queue}-tagged")["QueueUrl"] == tagged, "made anew")
+check(sqs.list_queue_tags(QueueUrl=tagged).get("Tags", {}) == {}, "a queue made anew has no tags")
+check(sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=0).get("Messages", []) == [], "a queue made anew is empty")
 print(f"ok {checks.count} checks")

@@ -134,9 +134,10 @@ impl From<QueueError> for SqsError {
         match err {
             QueueError::UnknownQueue(name) | QueueError::NoSuchQueue(name) => SqsError::no_such_queue(name.as_str()),
             QueueError::TooManyQueues(_) => SqsError::over_limit(message),
-            QueueError::InvalidParameter(_) | QueueError::NotForKind(_) | QueueError::IdempotencyKeyReused(_) => {
-                SqsError::invalid_parameter(message)
-            },
+            QueueError::InvalidParameter(_)
+            | QueueError::NotForKind(_)
+            | QueueError::IdempotencyKeyReused(_)
+            | QueueError::Declared(_) => SqsError::invalid_parameter(message),
             QueueError::TooLarge { .. } | QueueError::TransactionTooLarge { .. } => {
                 SqsError::sender("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", message)
             },

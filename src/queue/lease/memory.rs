@@ -128,6 +128,13 @@ impl LeaseMemories {
         }
     }
 
+    /// Forgets queue `name`'s memory (it was deleted): its receipts are never honoured again.
+    pub(in crate::queue) fn forget(&self, name: &str) {
+        let mut state = self.state();
+        state.closed.retain(|closed| closed != name);
+        state.by_queue.remove(name);
+    }
+
     /// Whether closed queue `name` left a memory (a lease step on it opens it again).
     pub(in crate::queue) fn remembers(&self, name: &str) -> bool {
         self.state().by_queue.contains_key(name)

@@ -30,8 +30,8 @@ use messages::{
     ReceiptStep, change_visibility, delete_message, receipt_batch, receive_message, send_message, send_message_batch,
 };
 use queues::{
-    create_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues, purge_queue,
-    set_queue_attributes,
+    create_queue, delete_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues,
+    purge_queue, set_queue_attributes,
 };
 use tags::{list_queue_tags, tag_queue, untag_queue};
 
@@ -64,13 +64,13 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         },
         "GetQueueAttributes" => answer(get_queue_attributes(ctx, parse(input)?).await),
         "PurgeQueue" => answer(purge_queue(ctx, parse(input)?).await),
+        "DeleteQueue" => answer(delete_queue(ctx, parse(input)?).await),
         "SetQueueAttributes" => answer(set_queue_attributes(ctx, parse(input)?).await),
         "ListDeadLetterSourceQueues" => answer(list_dead_letter_sources(ctx, parse(input)?).await),
         "TagQueue" => answer(tag_queue(ctx, parse(input)?).await),
         "UntagQueue" => answer(untag_queue(ctx, parse(input)?).await),
         "ListQueueTags" => answer(list_queue_tags(ctx, parse(input)?).await),
-        "DeleteQueue"
-        | "AddPermission"
+        "AddPermission"
         | "RemovePermission"
         | "StartMessageMoveTask"
         | "ListMessageMoveTasks"
@@ -93,6 +93,7 @@ pub const SERVED: &[&str] = &[
     "ChangeMessageVisibilityBatch",
     "GetQueueAttributes",
     "PurgeQueue",
+    "DeleteQueue",
     "SetQueueAttributes",
     "ListDeadLetterSourceQueues",
     "TagQueue",

@@ -25,6 +25,11 @@ pub(super) struct QueueUrlOutput {
 pub(super) async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Result<QueueUrlOutput, SqsError> {
     let name = required(input.queue_name, "QueueName")?;
     let queue = ctx.existing(&name).await?;
+    // A queue open here may have been deleted (here, while in use, or on another sidecar): ask
+    // ZooKeeper.
+    if !ctx.state.queues.stored(queue.name()).await? {
+        return Err(SqsError::no_such_queue(queue.name().as_str()));
+    }
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
 }
 
@@ -165,6 +170,21 @@ pub(super) async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<E
         return Err(SqsError::server_unavailable(format!(
             "the purge removed {} messages before its deadline; purge again for the rest",
             purged.removed
+        )));
+    }
+    Ok(Empty {})
+}
+
+/// Deletes the queue (`QueueService::delete`); a queue declared in zkq's configuration is
+/// refused with `InvalidParameterValue`.
+pub(super) async fn delete_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
+    let url = required(input.queue_url, "QueueUrl")?;
+    let name = Ctx::name_of(&url)?;
+    let deleted = ctx.state.queues.delete(&name).await?;
+    if !deleted.complete {
+        return Err(SqsError::server_unavailable(format!(
+            "the delete removed {} messages before its deadline; delete again for the rest",
+            deleted.removed
         )));
     }
     Ok(Empty {})

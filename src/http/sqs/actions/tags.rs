@@ -104,7 +104,7 @@ fn check_tags(tags: &Tags) -> Result<(), SqsError> {
 }
 
 fn path(ctx: &Ctx<'_>, queue: &QueueName) -> String {
-    format!("{}/sqs/tags/{queue}", ctx.state.config.zookeeper.root.trim_end_matches('/'))
+    crate::types::Layout::new(&ctx.state.config.zookeeper.root).tags(queue.as_str())
 }
 
 fn session(ctx: &Ctx<'_>) -> Result<Zk, SqsError> {
