@@ -54,6 +54,14 @@ pub struct BatchMessage {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$")]
     pub idempotency_key: Option<String>,
+    /// The message's attributes, as the `zkq-attributes` header of a single put: by name, each
+    /// `{"type": "String"|"Number"|"Binary" (optionally `.label`), "value": "…"}` (Binary: base64).
+    /// Not with `format=curator-multi`, not on simple queues.
+    #[serde(default)]
+    pub attributes: Option<super::attributes::Attributes>,
+    /// The message's W3C trace context, as the `traceparent` header of a single put.
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 /// A batch put: 1 to `api.max_batch` messages, stored all or none.
@@ -184,7 +192,14 @@ pub async fn put_batch(
         };
         let kind_options = put_options_at(&state, fields, wait, now)
             .map_err(|err| ApiError { message: format!("messages[{index}]: {}", err.message), ..err })?;
-        options.push(PutOptions { idempotency_key: message.idempotency_key, ..kind_options });
+        let in_message = |err: ApiError| ApiError { message: format!("messages[{index}]: {}", err.message), ..err };
+        let attributes = match message.attributes {
+            Some(given) => super::attributes::from_json(given, "attribute").map_err(in_message)?,
+            None => crate::queue::MessageAttributes::new(),
+        };
+        let traceparent =
+            message.traceparent.as_deref().map(super::attributes::parse_traceparent).transpose().map_err(in_message)?;
+        options.push(PutOptions { idempotency_key: message.idempotency_key, attributes, traceparent, ..kind_options });
         bodies.push(body);
     }
     let queue = state.queues.open(&path.queue)?;

@@ -102,6 +102,8 @@ fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError
                 ("zkq-priority" = i32, description = "Priority queues"),
                 ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
                 ("zkq-id" = String, description = "Id queues"),
+                ("zkq-attributes" = String, description = "The message's attributes, when it has any: a JSON object by name of {type, value} (ASCII, other characters as \\u escapes)"),
+                ("traceparent" = String, description = "The W3C trace context its put carried, if any"),
             )),
         (status = 204, description = "No message arrived within `wait` (also for a dynamic queue whose node does not exist yet: nothing is created)"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),

@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
 
 mod admin;
+pub mod attributes;
 pub mod batch;
 mod body;
 pub mod counters;

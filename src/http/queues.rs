@@ -8,6 +8,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::attributes;
 use super::body::HandoverBody;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration};
@@ -280,14 +281,18 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         QueuePath, PutQuery,
         ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$",
             description = "Store the message at most once per key within the queue's idempotency window: 1–200 bytes of visible ASCII"),
+        ("zkq-attributes" = Option<String>, Header, nullable = false,
+            description = "The message's attributes, a JSON object by name of {\"type\": \"String\"|\"Number\"|\"Binary\" (optionally .label), \"value\": \"…\" (Binary: base64)}: up to 10, names of 1–256 letters, digits, _ - and .; kept beside the body (Curator consumers see the body alone); not on simple queues"),
+        ("traceparent" = Option<String>, Header, nullable = false, pattern = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$",
+            description = "W3C Trace Context: kept with the message and handed to its consumer (take, lease, push delivery); not on simple queues"),
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The message, any bytes (empty allowed), stored verbatim."),
     responses(
         (status = 201, description = "Stored in ZooKeeper (or, with an Idempotency-Key seen within the window, stored by an earlier put)", body = PutResponse,
             headers(("zkq-idempotent-replay" = String, description = "`true` when an earlier put with the same Idempotency-Key stored the message and this one stored nothing"))),
-        (status = 400, description = "Bad queue name, parameter or Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Bad queue name, parameter, Idempotency-Key, zkq-attributes or traceparent", body = ErrorBody),
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
-        (status = 409, description = "A parameter that does not fit the queue's kind, or an id queue without `id` (`parameter_not_for_kind`); an Idempotency-Key used within the window with another body, priority or id (`idempotency_key_reused`)", body = ErrorBody),
+        (status = 409, description = "A parameter that does not fit the queue's kind, an id queue without `id`, attributes or a traceparent on a simple queue (`parameter_not_for_kind`); an Idempotency-Key used within the window with another body, priority or id (`idempotency_key_reused`)", body = ErrorBody),
         (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
         (status = 413, description = "Message larger than api.max_message_bytes; or, with an Idempotency-Key, a message that with its key's record would make a ZooKeeper transaction over its request limit, 1 MiB less 4 KiB encoded (with api.max_message_bytes at most 1,000,000, only with a very long ACL or root)", body = ErrorBody),
         (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
@@ -311,7 +316,12 @@ pub async fn put_message(
         id: query.id,
         group: query.group,
     };
-    let options = PutOptions { idempotency_key, ..put_options(&state, fields, wait)? };
+    let options = PutOptions {
+        idempotency_key,
+        attributes: attributes::from_header(&headers)?,
+        traceparent: attributes::traceparent_from_header(&headers)?,
+        ..put_options(&state, fields, wait)?
+    };
     let receipt = queue.put(&body, options).await?;
     let body = PutResponse { queue: queue.name().to_string(), message_id: receipt.message_id };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
@@ -333,6 +343,8 @@ pub async fn put_message(
                 ("zkq-priority" = i32, description = "Priority queues"),
                 ("zkq-deliver-at" = i64, description = "Delay queues: epoch ms"),
                 ("zkq-id" = String, description = "Id queues"),
+                ("zkq-attributes" = String, description = "The message's attributes, when it has any: a JSON object by name of {type, value} (ASCII, other characters as \\u escapes)"),
+                ("traceparent" = String, description = "The W3C trace context its put carried, if any"),
             )),
         (status = 204, description = "No message arrived within `wait` (also for a dynamic queue whose node does not exist yet: nothing is created)"),
         (status = 400, description = "Bad queue name or parameter", body = ErrorBody),

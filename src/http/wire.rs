@@ -112,6 +112,7 @@ pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now:
         group: fields.group,
         wait,
         idempotency_key: None,
+        traceparent: None,
     })
 }
 
@@ -153,6 +154,9 @@ pub fn message_response(message: Message) -> Response {
         ItemMeta::Id(id) => set(HEADER_ID, id),
         ItemMeta::Plain => {},
     }
+    for (name, value) in super::attributes::headers_of(&message.attributes, message.traceparent.as_ref()) {
+        headers.insert(name, value);
+    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     (StatusCode::OK, headers, message.body).into_response()
 }
@@ -173,6 +177,12 @@ pub struct DeliveredMessage {
     /// Id queues.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Its attributes, when it has any.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attributes: super::attributes::Attributes,
+    /// Its producer's W3C trace context, when the put carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// Leases: the receipt for ack, nack and extend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
@@ -228,6 +238,8 @@ pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
                 priority,
                 deliver_at,
                 id,
+                attributes: super::attributes::to_json(&message.attributes),
+                traceparent: message.traceparent.map(|t| t.to_string()),
                 expires_at: grant.as_ref().map(|g| g.expires_at_ms),
                 delivery_count: grant.as_ref().map(|g| g.delivery_count),
                 fencing_token: grant.as_ref().map(|g| g.fencing_token.to_string()),

@@ -337,7 +337,8 @@ impl Subscription {
         self.metrics.delivered(outcome.as_str()).inc();
     }
 
-    /// The headers of one delivery: ids, count, expiry, kind fields and CloudEvents' binary mode.
+    /// The headers of one delivery: ids, count, expiry, kind fields, attributes, `traceparent`
+    /// and CloudEvents' binary mode.
     fn headers(&self, message: &Message, grant: &LeaseGrant) -> Vec<(HeaderName, HeaderValue)> {
         let mut headers = self.fixed_headers.clone();
         let number = |n: i64| HeaderValue::from(n);
@@ -359,6 +360,10 @@ impl Subscription {
             ItemMeta::Id(id) => headers.push((HeaderName::from_static(HEADER_ID), header_text(id))),
             ItemMeta::Plain => {},
         }
+        // The message's attributes, and its producer's trace context so the app's tracer
+        // continues the producer's trace.
+        let annex = crate::http::attributes::headers_of(&message.attributes, message.traceparent.as_ref());
+        headers.extend(annex.map(|(name, value)| (HeaderName::from_static(name), value)));
         headers
     }
 

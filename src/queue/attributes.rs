@@ -4,14 +4,19 @@
 //! by every step that moves its bytes (requeue, dead letter, put-back), and a Curator consumer
 //! sees the body alone.
 //!
-//! The trailer is `ZKQA`, a format byte (1), then the attributes as JSON. Data read from ZooKeeper
-//! is untrusted: a trailer that does not parse is no attributes, never an error.
+//! A message's W3C `traceparent` travels the same way. The trailer is `ZKQA`, a format byte, then
+//! JSON: format 1 is the attributes alone (an object by name), format 2 an object with the
+//! attributes (`a`) and the traceparent (`tp`), written only when there is a traceparent. Data read
+//! from ZooKeeper is untrusted: a trailer that does not parse is nothing, never an error.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::types::Traceparent;
+
 const MAGIC: &[u8] = b"ZKQA\x01";
+const MAGIC_WITH_TRACE: &[u8] = b"ZKQA\x02";
 
 /// The most attributes one message may carry (as in SQS).
 pub const MAX_ATTRIBUTES: usize = 10;
@@ -84,21 +89,40 @@ pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
     Ok(())
 }
 
-/// The trailer that carries `attributes` after Curator's envelope; empty when there are none.
-pub fn trailer(attributes: &MessageAttributes) -> Vec<u8> {
-    if attributes.is_empty() {
-        return Vec::new();
-    }
-    let mut out = MAGIC.to_vec();
-    // Serializing plain strings and bytes cannot fail.
-    out.extend(serde_json::to_vec(attributes).unwrap_or_default());
-    out
+/// Format 2 of the trailer.
+#[derive(Serialize, Deserialize)]
+struct Annex {
+    #[serde(rename = "a", default)]
+    attributes: MessageAttributes,
+    #[serde(rename = "tp", default)]
+    traceparent: Option<String>,
 }
 
-/// The attributes in the bytes after a node's envelope (see `envelope::after_end`); none when
-/// there is no trailer of ours or it does not parse.
-pub fn from_trailer(bytes: &[u8]) -> MessageAttributes {
-    bytes.strip_prefix(MAGIC).and_then(|json| serde_json::from_slice(json).ok()).unwrap_or_default()
+/// The trailer that carries `attributes` and `traceparent` after Curator's envelope; empty when
+/// there are neither.
+pub fn trailer(attributes: &MessageAttributes, traceparent: Option<&Traceparent>) -> Vec<u8> {
+    // Serializing plain strings and bytes cannot fail.
+    match traceparent {
+        None if attributes.is_empty() => Vec::new(),
+        None => [MAGIC, &serde_json::to_vec(attributes).unwrap_or_default()].concat(),
+        Some(traceparent) => {
+            let annex = Annex { attributes: attributes.clone(), traceparent: Some(traceparent.to_string()) };
+            [MAGIC_WITH_TRACE, &serde_json::to_vec(&annex).unwrap_or_default()].concat()
+        },
+    }
+}
+
+/// The attributes and traceparent in the bytes after a node's envelope (see
+/// `envelope::after_end`); none when there is no trailer of ours or it does not parse (a
+/// traceparent that is not valid is none too).
+pub fn from_trailer(bytes: &[u8]) -> (MessageAttributes, Option<Traceparent>) {
+    if let Some(json) = bytes.strip_prefix(MAGIC) {
+        return (serde_json::from_slice(json).unwrap_or_default(), None);
+    }
+    match bytes.strip_prefix(MAGIC_WITH_TRACE).and_then(|json| serde_json::from_slice::<Annex>(json).ok()) {
+        Some(annex) => (annex.attributes, annex.traceparent.and_then(|text| Traceparent::parse(&text).ok())),
+        None => (MessageAttributes::new(), None),
+    }
 }
 
 /// SQS's `MD5OfMessageAttributes`: for each attribute in name order, its name, its data type and
@@ -162,10 +186,17 @@ mod tests {
     #[test]
     fn attributes_survive_their_trailer_and_a_foreign_one_is_none() {
         let attributes: MessageAttributes = [("k".to_owned(), text("String.json", "{}"))].into();
-        assert_eq!(from_trailer(&trailer(&attributes)), attributes);
-        assert!(trailer(&MessageAttributes::new()).is_empty());
-        assert!(from_trailer(b"anything else").is_empty());
-        assert!(from_trailer(b"ZKQA\x01not json").is_empty());
+        assert_eq!(from_trailer(&trailer(&attributes, None)), (attributes.clone(), None));
+        assert!(trailer(&MessageAttributes::new(), None).is_empty());
+        let trace = Traceparent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").ok();
+        assert_eq!(from_trailer(&trailer(&attributes, trace.as_ref())), (attributes, trace.clone()));
+        assert_eq!(
+            from_trailer(&trailer(&MessageAttributes::new(), trace.as_ref())),
+            (MessageAttributes::new(), trace)
+        );
+        for foreign in [b"anything else".as_slice(), b"ZKQA\x01not json", b"ZKQA\x02{\"tp\":\"not a trace\"}"] {
+            assert_eq!(from_trailer(foreign), (MessageAttributes::new(), None), "{foreign:?}");
+        }
     }
 
     #[test]

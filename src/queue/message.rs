@@ -17,6 +17,8 @@ pub struct PutOptions {
     pub group: Option<String>,
     /// Attributes kept with the message (`attributes.rs`); empty for none.
     pub attributes: super::MessageAttributes,
+    /// The producer's W3C trace context, kept with the message (`attributes.rs`).
+    pub traceparent: Option<crate::types::Traceparent>,
     /// How long to wait for room when the queue is at `max_items`.
     pub wait: Duration,
     /// Stores the message at most once per key within the queue's idempotency window
@@ -42,6 +44,8 @@ pub struct Message {
     pub meta: ItemMeta,
     /// Its attributes (`attributes.rs`); empty for none.
     pub attributes: super::MessageAttributes,
+    /// Its producer's W3C trace context, if the put carried one.
+    pub traceparent: Option<crate::types::Traceparent>,
 }
 
 /// One message seen by a peek.

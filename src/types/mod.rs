@@ -13,6 +13,7 @@ mod name;
 mod queue_kind;
 mod secret;
 mod task;
+mod traceparent;
 mod znode;
 
 pub use app_url::{AppUrl, MAX_PUSH_URL_LEN};
@@ -24,4 +25,5 @@ pub use name::{CounterName, MAX_NAME_LEN, NameError, QueueName};
 pub use queue_kind::QueueKind;
 pub use secret::Secret;
 pub use task::Task;
+pub use traceparent::{MAX_TRACEPARENT_LEN, Traceparent};
 pub use znode::{JUTE_MAXBUFFER_BYTES, refused_char, zookeeper_refuses};

@@ -180,6 +180,8 @@ async fn left_in_zookeeper(zk: &ZkServer, root: &str, queue: &str) -> (Vec<Strin
     )
 }
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_in_place() {
     let zk = ZkServer::shared();
@@ -191,7 +193,20 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push_to(&app.url("/orders")))).await;
     let mut ids = HashMap::new();
     let put_from = zkq::types::now_epoch_ms();
-    for i in 0..10 {
+    // m0 carries attributes and its producer's trace context, which its delivery forwards.
+    let traced = zkq
+        .http
+        .post(zkq.url("/v1/queues/q/messages"))
+        .header("traceparent", TRACEPARENT)
+        .header("zkq-attributes", r#"{"tenant":{"type":"String","value":"acme"}}"#)
+        .body("m0")
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(traced.status(), 201);
+    let traced: serde_json::Value = traced.json().await.expect("json");
+    ids.insert("m0".to_owned(), traced["message_id"].as_str().expect("an id").to_owned());
+    for i in 1..10 {
         let body = format!("m{i}");
         ids.insert(body.clone(), zkq.put_ok("q", body.as_bytes()).await);
     }
@@ -216,6 +231,9 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let delivered_ms = zkq::types::now_epoch_ms();
     assert!(expires > delivered_ms - 60_000 && expires < delivered_ms + 31_000, "expiry {expires}");
     assert_eq!(first.header("content-type"), "application/octet-stream");
+    assert_eq!(first.header("traceparent"), TRACEPARENT);
+    assert_eq!(first.header("zkq-attributes"), r#"{"tenant":{"type":"String","value":"acme"}}"#);
+    assert!(received[1].headers.get("traceparent").is_none(), "m1 was put without one");
     assert_eq!(first.header("ce-specversion"), "1.0");
     assert_eq!(first.header("ce-id"), ids["m0"]);
     assert_eq!(first.header("ce-source"), format!("{root}/queues/q"));

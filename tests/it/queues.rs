@@ -695,3 +695,74 @@ async fn a_deleted_queue_leaves_nothing_in_zookeeper_and_a_retried_key_stores_an
     assert_eq!(declared.status, 409);
     assert_eq!(declared.json()["code"], "queue_declared");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_and_a_traceparent_travel_with_a_message_and_curator_sees_the_body_alone() {
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let zk = ZkServer::shared();
+    let root = unique_root("annex");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "bare", QueueKind::Simple, None, None);
+    let zkq = TestZkq::start(config).await;
+    let api = zkq.client();
+    let attributes = serde_json::json!({
+        "city": { "type": "String", "value": "Zürich 🚋" },
+        "n": { "type": "Number.int", "value": "42" },
+        "raw": { "type": "Binary", "value": "AAEC/w==" },
+    });
+    let put = |queue: &str, body: &'static str, headers: &[(&'static str, String)]| {
+        let mut request = zkq.http.post(zkq.url(&format!("/v1/queues/{queue}/messages"))).body(body);
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
+        }
+        request.send()
+    };
+    let both = [("zkq-attributes", attributes.to_string()), ("traceparent", TRACE.to_owned())];
+    assert_eq!(put("jobs", "one", &both).await.expect("put").status(), 201);
+    let taken = zkq.take("jobs", "2s").await;
+    assert_eq!(taken.headers()["traceparent"], TRACE);
+    let shown: serde_json::Value =
+        serde_json::from_slice(taken.headers()["zkq-attributes"].as_bytes()).expect("the header is JSON");
+    assert_eq!(shown, attributes, "non-ASCII text crosses the header as \\u escapes");
+    assert_eq!(taken.bytes().await.expect("body").as_ref(), b"one");
+
+    // A batch message carries them as fields, and a `?max=` lease answers with them.
+    let batch = serde_json::json!({ "messages": [
+        { "text": "two", "attributes": attributes, "traceparent": TRACE },
+        { "text": "three" },
+    ]});
+    assert_eq!(api.batch_put("jobs", "", &batch).await.status, 201);
+    let leased = api.lease("jobs", "max=2&wait=2s").await;
+    let leased = leased.json();
+    assert_eq!(leased["messages"][0]["attributes"], attributes);
+    assert_eq!(leased["messages"][0]["traceparent"], TRACE);
+    assert!(leased["messages"][1].get("attributes").is_none() && leased["messages"][1].get("traceparent").is_none());
+    // Requeued, the message keeps them.
+    let receipt = leased["messages"][0]["lease"].as_str().expect("a receipt").to_owned();
+    assert_eq!(api.nack("jobs", &receipt, "mode=requeue").await.status, 204);
+    let again = zkq.take("jobs", "2s").await;
+    assert_eq!(again.headers()["traceparent"], TRACE);
+
+    // A Curator consumer of the same queue reads the body alone.
+    assert_eq!(put("jobs", "for curator", &both).await.expect("put").status(), 201);
+    let path = format!("{root}/queues/jobs");
+    let locks = format!("{root}/locks/jobs");
+    let consumed = Curator::run(zk, &["consume", "fifo", &path, "1", "30000", "--lock", &locks]).await;
+    assert_eq!(consumed.first().map(|line| unhex(line)), Some(b"for curator".to_vec()), "{consumed:?}");
+
+    // Bad ones are refused with what is wrong, and store nothing.
+    for (name, value, code) in [
+        ("traceparent", "00-abc-def-01", "invalid_parameter"),
+        ("traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "invalid_parameter"),
+        ("zkq-attributes", "not json", "invalid_parameter"),
+        ("zkq-attributes", r#"{"raw":{"type":"Binary","value":"%%"}}"#, "invalid_parameter"),
+        ("zkq-attributes", r#"{"AWS.x":{"type":"String","value":"v"}}"#, "invalid_parameter"),
+        ("zkq-attributes", r#"{"d":{"type":"Date","value":"v"}}"#, "invalid_parameter"),
+    ] {
+        let refused = Answer::of(put("jobs", "bad", &[(name, value.to_owned())]).await.expect("put")).await;
+        assert_eq!((refused.status, refused.code.as_str()), (400, code), "{name}: {value}");
+    }
+    let refused = Answer::of(put("bare", "x", &[("traceparent", TRACE.to_owned())]).await.expect("put")).await;
+    assert_eq!((refused.status, refused.code.as_str()), (409, "parameter_not_for_kind"));
+    assert_eq!(zkq.take("jobs", "0s").await.status(), 204, "nothing refused was stored");
+}

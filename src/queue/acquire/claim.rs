@@ -34,6 +34,7 @@ use super::split::Fit;
 use super::take;
 use super::{Acquire, Delivery};
 use crate::metrics::ClaimOutcome;
+use crate::types::Traceparent;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A candidate read and ready to claim: the operations it adds to the transaction and what its
@@ -42,7 +43,8 @@ enum Ready<'q> {
     Take {
         candidate: ItemName,
         items: Vec<Vec<u8>>,
-        attributes: MessageAttributes,
+        /// The attributes and traceparent kept with the message.
+        annex: (MessageAttributes, Option<Traceparent>),
         ops: Vec<TxnOp>,
         splits: Vec<ItemName>,
     },
@@ -416,8 +418,8 @@ impl Claims {
                     return Ok(Err(Declined::Undecodable));
                 };
                 let (ops, splits) = self.take_ops(&candidate.name, items.get(1..).unwrap_or_default(), stat.version);
-                let attributes = attributes::from_trailer(envelope::after_end(&data));
-                Ok(Ok(Ready::Take { candidate, items, attributes, ops, splits }))
+                let annex = attributes::from_trailer(envelope::after_end(&data));
+                Ok(Ok(Ready::Take { candidate, items, annex, ops, splits }))
             },
         }
     }
@@ -444,13 +446,13 @@ impl Claims {
         claimed: (FencingToken, Option<i64>),
     ) -> Delivery {
         match (ready, how) {
-            (Ready::Take { candidate, items, attributes, splits, .. }, _) => {
+            (Ready::Take { candidate, items, annex, splits, .. }, _) => {
                 self.cache.removed_local();
                 for item in splits {
                     self.cache.insert_local(item);
                 }
                 self.ctx.qm.messages_taken.inc();
-                (take::first_message(&candidate, items, attributes), None)
+                (take::first_message(&candidate, items, annex), None)
             },
             (Ready::Lease { prepared, .. }, how) => {
                 let visibility = match how {
@@ -474,8 +476,8 @@ impl Claims {
             self.cache.claim_ended(&ready.candidate().name);
             self.ctx.qm.claim(ClaimOutcome::Lost).inc();
             match ready {
-                Ready::Take { candidate, items, attributes, .. } => {
-                    let message = take::first_message(&candidate, items, attributes);
+                Ready::Take { candidate, items, annex, .. } => {
+                    let message = take::first_message(&candidate, items, annex);
                     taken.push((candidate, message));
                 },
                 Ready::Lease { prepared, .. } => leased.push(prepared),

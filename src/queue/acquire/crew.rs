@@ -50,7 +50,7 @@ struct Rider {
 
 enum Turn {
     /// A leader claimed for it: a delivery, none (try the next candidate), or the claim's error.
-    Answered(Result<Option<Delivery>, QueueError>),
+    Answered(Result<Option<Box<Delivery>>, QueueError>),
     /// It leads the next shared claim.
     Lead,
 }
@@ -105,7 +105,7 @@ impl Claims {
         let zk = match waiting {
             None => zk.clone(),
             Some(waiting) => match waiting.await {
-                Ok(Turn::Answered(answer)) => return answer,
+                Ok(Turn::Answered(answer)) => return answer.map(|delivery| delivery.map(|boxed| *boxed)),
                 // Its wait took some of the request's time: the claim gets a fresh deadline.
                 Ok(Turn::Lead) => match self.ctx.session.current() {
                     Some(zk) => zk.with_deadline(tokio::time::Instant::now() + self.ctx.session.request_timeout()),
@@ -145,9 +145,9 @@ impl Claims {
                 let mine = delivered.next();
                 for rider in riders {
                     if let Err(Turn::Answered(Ok(Some(delivery)))) =
-                        rider.turn.send(Turn::Answered(Ok(delivered.next())))
+                        rider.turn.send(Turn::Answered(Ok(delivered.next().map(Box::new))))
                     {
-                        self.give_back_delivery(delivery).await;
+                        self.give_back_delivery(*delivery).await;
                     }
                 }
                 Ok(mine)

@@ -246,8 +246,9 @@ impl Leases {
                 .unwrap_or_else(|| epoch_ms_after(Duration::ZERO)),
             fencing_token,
         };
-        let attributes = super::super::attributes::from_trailer(envelope::after_end(&data));
-        let message = Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone(), attributes };
+        let (attributes, traceparent) = super::super::attributes::from_trailer(envelope::after_end(&data));
+        let message =
+            Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone(), attributes, traceparent };
         let lease = Lease {
             item: candidate,
             lock,

@@ -134,15 +134,15 @@ impl Puts {
             }
             let meta = self.meta_for(options)?;
             let mut data = self.ctx.encode(body);
-            if !options.attributes.is_empty() {
+            if !options.attributes.is_empty() || options.traceparent.is_some() {
                 if self.ctx.kind == QueueKind::Simple {
                     return Err(QueueError::NotForKind(format!(
-                        "simple queue {:?} stores bare bodies: it has no place for message attributes",
+                        "simple queue {:?} stores bare bodies: it has no place for message attributes or a traceparent",
                         self.ctx.name
                     )));
                 }
                 attributes::check(&options.attributes).map_err(|err| QueueError::InvalidParameter(err.to_string()))?;
-                let trailer = attributes::trailer(&options.attributes);
+                let trailer = attributes::trailer(&options.attributes, options.traceparent.as_ref());
                 if body.len() + trailer.len() > self.ctx.max_message_bytes {
                     return Err(QueueError::TooLarge {
                         size: body.len() + trailer.len(),
@@ -236,10 +236,11 @@ impl Puts {
                 self.ctx.name
             )));
         }
-        if let Some(index) = messages.iter().position(|(_, options)| !options.attributes.is_empty()) {
+        let annexed = |options: &PutOptions| !options.attributes.is_empty() || options.traceparent.is_some();
+        if let Some(index) = messages.iter().position(|(_, options)| annexed(options)) {
             return Err(QueueError::InvalidParameter(format!(
-                "messages[{index}] has attributes: format=curator-multi stores the batch as one node, which \
-                 holds no attributes"
+                "messages[{index}] has attributes or a traceparent: format=curator-multi stores the batch as one \
+                 node, which holds neither"
             )));
         }
         if let Some(index) = messages.iter().position(|(_, options)| options.group.is_some()) {

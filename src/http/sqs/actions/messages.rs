@@ -98,6 +98,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         group: entry.message_group_id,
         wait: Duration::ZERO,
         idempotency_key: entry.message_deduplication_id,
+        traceparent: None,
     };
     Ok((body, options))
 }
