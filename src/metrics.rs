@@ -63,6 +63,7 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     pub http_request_duration: HistogramVec,
     pub sqs_requests: IntCounterVec,
+    pub sqs_refused_bodies: IntCounter,
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
@@ -269,6 +270,11 @@ impl Metrics {
                      requests refused for their signature) and outcome (`ok`, or the SQS error code answered).",
                 ),
                 &["action", "code"],
+            )?)?,
+            sqs_refused_bodies: reg.add(IntCounter::new(
+                "zkq_sqs_refused_bodies_total",
+                "Messages ReceiveMessage did not hand out because their body is not SQS text, on a queue whose \
+                 sqs_binary_bodies is `refuse` (each was released at once for other consumers).",
             )?)?,
             puts_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),

@@ -228,6 +228,22 @@ pub struct SqsConfig {
     pub access_key_id: Option<String>,
     /// A file holding the secret access key of `access_key_id`.
     pub secret_access_key_file: Option<PathBuf>,
+    /// How `ReceiveMessage` hands out a body that is not SQS text, on a queue whose own
+    /// `sqs_binary_bodies` says nothing (dynamic queues).
+    pub binary_bodies: BinaryBodies,
+}
+
+/// What the SQS-compatible API does with a message body that is not SQS text (not UTF-8, or with
+/// characters SQS refuses): Curator producers write any bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BinaryBodies {
+    /// Received base64-encoded (standard alphabet), never altered.
+    #[default]
+    Base64,
+    /// Not handed out through SQS: released at once, so it waits for another consumer (zkq's own
+    /// API, Curator) or, past `max_deliveries`, moves to the dead-letter queue.
+    Refuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -315,6 +331,10 @@ pub struct QueueConfig {
     /// in parallel (fifo and id queues; see docs/groups.md).
     #[serde(default)]
     pub grouped: bool,
+    /// How the SQS-compatible API hands out a body that is not SQS text; default
+    /// `sqs.binary_bodies`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs_binary_bodies: Option<BinaryBodies>,
 }
 
 /// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.
@@ -501,6 +521,7 @@ impl Default for SqsConfig {
             region: "us-east-1".to_owned(),
             access_key_id: None,
             secret_access_key_file: None,
+            binary_bodies: BinaryBodies::Base64,
         }
     }
 }

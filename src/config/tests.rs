@@ -423,6 +423,7 @@ fn check_config_recommends_max_items_for_declared_queues_without_one() {
                 push: None,
                 idempotency_window: None,
                 grouped: false,
+                sqs_binary_bodies: None,
             },
         );
     }

@@ -169,6 +169,11 @@ const KEYS: &[Key] = &[
         "the access key id every SQS request must be signed with (AWS Signature Version 4); with `sqs.secret_access_key_file`, and required with `api.token_file`",
     ),
     key_or("sqs.secret_access_key_file", "path", "none", "file holding the secret access key of `sqs.access_key_id`"),
+    key(
+        "sqs.binary_bodies",
+        "`base64` or `refuse`",
+        "what `ReceiveMessage` does with a body that is not SQS text (not UTF-8, or characters SQS refuses) on a queue without its own `sqs_binary_bodies`: hands it out base64-encoded, or refuses it (released at once for other consumers; past `max_deliveries` it moves to `dead_letter`)",
+    ),
     key("queues_dynamic", "boolean", "create undeclared queues on their first put"),
     key(
         "queues_dynamic_grouped",
@@ -229,6 +234,12 @@ const KEYS: &[Key] = &[
         "queues.NAME.grouped",
         "boolean",
         "[message groups](../groups.md): each message may carry a group; one message of a group in flight at a time, in put order, groups in parallel (`fifo` and `id` queues; needs a lock path)",
+    ),
+    key_or(
+        "queues.NAME.sqs_binary_bodies",
+        "`base64` or `refuse`",
+        "`sqs.binary_bodies`",
+        "this queue's answer to a body that is not SQS text, through the [SQS-compatible API](../sqs.md)",
     ),
     key_or(
         "queues.NAME.push.url",
@@ -306,6 +317,8 @@ fn serialized_defaults() -> Result<BTreeMap<String, Value>, serde_json::Error> {
     queue.idempotency_window = Some(Config::default().idempotency_window("NAME"));
     walk("queues.NAME", &serde_json::to_value(queue)?, &mut keys);
     keys.insert("queues.NAME.push.url".to_owned(), Value::Null);
+    // Unset, it is `sqs.binary_bodies` (key_or says so).
+    keys.insert("queues.NAME.sqs_binary_bodies".to_owned(), Value::Null);
     let counter: CounterConfig = serde_json::from_value(serde_json::json!({}))?;
     walk("counters.NAME", &serde_json::to_value(counter)?, &mut keys);
     Ok(keys)

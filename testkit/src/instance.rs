@@ -45,6 +45,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             push: None,
             idempotency_window: None,
             grouped: false,
+            sqs_binary_bodies: None,
         },
     );
 }

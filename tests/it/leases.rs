@@ -323,6 +323,7 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
             push: None,
             idempotency_window: None,
             grouped: false,
+            sqs_binary_bodies: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -83,6 +83,7 @@ async fn bad_inputs_get_documented_json_errors() {
             push: None,
             idempotency_window: None,
             grouped: false,
+            sqs_binary_bodies: None,
         },
     );
     config.take.max_wait = Duration::from_secs(1);

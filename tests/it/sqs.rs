@@ -4,6 +4,7 @@
 //! zkq's own API.
 
 use std::path::PathBuf;
+use std::time::Duration;
 use zkq_testkit::*;
 
 /// The Python with boto3 of today (installed by scripts/test.sh), and Debian's.
@@ -429,4 +430,73 @@ async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
         "zkq_sqs_requests_total{action=\"other\",code=\"SignatureDoesNotMatch\"}",
     );
     assert!(refused.unwrap_or(0.0) >= 5.0, "refusals are counted: {refused:?}");
+}
+
+/// Bodies a Curator producer may write that are not SQS text: bytes that are not UTF-8, and UTF-8
+/// with a character SQS refuses. A queue hands them out base64-encoded (the default), or, set to
+/// `refuse`, never hands them out through SQS: released at once, they go to the dead-letter queue
+/// past `max_deliveries`, unaltered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_sqs_text_is_base64_encoded_or_refused_as_its_queue_says() {
+    let root = unique_root("sqs-binary");
+    let mut config = test_config(ZkServer::shared(), &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    for name in ["encoded", "refusing", "dead"] {
+        declare(&mut config, name, zkq::config::QueueKind::Fifo, None, None);
+    }
+    let refusing = config.queues.get_mut("refusing").expect("declared");
+    refusing.sqs_binary_bodies = Some(zkq::config::BinaryBodies::Refuse);
+    refusing.max_deliveries = Some(2);
+    refusing.dead_letter = Some("dead".parse().expect("a name"));
+    let zkq = TestZkq::start(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener"));
+    let api = zkq.client();
+    let bodies: [&[u8]; 3] = [b"\xff\xfe binary", b"a bell \x07", b"plain text"];
+    let http = reqwest::Client::new();
+    let receive = |queue: &'static str| {
+        let url = format!("{endpoint}/000000000000/{queue}");
+        let request = http
+            .post(&endpoint)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", "AmazonSQS.ReceiveMessage")
+            .body(serde_json::json!({ "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1 }).to_string());
+        async move {
+            let answer: serde_json::Value = request.send().await.expect("receive").json().await.expect("json");
+            let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
+            messages.iter().map(|m| m["Body"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    for queue in ["encoded", "refusing"] {
+        for body in bodies {
+            assert_eq!(api.put(queue, "", body).await.status, 201);
+        }
+    }
+    let b64 = |bytes: &[u8]| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let mut encoded = receive("encoded").await;
+    encoded.sort();
+    let mut expected = vec![b64(bodies[0]), b64(bodies[1]), "plain text".to_owned()];
+    expected.sort();
+    assert_eq!(encoded, expected, "base64 for what is not SQS text, the text itself otherwise");
+
+    assert_eq!(receive("refusing").await, ["plain text"], "only SQS text is handed out");
+    let mut dead: Vec<Vec<u8>> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while dead.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the refused bodies never reached the dead-letter queue");
+        assert_eq!(receive("refusing").await, Vec::<String>::new(), "a refused body was handed out");
+        loop {
+            let taken = api.take("dead", "wait=0").await;
+            if taken.status != 200 {
+                break;
+            }
+            dead.push(taken.body);
+        }
+    }
+    dead.sort();
+    assert_eq!(dead, [bodies[1].to_vec(), bodies[0].to_vec()], "moved unaltered");
+    let refused = metric(&zkq.metrics().await, "zkq_sqs_refused_bodies_total");
+    assert!(refused >= 4.0, "each refusal is counted (two bodies, two deliveries each): {refused}");
 }

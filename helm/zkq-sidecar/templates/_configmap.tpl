@@ -60,7 +60,7 @@ listen = {{ toString $c.admin.listen | toJson }}
 {{- with $c.sqs }}
 
 [sqs]
-{{- range $key := list "listen" "account_id" "region" "access_key_id" }}
+{{- range $key := list "listen" "account_id" "region" "access_key_id" "binary_bodies" }}
 {{- if not (kindIs "invalid" (index $c.sqs $key)) }}
 {{ $key }} = {{ toString (index $c.sqs $key) | toJson }}
 {{- end }}
@@ -107,6 +107,9 @@ idempotency_window = {{ toString $q.idempotency_window | toJson }}
 {{- end }}
 {{- if not (kindIs "invalid" $q.grouped) }}
 grouped = {{ $q.grouped }}
+{{- end }}
+{{- if $q.sqs_binary_bodies }}
+sqs_binary_bodies = {{ toString $q.sqs_binary_bodies | toJson }}
 {{- end }}
 {{- with $q.push }}
 {{- $p := . }}

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, number, required, seconds};
-use crate::config::QueueKind;
+use crate::config::{BinaryBodies, QueueKind};
 use crate::http::sqs::error::SqsError;
 use crate::queue::attributes;
 use crate::queue::{
@@ -335,10 +335,11 @@ fn received(
     grouped: bool,
 ) -> ReceivedMessage {
     let chosen = requested_attributes(&message.attributes, attribute_names);
-    // A body that is not UTF-8 (a Curator producer's bytes) is delivered base64-encoded, never
-    // altered.
+    // A body that is not SQS text (a Curator producer's bytes) is delivered base64-encoded, never
+    // altered (a queue that refuses such bodies never gets here with one: see `sqs_text`).
     let body = match String::from_utf8(message.body) {
-        Ok(text) => text,
+        Ok(text) if text.chars().all(is_sqs_char) => text,
+        Ok(text) => base64::engine::general_purpose::STANDARD.encode(text.as_bytes()),
         Err(err) => base64::engine::general_purpose::STANDARD.encode(err.as_bytes()),
     };
     let all = wanted.contains("All");
@@ -394,11 +395,45 @@ pub(super) async fn receive_message(
     let queue = ctx.existing(&url).await?;
     let max = usize::try_from(max).unwrap_or(1);
     let leased = queue.lease_many(seconds(wait), visibility, max, usize::MAX).await?;
+    let leased = refuse_binary(ctx, &queue, leased).await;
     let grouped = queue.grouped();
     let names = &input.message_attribute_names;
     let messages =
         leased.into_iter().map(|(message, grant)| received(message, &grant, (&wanted, names), grouped)).collect();
     Ok(ReceiveMessageOutput { messages })
+}
+
+/// Whether `body` is SQS text: UTF-8 of characters SQS allows.
+fn sqs_text(body: &[u8]) -> bool {
+    std::str::from_utf8(body).is_ok_and(|text| text.chars().all(is_sqs_char))
+}
+
+/// On a queue whose `sqs_binary_bodies` (or `sqs.binary_bodies`) is `refuse`, the leased messages
+/// whose bodies are not SQS text are released at once, in their place, and left out of the
+/// answer: another consumer (zkq's own API, Curator) takes them, or past `max_deliveries` they
+/// move to the dead-letter queue. Counted and logged.
+async fn refuse_binary(
+    ctx: &Ctx<'_>,
+    queue: &QueueRef,
+    leased: Vec<(Message, LeaseGrant)>,
+) -> Vec<(Message, LeaseGrant)> {
+    let config = &ctx.state.config;
+    let policy = config.queues.get(queue.name()).and_then(|q| q.sqs_binary_bodies).unwrap_or(config.sqs.binary_bodies);
+    if policy != BinaryBodies::Refuse {
+        return leased;
+    }
+    let (text, binary): (Vec<_>, Vec<_>) = leased.into_iter().partition(|(message, _)| sqs_text(&message.body));
+    for (message, grant) in binary {
+        ctx.state.metrics.sqs_refused_bodies.inc();
+        tracing::warn!(queue = %queue.name(), message = %message.message_id, delivery = grant.delivery_count,
+            "a body that is not SQS text was not handed out (sqs_binary_bodies = \"refuse\"); released for other consumers");
+        if let Err(err) = queue.nack(grant.receipt, NackMode::Keep, Duration::ZERO).await {
+            // Its lease ends by itself at its visibility timeout.
+            tracing::warn!(queue = %queue.name(), message = %message.message_id, error = %err,
+                "could not release a refused message; it is released when its lease expires");
+        }
+    }
+    text
 }
 
 #[derive(Deserialize)]
