@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need (ZooKeeper 3.8 and, for the three-server ensemble, ZooKeeper 3.9
 # from Debian 13; the Curator jars, kazoo, Prometheus, openssl for the test certificates,
-# schemathesis, the deploy-check tools) and runs the whole suite: the
-# deployment checks, the image built and run (scripts/check-image.sh), then `cargo test` against real
-# servers. Extra arguments go to `cargo test`
-# (e.g. a test name filter).
+# schemathesis, boto3 and Celery for the SQS tests, the deploy-check tools) and runs the whole
+# suite: the deployment checks, the image built and run (scripts/check-image.sh), then
+# `cargo test` against real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -23,6 +22,16 @@ fi
 if ! "$venv/bin/python" -c 'import boto3; assert boto3.__version__ == "1.44.8"' 2>/dev/null; then
   echo "==> installing boto3 into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check boto3==1.44.8
+fi
+# Celery with kombu's SQS transport, for the test of a real worker with zkq as its broker. kombu's
+# worker polls through pycurl: its manylinux wheel carries libcurl, so nothing is compiled
+# (--only-binary says so rather than trying a build that needs libcurl's headers).
+if ! "$venv/bin/python" -c 'import celery, kombu, pycurl
+assert (celery.__version__, kombu.__version__) == ("5.7.0", "5.7.0"), "celery"
+assert pycurl.version.startswith("PycURL/7.49.0 "), pycurl.version' 2>/dev/null; then
+  echo "==> installing celery[sqs] into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=pycurl \
+    'celery[sqs]==5.7.0' kombu==5.7.0 pycurl==7.49.0 boto3==1.44.8
 fi
 # The AWS SDK for JavaScript v3 (its SQS client checks every MD5 an answer carries), as its lock file pins it.
 js=target/sqs-js

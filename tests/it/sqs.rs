@@ -1,7 +1,7 @@
 //! The SQS-compatible API with real AWS clients: boto3 of today (the JSON protocol),
 //! Debian's boto3 1.26 / botocore 1.29 (the query protocol), each running the same producer and
-//! consumer session (`tests/sqs/client.py`) against a zkq; Debian's AWS CLI; and the bridge to
-//! zkq's own API.
+//! consumer session (`tests/sqs/client.py`) against a zkq; Debian's AWS CLI; the bridge to
+//! zkq's own API; and Celery workers with zkq as their broker.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -499,4 +499,42 @@ async fn a_body_that_is_not_sqs_text_is_base64_encoded_or_refused_as_its_queue_s
     assert_eq!(dead, [bodies[1].to_vec(), bodies[0].to_vec()], "moved unaltered");
     let refused = metric(&zkq.metrics().await, "zkq_sqs_refused_bodies_total");
     assert!(refused >= 4.0, "each refusal is counted (two bodies, two deliveries each): {refused}");
+}
+
+/// Real Celery workers (`celery[sqs]`: kombu's SQS transport, its long polls through pycurl) take
+/// 200 tasks from zkq, sent by a Celery producer (`tests/sqs/celery_worker.py`); one worker stops
+/// midway, handing back what it held. Each task runs once; zkq ends with nothing waiting or in
+/// flight, every message put and acknowledged once, and every call kombu made answered without an
+/// error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_celery_worker_runs_every_task_once_with_zkq_as_its_broker() {
+    let root = unique_root("sqs-celery");
+    let mut config = test_config(ZkServer::shared(), &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    // kombu's CreateQueue sends its `visibility_timeout`, which the script sets to zkq's.
+    let visibility = 60;
+    config.lease.default_visibility = Duration::from_secs(visibility);
+    let zkq = TestZkq::start(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let [(python, _), _] = pythons();
+    let mut command = std::process::Command::new(python);
+    command.arg(repo_file("tests/sqs/celery_worker.py")).args([&endpoint, "tasks", "200", &visibility.to_string()]);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("python runs")).await.expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.trim() == "ok 200",
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // zkq's own view: nothing left, nothing doubled; kombu was refused nothing.
+    let info = zkq.client().info("tasks").await.json();
+    assert_eq!((info["depth"].as_i64(), info["in_flight"].as_i64()), (Some(0), Some(0)), "{info}");
+    let metrics = zkq.metrics().await;
+    let count = |series: &str| metric_value(&metrics, series).unwrap_or(0.0);
+    assert_eq!(count("zkq_messages_put_total{queue=\"tasks\"}"), 200.0);
+    assert_eq!(count("zkq_messages_acked_total{queue=\"tasks\"}"), 200.0);
+    assert_eq!(count("zkq_sqs_requests_total{action=\"SendMessage\",code=\"ok\"}"), 200.0);
+    assert_eq!(count("zkq_sqs_requests_total{action=\"DeleteMessage\",code=\"ok\"}"), 200.0);
+    let calls: Vec<&str> = metrics.lines().filter(|l| l.starts_with("zkq_sqs_requests_total{")).collect();
+    assert!(calls.iter().all(|l| l.contains("code=\"ok\"")), "kombu's calls were all served: {calls:#?}");
 }
