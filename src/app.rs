@@ -108,6 +108,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             draining.clone(),
             tasks.clone(),
         ),
+        redrives: crate::redrive::Redrives::new(
+            config.clone(),
+            queues.clone(),
+            session.clone(),
+            tasks.clone(),
+            draining.clone(),
+        ),
         draining: draining.clone(),
         api_token: api_token.map(Arc::new),
         sqs_key_pair,

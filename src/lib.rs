@@ -2,7 +2,8 @@
 //!
 //! Data path: `http` (routes, errors) → `queue` (Curator names, envelope, cache, put/take)
 //! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
-//! `push` is a client of `queue`'s leases that calls the app instead of waiting for it.
+//! `push` is a client of `queue`'s leases that calls the app instead of waiting for it;
+//! `redrive` another, that moves dead letters back at a bounded rate.
 //! `config` is read once and validated before anything starts; `metrics` owns every metric.
 //! `inspect` is the read-only `zkq inspect` command; `reference` prints the reference pages
 //! (`zkq reference`) from the code that defines what they list. `types` is the ground floor they
@@ -16,6 +17,7 @@ pub mod inspect;
 pub(crate) mod metrics;
 pub mod push;
 pub mod queue;
+pub mod redrive;
 pub mod reference;
 pub mod shutdown;
 pub(crate) mod supervise;

@@ -102,6 +102,8 @@ error_codes! {
     /// A lease receipt that is malformed or that this zkq process never issued (forged, from
     /// another zkq, or from before a restart).
     LeaseNotFound => NOT_FOUND, "lease_not_found";
+    /// No running message move task has the handle (or runs for the queue).
+    MoveTaskNotFound => NOT_FOUND, "move_task_not_found";
     /// An undeclared counter with `counters_dynamic = false`; a read of a dynamic counter whose
     /// node does not exist.
     CounterNotFound => NOT_FOUND, "counter_not_found";
@@ -119,6 +121,8 @@ error_codes! {
     /// message is, or will be, delivered again), or another step already ended it (an ack or a
     /// nack; retrying the step that ended it answers as that step did).
     LeaseLost => CONFLICT, "lease_lost";
+    /// A message move task is already running for the queue (on this zkq or another).
+    MoveTaskRunning => CONFLICT, "move_task_running";
     /// A delete of a queue declared in the configuration (remove it there; purge empties it).
     QueueDeclared => CONFLICT, "queue_declared";
     /// The counter node is not a 4-byte int; it is left untouched.

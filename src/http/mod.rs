@@ -17,6 +17,7 @@ mod guard;
 pub mod leases;
 mod openapi;
 pub mod queues;
+pub mod redrive;
 pub mod server;
 pub mod sqs;
 mod state;

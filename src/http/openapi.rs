@@ -7,7 +7,7 @@ use utoipa_axum::routes;
 
 use super::state::AppState;
 use super::wire::API_TOKEN_HEADER;
-use super::{batch, counters, error, leases, queues};
+use super::{batch, counters, error, leases, queues, redrive};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -34,6 +34,7 @@ pub(super) fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(batch::ack_batch))
         .routes(routes!(queues::remove_message))
         .routes(routes!(queues::purge_queue))
+        .routes(routes!(redrive::start_redrive, redrive::list_redrives, redrive::cancel_redrive))
         .routes(routes!(queues::take_message))
         .routes(routes!(leases::lease_message))
         .routes(routes!(leases::ack))

@@ -18,6 +18,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub queues: Arc<QueueService>,
     pub counters: Arc<CounterService>,
+    /// Message move tasks (dead letters moved back).
+    pub redrives: Arc<crate::redrive::Redrives>,
     /// Cancelled when shutdown starts: `/readyz` turns 503 at once.
     pub draining: CancellationToken,
     /// The token every API request must carry in `zkq-api-token` (`api.token_file`), if any.

@@ -7,6 +7,7 @@
 //! {root}/deliveries/{queue}    delivery counts of its leased messages
 //! {root}/idempotency/{queue}   records of its idempotency keys
 //! {root}/sqs/tags/{queue}     its tags, set through the SQS-compatible API
+//! {root}/moves/{queue}        the message move task running for it (ephemeral)
 //! {root}/claims                claim markers: evidence for transactions whose answer was lost
 //! {root}/counters/{counter}    a dynamic counter (Curator SharedCount)
 //! ```
@@ -57,6 +58,16 @@ impl Layout {
         format!("{}/sqs/tags/{queue}", self.root)
     }
 
+    /// The parent of running message move tasks.
+    pub fn moves_dir(&self) -> String {
+        format!("{}/moves", self.root)
+    }
+
+    /// The message move task running for source queue `queue`.
+    pub fn moves(&self, queue: &str) -> String {
+        format!("{}/moves/{queue}", self.root)
+    }
+
     pub fn claims(&self) -> String {
         format!("{}/claims", self.root)
     }
@@ -78,6 +89,7 @@ mod tests {
         assert_eq!(layout.deliveries("orders"), "/app/zkq/deliveries/orders");
         assert_eq!(layout.idempotency_of("orders"), "/app/zkq/idempotency/orders");
         assert_eq!(layout.tags("orders"), "/app/zkq/sqs/tags/orders");
+        assert_eq!(layout.moves("orders"), "/app/zkq/moves/orders");
         assert_eq!(layout.claims(), "/app/zkq/claims");
         assert_eq!(layout.counter("hits"), "/app/zkq/counters/hits");
     }
@@ -102,9 +114,18 @@ mod tests {
                 let text = std::fs::read_to_string(&path).expect("a source file is text");
                 for (number, line) in text.lines().enumerate() {
                     let by_hand = line.contains("format!(")
-                        && ["/queues/", "/locks/", "/deliveries/", "/idempotency", "/claims", "/counters/", "/sqs/"]
-                            .iter()
-                            .any(|dir| line.contains(&format!("}}{dir}")));
+                        && [
+                            "/queues/",
+                            "/locks/",
+                            "/deliveries/",
+                            "/idempotency",
+                            "/claims",
+                            "/counters/",
+                            "/sqs/",
+                            "/moves",
+                        ]
+                        .iter()
+                        .any(|dir| line.contains(&format!("}}{dir}")));
                     if by_hand {
                         offenders.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
                     }

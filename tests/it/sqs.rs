@@ -538,3 +538,156 @@ async fn a_celery_worker_runs_every_task_once_with_zkq_as_its_broker() {
     let calls: Vec<&str> = metrics.lines().filter(|l| l.starts_with("zkq_sqs_requests_total{")).collect();
     assert!(calls.iter().all(|l| l.contains("code=\"ok\"")), "kombu's calls were all served: {calls:#?}");
 }
+
+/// An SQS call in the JSON protocol, its status and answer.
+async fn sqs_json(endpoint: &str, action: &str, input: serde_json::Value) -> (u16, serde_json::Value) {
+    let answer = reqwest::Client::new()
+        .post(endpoint)
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", format!("AmazonSQS.{action}"))
+        .body(input.to_string())
+        .send()
+        .await
+        .expect("an SQS call");
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap_or_default())
+}
+
+/// Dead letters moved back by a message move task, started through zkq's own API and through
+/// SQS's, listed and cancelled from another sidecar: every message ends in exactly one of the two
+/// queues, with its attributes and trace context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_move_task_moves_dead_letters_back_once_and_another_sidecar_cancels_it() {
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-redrive");
+    let configure = || {
+        let mut config = test_config(zk, &root);
+        config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        declare(&mut config, "orders", zkq::config::QueueKind::Fifo, None, None);
+        declare(&mut config, "orders-dlq", zkq::config::QueueKind::Fifo, None, None);
+        let orders = config.queues.get_mut("orders").expect("declared");
+        orders.max_deliveries = Some(3);
+        orders.dead_letter = Some("orders-dlq".parse().expect("a name"));
+        config
+    };
+    let (one, other) = (TestZkq::start(configure()).await, TestZkq::start(configure()).await);
+    let sqs_of = |zkq: &TestZkq| format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let (api, other_sqs) = (one.client(), sqs_of(&other));
+    let dlq_arn = "arn:aws:sqs:us-east-1:000000000000:orders-dlq";
+    let put_dead = |range: std::ops::Range<usize>| {
+        let messages: Vec<serde_json::Value> = range
+            .map(|i| {
+                serde_json::json!({ "text": format!("dead {i}"), "traceparent": TRACE,
+                    "attributes": { "n": { "type": "Number", "value": i.to_string() } } })
+            })
+            .collect();
+        messages
+    };
+    for chunk in put_dead(0..300).chunks(100) {
+        assert_eq!(api.batch_put("orders-dlq", "", &serde_json::json!({ "messages": chunk })).await.status, 201);
+    }
+
+    // zkq's own API: the destination is implied (orders declares orders-dlq its dead letter).
+    let started = api
+        .send_json(
+            reqwest::Method::POST,
+            "/v1/queues/orders-dlq/redrive",
+            &serde_json::json!({ "max_per_second": 500 }),
+        )
+        .await;
+    assert_eq!(started.status, 202, "{}", started.text());
+    assert_eq!(
+        (started.json()["destination"].as_str(), started.json()["to_move"].as_u64()),
+        (Some("orders"), Some(300))
+    );
+    eventually(Duration::from_secs(60), "the task completed", || async {
+        let listed = api.send(reqwest::Method::GET, "/v1/queues/orders-dlq/redrive", None).await.json();
+        listed["tasks"][0]["status"] == "COMPLETED"
+    })
+    .await;
+    let listed = api.send(reqwest::Method::GET, "/v1/queues/orders-dlq/redrive", None).await.json();
+    let moved: u64 = listed["tasks"].as_array().expect("tasks").iter().filter_map(|t| t["moved"].as_u64()).sum();
+    assert_eq!(moved, 300, "{listed}");
+    let mut back = 0;
+    loop {
+        let leased = api.lease("orders", "max=100&wait=0").await;
+        if leased.status != 200 {
+            break;
+        }
+        let messages = leased.json()["messages"].as_array().cloned().unwrap_or_default();
+        assert!(messages.iter().all(|m| m["traceparent"] == TRACE && m["attributes"]["n"]["type"] == "Number"));
+        let receipts: Vec<String> = messages.iter().filter_map(|m| m["lease"].as_str().map(str::to_owned)).collect();
+        assert_eq!(api.batch_ack("orders", &receipts).await.status, 200);
+        back += messages.len();
+    }
+    assert_eq!(back, 300, "every dead letter is back in orders, once");
+    assert_eq!(api.take("orders-dlq", "wait=0").await.status, 204, "nothing left behind");
+
+    // The SQS API, slowly, cancelled by the other sidecar, which lists the task from its node.
+    for chunk in put_dead(300..800).chunks(100) {
+        assert_eq!(api.batch_put("orders-dlq", "", &serde_json::json!({ "messages": chunk })).await.status, 201);
+    }
+    let one_sqs = sqs_of(&one);
+    let (status, started) = sqs_json(
+        &one_sqs,
+        "StartMessageMoveTask",
+        serde_json::json!({ "SourceArn": dlq_arn, "DestinationArn": "arn:aws:sqs:us-east-1:000000000000:orders", "MaxNumberOfMessagesPerSecond": 20 }),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let handle = started["TaskHandle"].as_str().expect("a handle").to_owned();
+    // One task per queue on the ensemble: the other sidecar cannot start a second.
+    let again =
+        other.client().send_json(reqwest::Method::POST, "/v1/queues/orders-dlq/redrive", &serde_json::json!({})).await;
+    assert_eq!((again.status, again.code.as_str()), (409, "move_task_running"), "{}", again.text());
+    let (_, listed) = sqs_json(&other_sqs, "ListMessageMoveTasks", serde_json::json!({ "SourceArn": dlq_arn })).await;
+    assert_eq!(listed["Results"][0]["Status"], "RUNNING", "{listed}");
+    assert_eq!(listed["Results"][0]["TaskHandle"], handle.as_str());
+    let (status, cancelled) =
+        sqs_json(&other_sqs, "CancelMessageMoveTask", serde_json::json!({ "TaskHandle": handle })).await;
+    assert_eq!(status, 200, "{cancelled}");
+    eventually(Duration::from_secs(30), "the task stopped", || async {
+        let (_, listed) = sqs_json(&one_sqs, "ListMessageMoveTasks", serde_json::json!({ "SourceArn": dlq_arn })).await;
+        listed["Results"][0]["Status"] == "CANCELLED"
+    })
+    .await;
+    let (status, stale) =
+        sqs_json(&other_sqs, "CancelMessageMoveTask", serde_json::json!({ "TaskHandle": handle })).await;
+    assert_eq!((status, stale["__type"].as_str()), (400, Some("com.amazonaws.sqs#ResourceNotFoundException")));
+    // Every message is in exactly one of the queues.
+    let mut bodies = Vec::new();
+    for queue in ["orders", "orders-dlq"] {
+        loop {
+            let taken = api.take(queue, "max=100&wait=0").await;
+            if taken.status != 200 {
+                break;
+            }
+            for m in taken.json()["messages"].as_array().cloned().unwrap_or_default() {
+                let body = m["body"].as_str().unwrap_or_default().to_owned();
+                bodies.push(body);
+            }
+        }
+    }
+    let unique: std::collections::HashSet<&String> = bodies.iter().collect();
+    assert_eq!((bodies.len(), unique.len()), (500, 500), "each of the 500 once, in one queue or the other");
+
+    // A queue that is no queue's dead letter needs a destination; an unknown source is not found.
+    let (status, refused) = sqs_json(
+        &one_sqs,
+        "StartMessageMoveTask",
+        serde_json::json!({ "SourceArn": "arn:aws:sqs:us-east-1:000000000000:orders" }),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["__type"].as_str()),
+        (400, Some("com.amazonaws.sqs#InvalidParameterValue")),
+        "{refused}"
+    );
+    let (status, refused) = sqs_json(&one_sqs, "StartMessageMoveTask", serde_json::json!({ "SourceArn": "arn:aws:sqs:us-east-1:000000000000:never", "DestinationArn": "arn:aws:sqs:us-east-1:000000000000:orders" })).await;
+    assert_eq!(
+        (status, refused["__type"].as_str()),
+        (400, Some("com.amazonaws.sqs#ResourceNotFoundException")),
+        "{refused}"
+    );
+}

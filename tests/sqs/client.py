@@ -180,4 +180,28 @@ check(error_of(sqs.delete_queue, QueueUrl=tagged)[0] == "AWS.SimpleQueueService.
 check(sqs.create_queue(QueueName=f"{queue}-tagged")["QueueUrl"] == tagged, "made anew")
 check(sqs.list_queue_tags(QueueUrl=tagged).get("Tags", {}) == {}, "a queue made anew has no tags")
 check(sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=0).get("Messages", []) == [], "a queue made anew is empty")
+# Message move tasks (botocore learned them after Debian's 1.29: the JSON protocol's client only).
+if protocol == "json":
+    import time
+
+    def arn_of(queue_url):
+        return sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+    dead = sqs.create_queue(QueueName=f"{queue}-dead")["QueueUrl"]
+    back = sqs.create_queue(QueueName=f"{queue}-back")["QueueUrl"]
+    check(sqs.list_message_move_tasks(SourceArn=arn_of(dead)).get("Results", []) == [], "no move task yet")
+    check(error_of(sqs.start_message_move_task, SourceArn=arn_of(dead))[0] == "InvalidParameterValue",
+          "no declared source: a destination is needed")
+    sqs.send_message_batch(QueueUrl=dead, Entries=[{"Id": f"m{i}", "MessageBody": f"moved {i}"} for i in range(5)])
+    handle = sqs.start_message_move_task(SourceArn=arn_of(dead), DestinationArn=arn_of(back),
+                                         MaxNumberOfMessagesPerSecond=100)["TaskHandle"]
+    deadline = time.monotonic() + 30
+    while sqs.list_message_move_tasks(SourceArn=arn_of(dead), MaxResults=10)["Results"][0]["Status"] != "COMPLETED":
+        check(time.monotonic() < deadline, "the move task completes")
+    task = sqs.list_message_move_tasks(SourceArn=arn_of(dead))["Results"][0]
+    check(task["ApproximateNumberOfMessagesMoved"] == 5 and task["DestinationArn"] == arn_of(back), task)
+    moved = sqs.receive_message(QueueUrl=back, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+    check(sorted(m["Body"] for m in moved) == [f"moved {i}" for i in range(5)], moved)
+    check(error_of(sqs.cancel_message_move_task, TaskHandle=handle)[0] == "ResourceNotFoundException",
+          "a finished task cannot be cancelled")
 print(f"ok {checks.count} checks")

@@ -57,6 +57,16 @@ impl SqsError {
         )
     }
 
+    /// A message move task or its source that does not exist.
+    pub(super) fn resource_not_found(message: impl Into<String>) -> SqsError {
+        SqsError::sender("ResourceNotFoundException", "ResourceNotFoundException", message)
+    }
+
+    /// `UnsupportedOperation` with zkq's reason.
+    pub(super) fn unsupported_because(message: impl Into<String>) -> SqsError {
+        SqsError::sender("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", message)
+    }
+
     pub(super) fn no_such_queue(name: &str) -> SqsError {
         SqsError::sender(
             "QueueDoesNotExist",
@@ -125,6 +135,21 @@ impl SqsError {
 
     fn server(shape: &'static str, code: &'static str, status: StatusCode, message: impl Into<String>) -> SqsError {
         SqsError { shape, code, status, sender_fault: false, message: message.into() }
+    }
+}
+
+impl From<crate::redrive::RedriveError> for SqsError {
+    fn from(err: crate::redrive::RedriveError) -> SqsError {
+        use crate::redrive::RedriveError;
+        match err {
+            RedriveError::Invalid(message) => SqsError::invalid_parameter(message),
+            RedriveError::Running(_) => SqsError::unsupported_because(err.to_string()),
+            RedriveError::NoSuchTask(_) => SqsError::resource_not_found(err.to_string()),
+            RedriveError::Queue(QueueError::UnknownQueue(name) | QueueError::NoSuchQueue(name)) => {
+                SqsError::resource_not_found(format!("the queue {name} does not exist"))
+            },
+            RedriveError::Queue(err) => err.into(),
+        }
     }
 }
 

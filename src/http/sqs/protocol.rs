@@ -285,7 +285,12 @@ pub(super) fn encode_error(protocol: Protocol, err: SqsError, request_id: &str) 
 fn has_result(action: &str) -> bool {
     matches!(
         action,
-        "ReceiveMessage" | "ListQueues" | "GetQueueAttributes" | "ListDeadLetterSourceQueues" | "ListQueueTags"
+        "ReceiveMessage"
+            | "ListQueues"
+            | "GetQueueAttributes"
+            | "ListDeadLetterSourceQueues"
+            | "ListQueueTags"
+            | "ListMessageMoveTasks"
     )
 }
 
@@ -296,6 +301,7 @@ fn list_item(action: &str, field: &str) -> String {
         "QueueUrls" | "queueUrls" => "QueueUrl".to_owned(),
         "Successful" => format!("{action}ResultEntry"),
         "Failed" => "BatchResultErrorEntry".to_owned(),
+        "Results" => format!("{action}ResultEntry"),
         other => other.trim_end_matches('s').to_owned(),
     }
 }

@@ -17,6 +17,7 @@
 //! `messages.rs` the message actions and message attributes.
 
 mod messages;
+mod moves;
 mod queues;
 mod tags;
 
@@ -29,6 +30,7 @@ use serde_json::Value;
 use messages::{
     ReceiptStep, change_visibility, delete_message, receipt_batch, receive_message, send_message, send_message_batch,
 };
+use moves::{cancel_move_task, list_move_tasks, start_move_task};
 use queues::{
     create_queue, delete_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues,
     purge_queue, set_queue_attributes,
@@ -70,11 +72,10 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "TagQueue" => answer(tag_queue(ctx, parse(input)?).await),
         "UntagQueue" => answer(untag_queue(ctx, parse(input)?).await),
         "ListQueueTags" => answer(list_queue_tags(ctx, parse(input)?).await),
-        "AddPermission"
-        | "RemovePermission"
-        | "StartMessageMoveTask"
-        | "ListMessageMoveTasks"
-        | "CancelMessageMoveTask" => Err(SqsError::unsupported(action)),
+        "StartMessageMoveTask" => answer(start_move_task(ctx, parse(input)?).await),
+        "ListMessageMoveTasks" => answer(list_move_tasks(ctx, parse(input)?).await),
+        "CancelMessageMoveTask" => answer(cancel_move_task(ctx, parse(input)?).await),
+        "AddPermission" | "RemovePermission" => Err(SqsError::unsupported(action)),
         other => Err(SqsError::invalid_action(format!("{other:?} is not an SQS action"))),
     }
 }
@@ -99,6 +100,9 @@ pub const SERVED: &[&str] = &[
     "TagQueue",
     "UntagQueue",
     "ListQueueTags",
+    "StartMessageMoveTask",
+    "ListMessageMoveTasks",
+    "CancelMessageMoveTask",
 ];
 
 fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
