@@ -92,7 +92,6 @@ impl From<ZkError> for RedriveError {
 
 /// The message move tasks of this zkq, and the door to those of the others.
 pub struct Redrives {
-    config: Arc<Config>,
     queues: Arc<QueueService>,
     session: ZkSession,
     layout: Layout,
@@ -119,7 +118,6 @@ impl Redrives {
     ) -> Arc<Redrives> {
         let layout = Layout::new(&config.zookeeper.root);
         Arc::new(Redrives {
-            config,
             queues,
             session,
             layout,
@@ -128,12 +126,6 @@ impl Redrives {
             running: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
         })
-    }
-
-    /// The queues whose `dead_letter` is `queue` (declared ones: a dynamic queue has none).
-    pub fn sources_of(&self, queue: &QueueName) -> Vec<QueueName> {
-        let declared = self.config.queues.iter();
-        declared.filter(|(_, q)| q.dead_letter.as_ref() == Some(queue)).map(|(name, _)| name.clone()).collect()
     }
 
     /// Starts moving the messages of `source` to `destination` (default: the one queue whose
@@ -152,16 +144,16 @@ impl Redrives {
         }
         let destination = match destination {
             Some(destination) => destination,
-            None => match self.sources_of(source).as_slice() {
+            None => match self.queues.dead_letter_sources(source).await?.as_slice() {
                 [only] => only.clone(),
                 [] => {
                     return Err(RedriveError::Invalid(format!(
-                        "no declared queue has {source} as its dead_letter: name the destination"
+                        "no queue has {source} as its dead-letter queue: name the destination"
                     )));
                 },
                 _ => {
                     return Err(RedriveError::Invalid(format!(
-                        "several declared queues have {source} as their dead_letter: name the destination"
+                        "several queues have {source} as their dead-letter queue: name the destination"
                     )));
                 },
             },

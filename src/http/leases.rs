@@ -17,7 +17,7 @@ use super::wire::{
     HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath,
     check_max, delivered, message_response, receipt_of,
 };
-use crate::queue::NackMode;
+use crate::queue::{NackMode, Queue};
 use crate::types::QueueName;
 
 /// Path parameters: a queue and a lease receipt.
@@ -77,13 +77,17 @@ pub struct ExtendResponse {
     pub expires_at: i64,
 }
 
-fn visibility(state: &AppState, text: Option<&str>) -> Result<Duration, ApiError> {
+fn visibility(state: &AppState, queue: &Queue, asked: Option<Duration>) -> Duration {
     let lease = &state.config.lease;
-    let asked = match text {
-        Some(text) => parse_duration("visibility", text)?,
-        None => lease.default_visibility,
-    };
-    Ok(asked.clamp(Duration::from_secs(1), lease.max_visibility))
+    // Unsaid, the queue's own (a dynamic queue's settings), else the configured default.
+    let asked = asked
+        .unwrap_or_else(|| queue.settings().visibility_seconds.map_or(lease.default_visibility, Duration::from_secs));
+    asked.clamp(Duration::from_secs(1), lease.max_visibility)
+}
+
+/// A `visibility` parameter, parsed once where it enters.
+fn asked_visibility(text: Option<&str>) -> Result<Option<Duration>, ApiError> {
+    text.map(|text| parse_duration("visibility", text)).transpose()
 }
 
 /// Lease the head message: it stays in ZooKeeper, locked, until acked, nacked or expired.
@@ -120,13 +124,14 @@ pub async fn lease_message(
     ApiQuery(query): ApiQuery<LeaseQuery>,
 ) -> Result<Response, ApiError> {
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
-    let visibility = visibility(&state, query.visibility.as_deref())?;
+    let asked = asked_visibility(query.visibility.as_deref())?;
     let max = query.max.map(|max| check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
     let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
+    let visibility = visibility(&state, &queue, asked);
     let wait = wait_until.saturating_duration_since(Instant::now());
     if let Some(max) = max {
         let leased = queue.lease_many(wait, visibility, max, state.config.api.max_batch_bytes).await?;
@@ -211,8 +216,9 @@ pub async fn extend(
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<ExtendQuery>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
+    let asked = asked_visibility(query.visibility.as_deref())?;
     let queue = state.queues.open_only(&path.queue)?;
-    let visibility = visibility(&state, query.visibility.as_deref())?;
+    let visibility = visibility(&state, &queue, asked);
     let expires_at = queue.extend(receipt_of(&path.lease)?, visibility).await?;
     Ok(Json(ExtendResponse { lease: path.lease, expires_at }))
 }

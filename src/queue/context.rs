@@ -43,7 +43,10 @@ pub(super) struct Context {
     pub(super) lock_path: Option<String>,
     pub(super) max_items: Option<u32>,
     pub(super) declared: bool,
-    pub(super) dead_letter: Option<DeadLetter>,
+    /// The declared dead-letter queue (`queues.NAME.dead_letter`); see [`Context::dead_letter_now`].
+    pub(super) dead_letter: Option<Arc<DeadLetter>>,
+    /// A dynamic queue's own settings, as its settings node says now (`settings.rs`).
+    pub(super) settings: Arc<super::settings::SettingsCell>,
     /// Where delivery counts of leased messages live: `{root}/deliveries/{queue}`.
     pub(super) deliveries_path: String,
     pub(super) max_message_bytes: usize,
@@ -90,6 +93,12 @@ impl Context {
 
     /// When a request that may wait `wait` must be answered: its wait, or at least a request
     /// timeout.
+    /// Where dead letters go now: the declared dead-letter queue, else the one the queue's
+    /// settings name.
+    pub(super) fn dead_letter_now(&self) -> Option<Arc<DeadLetter>> {
+        self.dead_letter.clone().or_else(|| self.settings.dead_letter())
+    }
+
     pub(super) fn deadline_for(&self, wait: Duration) -> Instant {
         Instant::now() + wait.max(self.session.request_timeout())
     }

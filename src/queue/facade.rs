@@ -161,8 +161,20 @@ impl Queue {
         self.ctx.declared
     }
 
-    pub fn dead_letter(&self) -> Option<&DeadLetter> {
-        self.ctx.dead_letter.as_ref()
+    /// Where its dead letters go now: its declared `dead_letter`, else its settings' (a dynamic
+    /// queue's `RedrivePolicy`).
+    pub fn dead_letter(&self) -> Option<Arc<DeadLetter>> {
+        self.ctx.dead_letter_now()
+    }
+
+    /// A dynamic queue's own settings, as its settings node says now (none for a declared queue).
+    pub fn settings(&self) -> super::QueueSettings {
+        self.ctx.settings.get().settings
+    }
+
+    /// Applies settings just written to its node here at once (the node's watch follows).
+    pub(super) fn settings_written(&self, current: super::settings::Current) {
+        self.ctx.settings.set(current);
     }
 
     pub(crate) fn metrics(&self) -> &QueueMetrics {

@@ -18,6 +18,7 @@ mod message;
 pub(crate) mod names;
 mod put;
 mod service;
+mod settings;
 
 pub use acquire::{Handover, Taken};
 pub use attributes::{AttributeValue, MessageAttributes};
@@ -32,6 +33,7 @@ pub use names::ItemMeta;
 pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 pub use service::QueueService;
 pub(crate) use service::queue_layout;
+pub use settings::{MAX_DELIVERIES_SETTING, QueueSettings};
 
 use crate::types::QueueName;
 use crate::zk::ZkError;

@@ -20,6 +20,7 @@ use super::lease::{LeaseMemories, LeaseTable, Leases};
 use super::names;
 use super::put::Puts;
 use super::put::idempotency;
+use super::settings::{Current, QueueSettings, SettingsCell};
 use super::{HeadAge, QueueError};
 use crate::config::{Config, QueueKind};
 use crate::metrics::Metrics;
@@ -59,6 +60,20 @@ pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
             lock_path: Some(layout.locks(name)),
             grouped: config.queues_dynamic_grouped,
         },
+    }
+}
+
+/// The most settings nodes a look for dead-letter sources reads.
+const MAX_SETTINGS_READ: usize = 1000;
+
+/// Where dead letters go, when they go to `target` after `max_deliveries`.
+fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u32>) -> DeadLetter {
+    let layout = queue_layout(config, target);
+    DeadLetter {
+        max_deliveries,
+        name: target.clone(),
+        kind: names::naming(layout.kind, layout.grouped),
+        path: layout.path,
     }
 }
 
@@ -293,16 +308,11 @@ impl QueueService {
         let (kind, path, lock_path, grouped) = (layout.kind, layout.path, layout.lock_path, layout.grouped);
         let declared_config = self.config.queues.get(name);
         let max_items = declared_config.and_then(|q| q.max_items);
-        let dead_letter = declared_config.and_then(|q| q.dead_letter.as_ref()).map(|target| {
-            let target_layout = self.layout(target);
-            DeadLetter {
-                max_deliveries: declared_config.and_then(|q| q.max_deliveries),
-                name: target.clone(),
-                kind: names::naming(target_layout.kind, target_layout.grouped),
-                path: target_layout.path,
-            }
-        });
+        let dead_letter = declared_config
+            .and_then(|q| q.dead_letter.as_ref())
+            .map(|target| Arc::new(self.dead_letter_of(target, declared_config.and_then(|q| q.max_deliveries))));
         let stop = self.shutdown.child_token();
+        let settings = Arc::new(SettingsCell::default());
         let rules = Rules {
             naming: names::naming(kind, grouped),
             grouped,
@@ -326,6 +336,7 @@ impl QueueService {
             max_items,
             declared,
             dead_letter,
+            settings: settings.clone(),
             deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
             max_message_bytes: self.config.api.max_message_bytes,
             max_peek_bytes: self.config.api.max_peek_bytes,
@@ -364,6 +375,21 @@ impl QueueService {
                 move || cache.clone().run(session.clone(), marker_dir.clone(), lock_path.clone(), stop.clone())
             },
         ));
+        if !declared {
+            // A dynamic queue follows its settings node (a declared one has its configuration).
+            let resolve = {
+                let config = self.config.clone();
+                move |settings: QueueSettings| Current {
+                    dead_letter: settings
+                        .dead_letter
+                        .as_ref()
+                        .map(|target| Arc::new(dead_letter_of(&config, target, settings.max_deliveries))),
+                    settings,
+                }
+            };
+            let path = Layout::new(&self.config.zookeeper.root).settings(name);
+            self.tasks.spawn(settings.clone().follow(session.clone(), path, name.clone(), resolve, stop.clone()));
+        }
         self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
             let (leases, session, stop) = (leases.clone(), session.clone(), stop.clone());
             move || leases.clone().run_lease_reaper(session.clone(), stop.clone())
@@ -424,6 +450,97 @@ impl QueueService {
             self.close_locked(&mut queues, &name);
             tracing::debug!(queue = %name, "closed an idle dynamic queue");
         }
+    }
+
+    /// Writes dynamic queue `name`'s own settings (SQS's `SetQueueAttributes`), applied to every
+    /// field given (`change` gets the current ones and returns the new); every sidecar with the
+    /// queue open follows. A declared queue is refused: its configuration is its settings.
+    pub async fn set_settings(
+        &self,
+        name: &QueueName,
+        change: impl Fn(QueueSettings) -> Result<QueueSettings, String>,
+    ) -> Result<QueueSettings, QueueError> {
+        if self.config.queues.contains_key(name) {
+            return Err(QueueError::Declared(name.clone()));
+        }
+        let path = Layout::new(&self.config.zookeeper.root).settings(name);
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        let written = loop {
+            let (current, version) = match zk.get_data(&path).await {
+                // A node that does not parse is replaced by what the client says now.
+                Ok((data, stat)) => (QueueSettings::parse(&data).unwrap_or_default(), Some(stat.version)),
+                Err(crate::zk::ZkError::NoNode) => (QueueSettings::default(), None),
+                Err(err) => return Err(err.into()),
+            };
+            let new = change(current).map_err(QueueError::InvalidParameter)?;
+            new.check(name).map_err(QueueError::InvalidParameter)?;
+            if let Some(target) = &new.dead_letter
+                && !self.stored(target).await?
+            {
+                return Err(QueueError::InvalidParameter(format!("the dead-letter queue {target} does not exist")));
+            }
+            let data = serde_json::to_vec(&new).unwrap_or_default();
+            let result = match version {
+                Some(version) => zk.set_data(&path, &data, Some(version)).await.map(|_| ()),
+                None => match zk.create(&path, &data, crate::zk::NodeMode::Persistent).await {
+                    Err(crate::zk::ZkError::NoNode) => {
+                        zk.ensure_path(&Layout::new(&self.config.zookeeper.root).settings_dir()).await?;
+                        continue;
+                    },
+                    other => other.map(|_| ()),
+                },
+            };
+            match result {
+                Ok(()) => break new,
+                // Another writer came first: read again and apply the change to what it wrote.
+                Err(crate::zk::ZkError::BadVersion | crate::zk::ZkError::NodeExists) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        };
+        let open = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+        if let Some(queue) = open {
+            let dead_letter = written
+                .dead_letter
+                .as_ref()
+                .map(|target| Arc::new(self.dead_letter_of(target, written.max_deliveries)));
+            queue.settings_written(Current { settings: written.clone(), dead_letter });
+        }
+        Ok(written)
+    }
+
+    /// The queues whose dead letters go to `name`: declared ones, and dynamic ones whose
+    /// settings say so (their settings nodes read, at most [`MAX_SETTINGS_READ`]).
+    pub async fn dead_letter_sources(&self, name: &QueueName) -> Result<Vec<QueueName>, QueueError> {
+        let mut sources: Vec<QueueName> = self
+            .config
+            .queues
+            .iter()
+            .filter(|(_, q)| q.dead_letter.as_ref() == Some(name))
+            .map(|(source, _)| source.clone())
+            .collect();
+        let dir = Layout::new(&self.config.zookeeper.root).settings_dir();
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        let children = match zk.get_children(&dir).await {
+            Ok((children, _)) => children,
+            Err(crate::zk::ZkError::NoNode) => Vec::new(),
+            Err(err) => return Err(err.into()),
+        };
+        let paths: Vec<String> = children.iter().take(MAX_SETTINGS_READ).map(|c| format!("{dir}/{c}")).collect();
+        let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+        for (child, read) in children.iter().zip(zk.get_data_many(&refs).await?) {
+            let Ok((data, _)) = read else { continue };
+            let Ok(settings) = QueueSettings::parse(&data) else { continue };
+            if settings.dead_letter.as_ref() == Some(name)
+                && let Ok(source) = child.parse::<QueueName>()
+                && !self.config.queues.contains_key(&source)
+            {
+                sources.push(source);
+            }
+        }
+        sources.sort();
+        Ok(sources)
     }
 
     /// Whether queue `name` exists now: declared, or its node is in ZooKeeper (after a `sync`,
@@ -499,6 +616,11 @@ impl QueueService {
         self.lease_memories.closed(name);
         let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
         *dynamic = dynamic.saturating_sub(1);
+    }
+
+    /// Where dead letters of a queue go, when they go to `target`.
+    fn dead_letter_of(&self, target: &QueueName, max_deliveries: Option<u32>) -> DeadLetter {
+        dead_letter_of(&self.config, target, max_deliveries)
     }
 
     /// Kind, path and lock path of a queue, declared or not.

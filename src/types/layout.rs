@@ -7,6 +7,7 @@
 //! {root}/deliveries/{queue}    delivery counts of its leased messages
 //! {root}/idempotency/{queue}   records of its idempotency keys
 //! {root}/sqs/tags/{queue}     its tags, set through the SQS-compatible API
+//! {root}/settings/{queue}     a dynamic queue's own settings (set through the SQS-compatible API)
 //! {root}/moves/{queue}        the message move task running for it (ephemeral)
 //! {root}/claims                claim markers: evidence for transactions whose answer was lost
 //! {root}/counters/{counter}    a dynamic counter (Curator SharedCount)
@@ -56,6 +57,16 @@ impl Layout {
     /// A queue's tags (the SQS-compatible API's `TagQueue`), a JSON object of strings.
     pub fn tags(&self, queue: &str) -> String {
         format!("{}/sqs/tags/{queue}", self.root)
+    }
+
+    /// The parent of dynamic queues' settings.
+    pub fn settings_dir(&self) -> String {
+        format!("{}/settings", self.root)
+    }
+
+    /// A dynamic queue's own settings.
+    pub fn settings(&self, queue: &str) -> String {
+        format!("{}/settings/{queue}", self.root)
     }
 
     /// The parent of running message move tasks.

@@ -511,9 +511,9 @@ async fn a_celery_worker_runs_every_task_once_with_zkq_as_its_broker() {
     let root = unique_root("sqs-celery");
     let mut config = test_config(ZkServer::shared(), &root);
     config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
-    // kombu's CreateQueue sends its `visibility_timeout`, which the script sets to zkq's.
+    // kombu's CreateQueue sends its `visibility_timeout`, which becomes the queue's: a worker
+    // stopped with a message it did not hand back leaves it for 60 s (kombu's default is 1,800).
     let visibility = 60;
-    config.lease.default_visibility = Duration::from_secs(visibility);
     let zkq = TestZkq::start(config).await;
     let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
     let [(python, _), _] = pythons();
@@ -527,6 +527,13 @@ async fn a_celery_worker_runs_every_task_once_with_zkq_as_its_broker() {
         String::from_utf8_lossy(&output.stderr)
     );
     // zkq's own view: nothing left, nothing doubled; kombu was refused nothing.
+    let (_, attributes) = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": format!("{endpoint}/000000000000/tasks"), "AttributeNames": ["VisibilityTimeout"] }),
+    )
+    .await;
+    assert_eq!(attributes["Attributes"]["VisibilityTimeout"], "60", "kombu's CreateQueue set the queue's");
     let info = zkq.client().info("tasks").await.json();
     assert_eq!((info["depth"].as_i64(), info["in_flight"].as_i64()), (Some(0), Some(0)), "{info}");
     let metrics = zkq.metrics().await;
@@ -690,4 +697,58 @@ async fn a_message_move_task_moves_dead_letters_back_once_and_another_sidecar_ca
         (400, Some("com.amazonaws.sqs#ResourceNotFoundException")),
         "{refused}"
     );
+}
+
+/// A dynamic queue's settings set through one sidecar's SQS API are served by another's: its
+/// `GetQueueAttributes`, its leases' default visibility (zkq's own API too) and its redrive policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar() {
+    let root = unique_root("sqs-settings");
+    let (one, one_sqs) = zkq_with_sqs(&root).await;
+    let (other, other_sqs) = zkq_with_sqs(&root).await;
+    let url = |queue: &str| format!("{one_sqs}/000000000000/{queue}");
+    for queue in ["jobs", "jobs-dlq"] {
+        assert_eq!(sqs_json(&one_sqs, "CreateQueue", serde_json::json!({ "QueueName": queue })).await.0, 200);
+    }
+    // The other sidecar has the queue open before the settings change, and follows it.
+    assert_eq!(other.client().put("jobs", "", b"first").await.status, 201);
+    let policy = serde_json::json!({ "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:jobs-dlq", "maxReceiveCount": 2 });
+    let (status, answer) = sqs_json(
+        &one_sqs,
+        "SetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url("jobs"), "Attributes": { "VisibilityTimeout": "7", "RedrivePolicy": policy.to_string() } }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(10), "the other sidecar serves the new settings", || async {
+        let (_, got) = sqs_json(
+            &other_sqs,
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url("jobs"), "AttributeNames": ["All"] }),
+        )
+        .await;
+        got["Attributes"]["VisibilityTimeout"] == "7"
+            && serde_json::from_str::<serde_json::Value>(got["Attributes"]["RedrivePolicy"].as_str().unwrap_or("null"))
+                .ok()
+                == Some(policy.clone())
+    })
+    .await;
+    // Its own API's lease without `visibility` lasts the queue's 7 s.
+    let api = other.client();
+    let before = zkq::types::now_epoch_ms();
+    let leased = api.lease("jobs", "wait=2s").await;
+    assert_eq!(leased.status, 200);
+    let expires: i64 = leased.expiry.parse().expect("epoch ms");
+    assert!(
+        (before + 6_000..=zkq::types::now_epoch_ms() + 7_000).contains(&expires),
+        "a 7 s lease: {}",
+        expires - before
+    );
+    // Past two deliveries the message moves to the dead-letter queue, on this sidecar too.
+    assert_eq!(api.nack("jobs", &leased.receipt, "mode=keep").await.status, 204);
+    let second = api.lease("jobs", "wait=2s").await;
+    assert_eq!(api.nack("jobs", &second.receipt, "mode=keep").await.status, 204);
+    assert_eq!(api.lease("jobs", "wait=0").await.status, 204, "a third delivery is a move");
+    assert_eq!(api.take("jobs-dlq", "wait=2s").await.body, b"first");
+    drop(one);
 }

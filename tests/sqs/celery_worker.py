@@ -8,8 +8,8 @@ tasks `record(i)` from this process. The first worker stops (a warm shutdown, SI
 ran a fifth of them, while they may still flow, and the other N/2 are sent, for the second alone. When every task ran and zkq holds
 nothing, waiting or in flight, the second worker stops too. Checks that every task ran exactly
 once, that both workers exited with 0 and logged no error; prints `ok N`.
-VISIBILITY is zkq's `lease.default_visibility` in seconds: kombu sends its `visibility_timeout` in
-CreateQueue, where zkq accepts only the value it is configured with. Every wait is bounded: the
+VISIBILITY is kombu's `visibility_timeout` in seconds: its CreateQueue sends it, and it becomes the
+queue's own (a message a stopped worker did not hand back is delivered again after it). Every wait is bounded: the
 script stops itself, failing, when a deadline passes.
 
 The workers import this module (`celery -A celery_worker`); the arguments reach them through the

@@ -6,6 +6,7 @@ expected to speak (`json` for current releases, `query` for Debian's 1.29). Prin
 """
 
 import hashlib
+import json
 import sys
 
 import boto3
@@ -167,8 +168,48 @@ check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionP
 visibility = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
 check(sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": visibility})["QueueUrl"] == url, "same settings")
 sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": visibility, "DelaySeconds": "0"})
-check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTimeout": "7"})[0] == "InvalidAttributeValue", "other settings")
 check(sqs.list_dead_letter_source_queues(QueueUrl=url).get("queueUrls", []) == [], "no dead-letter sources")
+
+# A dynamic queue's own settings: kept in ZooKeeper, served by every sidecar.
+def attribute(queue_url, name):
+    return sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=[name]).get("Attributes", {}).get(name)
+
+sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "7", "ReceiveMessageWaitTimeSeconds": "1"})
+check((attribute(url, "VisibilityTimeout"), attribute(url, "ReceiveMessageWaitTimeSeconds")) == ("7", "1"), "settings set")
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTimeout": "99999"})[0] == "InvalidAttributeValue",
+      "visibility over 12 hours")
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"ReceiveMessageWaitTimeSeconds": "21"})[0]
+      == "InvalidAttributeValue", "a wait over 20 s")
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})[0]
+      == "InvalidAttributeName", "a setting zkq does not take")
+made = sqs.create_queue(QueueName=f"{queue}-made", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
+check(attribute(made, "VisibilityTimeout") == "1800", "CreateQueue's attributes make the queue's settings")
+check(sqs.create_queue(QueueName=f"{queue}-made", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"] == made,
+      "CreateQueue again with the same attributes")
+check(error_of(sqs.create_queue, QueueName=f"{queue}-made", Attributes={"VisibilityTimeout": "60"})[0]
+      == "QueueAlreadyExists", "CreateQueue of an existing queue with other attributes")
+# A redrive policy: past maxReceiveCount, a message moves to the dead-letter queue.
+dlq = sqs.create_queue(QueueName=f"{queue}-dlq")["QueueUrl"]
+dlq_arn = attribute(dlq, "QueueArn")
+policy = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}
+sqs.set_queue_attributes(QueueUrl=made, Attributes={"RedrivePolicy": json.dumps(policy)})
+check(json.loads(attribute(made, "RedrivePolicy")) == policy, "RedrivePolicy set")
+check(sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [made], "a dynamic dead-letter source")
+sqs.send_message(QueueUrl=made, MessageBody="poison")
+first = sqs.receive_message(QueueUrl=made, WaitTimeSeconds=2)["Messages"][0]
+sqs.change_message_visibility(QueueUrl=made, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+check(sqs.receive_message(QueueUrl=made, WaitTimeSeconds=0).get("Messages", []) == [], "not delivered a second time")
+moved = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2)["Messages"]
+check([m["Body"] for m in moved] == ["poison"], "moved to the dead-letter queue")
+check(error_of(sqs.set_queue_attributes, QueueUrl=made,
+               Attributes={"RedrivePolicy": json.dumps({**policy, "maxReceiveCount": 0})})[0] == "InvalidAttributeValue",
+      "maxReceiveCount of 0")
+check(error_of(sqs.set_queue_attributes, QueueUrl=made, Attributes={"RedrivePolicy": json.dumps(
+    {"deadLetterTargetArn": dlq_arn.replace(f"{queue}-dlq", "never"), "maxReceiveCount": 3})})[0] == "InvalidAttributeValue",
+      "a dead-letter queue that does not exist")
+sqs.set_queue_attributes(QueueUrl=made, Attributes={"RedrivePolicy": ""})
+check(attribute(made, "RedrivePolicy") is None and sqs.list_dead_letter_source_queues(QueueUrl=dlq).get("queueUrls", []) == [],
+      "RedrivePolicy removed")
 # DeleteQueue: its messages (a received one too) and its tags go with it; made anew, it is empty.
 sqs.send_message_batch(QueueUrl=tagged, Entries=[{"Id": f"d{i}", "MessageBody": f"doomed {i}"} for i in range(5)])
 sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=2)

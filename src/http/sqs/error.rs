@@ -57,6 +57,11 @@ impl SqsError {
         )
     }
 
+    /// A `CreateQueue` of an existing queue whose attributes differ from the queue's.
+    pub(super) fn queue_exists(message: impl Into<String>) -> SqsError {
+        SqsError::sender("QueueNameExists", "QueueAlreadyExists", message)
+    }
+
     /// A message move task or its source that does not exist.
     pub(super) fn resource_not_found(message: impl Into<String>) -> SqsError {
         SqsError::sender("ResourceNotFoundException", "ResourceNotFoundException", message)

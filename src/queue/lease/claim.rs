@@ -167,11 +167,11 @@ impl Leases {
         let count = previous.saturating_add(1);
         let undecodable = self.ctx.kind != crate::config::QueueKind::Simple
             && !envelope::decode(&data).is_ok_and(|items| !items.is_empty());
-        if let Some(dead_letter) = &self.ctx.dead_letter
+        if let Some(dead_letter) = self.ctx.dead_letter_now()
             && (undecodable || dead_letter.max_deliveries.is_some_and(|max| count > max))
         {
             let counter = counter_version.map(|_| counter.as_str());
-            return self.dead_letter(zk, candidate, &data, stat.version, counter, dead_letter).await.map(Err);
+            return self.dead_letter(zk, candidate, &data, stat.version, counter, &dead_letter).await.map(Err);
         }
         let Some(mut items) = self.cache.items_of(&candidate.name, &data) else {
             return Ok(Err(Declined::Undecodable));

@@ -372,15 +372,10 @@ pub(super) async fn receive_message(
 ) -> Result<ReceiveMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let max = bounded("MaxNumberOfMessages", input.max_number_of_messages, 1, 10)?.unwrap_or(1);
-    let wait = bounded("WaitTimeSeconds", input.wait_time_seconds, 0, 20)?.unwrap_or(0);
+    let wait = bounded("WaitTimeSeconds", input.wait_time_seconds, 0, 20)?;
     let lease = &ctx.state.config.lease;
     let longest = i64::try_from(lease.max_visibility.as_secs()).unwrap_or(43_200);
-    let visibility = match bounded("VisibilityTimeout", input.visibility_timeout, 0, 43_200.min(longest))? {
-        // Visible again at once in SQS; a lease of one second here, the shortest there is.
-        Some(0) => Duration::from_secs(1),
-        Some(seconds_) => seconds(seconds_),
-        None => lease.default_visibility,
-    };
+    let visibility = bounded("VisibilityTimeout", input.visibility_timeout, 0, 43_200.min(longest))?;
     let names: Vec<&str> =
         input.attribute_names.iter().chain(&input.message_system_attribute_names).map(String::as_str).collect();
     if let Some(unknown) = names.iter().find(|n| {
@@ -393,8 +388,18 @@ pub(super) async fn receive_message(
     }
     let wanted: HashSet<&str> = names.into_iter().collect();
     let queue = ctx.existing(&url).await?;
+    // Unsaid, the queue's own settings (a dynamic queue's `SetQueueAttributes`) or zkq's defaults.
+    let own = queue.settings();
+    let wait = wait.map_or_else(|| Duration::from_secs(own.receive_wait_seconds.unwrap_or(0)), seconds);
+    let visibility = match visibility {
+        // Visible again at once in SQS; a lease of one second here, the shortest there is.
+        Some(0) => Duration::from_secs(1),
+        Some(seconds_) => seconds(seconds_),
+        None => own.visibility_seconds.map_or(lease.default_visibility, Duration::from_secs),
+    }
+    .clamp(Duration::from_secs(1), lease.max_visibility);
     let max = usize::try_from(max).unwrap_or(1);
-    let leased = queue.lease_many(seconds(wait), visibility, max, usize::MAX).await?;
+    let leased = queue.lease_many(wait, visibility, max, usize::MAX).await?;
     let leased = refuse_binary(ctx, &queue, leased).await;
     let grouped = queue.grouped();
     let names = &input.message_attribute_names;

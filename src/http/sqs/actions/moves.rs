@@ -10,7 +10,7 @@ use crate::redrive::{TaskReport, TaskStatus};
 use crate::types::QueueName;
 
 /// The queue an ARN names: its last segment, after the service (`sqs`).
-fn queue_of_arn(arn: &str) -> Result<QueueName, SqsError> {
+pub(super) fn queue_of_arn(arn: &str) -> Result<QueueName, SqsError> {
     let parts: Vec<&str> = arn.split(':').collect();
     match parts.as_slice() {
         ["arn", _, "sqs", _, _, name] => {

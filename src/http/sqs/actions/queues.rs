@@ -44,15 +44,23 @@ pub(super) struct CreateQueueInput {
     tags: super::tags::Tags,
 }
 
-/// The queue's settings as SQS attributes: what zkq's configuration makes them, for
-/// `GetQueueAttributes`, and what `CreateQueue` and `SetQueueAttributes` may say (nothing else).
+/// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
+const SETTABLE: [&str; 3] = ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy"];
+
+/// The queue's settings as SQS attributes: its own (a dynamic queue's settings node) where it has
+/// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what `CreateQueue`
+/// of an existing queue must say.
 fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
     let config = &ctx.state.config;
+    let own = queue.settings();
     let mut values = vec![
-        ("VisibilityTimeout", config.lease.default_visibility.as_secs().to_string()),
+        (
+            "VisibilityTimeout",
+            own.visibility_seconds.unwrap_or_else(|| config.lease.default_visibility.as_secs()).to_string(),
+        ),
         ("MaximumMessageSize", config.api.max_message_bytes.to_string()),
         ("DelaySeconds", "0".to_owned()),
-        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+        ("ReceiveMessageWaitTimeSeconds", own.receive_wait_seconds.unwrap_or(0).to_string()),
     ];
     if queue.name().as_str().ends_with(".fifo") {
         values.push(("FifoQueue", "true".to_owned()));
@@ -68,31 +76,68 @@ fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
     values
 }
 
-/// Checks attributes a client gives a queue: each must be one of its [`settings`] with the value it
-/// has (a JSON value compared as JSON); zkq's configuration, not a client, sets them.
-fn check_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>) -> Result<(), SqsError> {
+/// An attribute's value as text (the query protocol sends text; the JSON one may send numbers).
+fn text_of(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// Whether `given` says what `served` is (compared as JSON when both parse, so key order and
+/// number formatting do not matter).
+fn same(served: &str, given: &str) -> bool {
+    served == given
+        || serde_json::from_str::<Value>(served)
+            .ok()
+            .zip(serde_json::from_str::<Value>(given).ok())
+            .is_some_and(|(a, b)| a == b)
+}
+
+/// Why attributes are given.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// `CreateQueue`; `made`: the call made the queue (it did not exist).
+    Create { made: bool },
+    /// `SetQueueAttributes`.
+    Set,
+}
+
+/// Checks attributes a client gives a queue against what it is: each must be one of its
+/// [`settings`] with the value it has, except a dynamic queue's [`SETTABLE`] ones (on a set, or
+/// a create that made the queue), which are returned to be written. A create that differs from
+/// the queue answers `QueueAlreadyExists`, as SQS does.
+fn check_settings(
+    ctx: &Ctx<'_>,
+    queue: &QueueRef,
+    attributes: &Map<String, Value>,
+    purpose: Purpose,
+) -> Result<Map<String, Value>, SqsError> {
+    let settable = matches!(purpose, Purpose::Set | Purpose::Create { made: true });
     let settings = settings(ctx, queue);
+    let mut to_write = Map::new();
     for (key, value) in attributes {
-        let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
-        let Some((_, served)) = settings.iter().find(|(name, _)| name == key) else {
+        let text = text_of(value);
+        if settable && !queue.declared() && SETTABLE.contains(&key.as_str()) {
+            to_write.insert(key.clone(), value.clone());
+            continue;
+        }
+        let served = settings.iter().find(|(name, _)| name == key).map(|(_, served)| served.as_str());
+        let Some(served) = served.or((key == "RedrivePolicy").then_some("")) else {
             if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
                 continue;
             }
             return Err(SqsError::invalid_attribute_name(format!(
-                "zkq takes queue {}'s settings from its configuration, not from attribute {key}; see docs/sqs.md",
-                queue.name()
+                "zkq takes queue {}'s {key} from its configuration, and a client sets only {} of a dynamic queue; \
+                 see docs/sqs.md",
+                queue.name(),
+                SETTABLE.join(", ")
             )));
         };
-        let same = *served == text
-            || serde_json::from_str::<Value>(served)
-                .ok()
-                .zip(serde_json::from_str::<Value>(&text).ok())
-                .is_some_and(|(a, b)| a == b);
-        if !same {
-            return Err(SqsError::invalid_attribute_value(format!(
-                "queue {} has {key} = {served} in zkq's configuration, not {text}",
-                queue.name()
-            )));
+        if !same(served, &text) {
+            let whose = if queue.declared() { "in zkq's configuration" } else { "already" };
+            let message = format!("queue {} has {key} = {served} {whose}, not {text}", queue.name());
+            return Err(match purpose {
+                Purpose::Create { .. } => SqsError::queue_exists(message),
+                Purpose::Set => SqsError::invalid_attribute_value(message),
+            });
         }
     }
     if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
@@ -103,6 +148,70 @@ fn check_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Valu
             queue.name()
         )));
     }
+    Ok(to_write)
+}
+
+/// Writes a dynamic queue's settable attributes to its settings node, each checked as SQS checks
+/// it: `VisibilityTimeout` 0 to 43,200 seconds (within `lease.max_visibility`),
+/// `ReceiveMessageWaitTimeSeconds` 0 to 20, `RedrivePolicy` a JSON object with
+/// `deadLetterTargetArn` (an existing queue) and `maxReceiveCount` (1 to 1,000), or empty to remove.
+async fn write_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: Map<String, Value>) -> Result<(), SqsError> {
+    if attributes.is_empty() {
+        return Ok(());
+    }
+    let longest = ctx.state.config.lease.max_visibility.as_secs().min(43_200);
+    let seconds = |key: &str, max: u64| -> Result<Option<Option<u64>>, SqsError> {
+        let Some(value) = attributes.get(key) else { return Ok(None) };
+        let text = text_of(value);
+        match text.trim().parse::<u64>() {
+            Ok(n) if n <= max => Ok(Some(Some(n))),
+            _ => Err(SqsError::invalid_attribute_value(format!("{key} must be 0 to {max} seconds, not {text}"))),
+        }
+    };
+    let visibility = seconds("VisibilityTimeout", longest)?;
+    let wait = seconds("ReceiveMessageWaitTimeSeconds", 20)?;
+    let redrive = match attributes.get("RedrivePolicy").map(text_of) {
+        None => None,
+        Some(text) if text.trim().is_empty() => Some((None, None)),
+        Some(text) => {
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Policy {
+                dead_letter_target_arn: String,
+                max_receive_count: Value,
+            }
+            let policy: Policy = serde_json::from_str(&text).map_err(|err| {
+                SqsError::invalid_attribute_value(format!(
+                    "RedrivePolicy must be JSON with deadLetterTargetArn and maxReceiveCount: {err}"
+                ))
+            })?;
+            let target = super::moves::queue_of_arn(&policy.dead_letter_target_arn)?;
+            let max = text_of(&policy.max_receive_count).trim().parse::<u32>().map_err(|_| {
+                SqsError::invalid_attribute_value("maxReceiveCount must be a whole number of 1 to 1000")
+            })?;
+            Some((Some(target), Some(max)))
+        },
+    };
+    ctx.state
+        .queues
+        .set_settings(queue.name(), |mut settings| {
+            if let Some(visibility) = visibility {
+                settings.visibility_seconds = visibility;
+            }
+            if let Some(wait) = wait {
+                settings.receive_wait_seconds = wait;
+            }
+            if let Some((target, max)) = redrive.clone() {
+                settings.dead_letter = target;
+                settings.max_deliveries = max;
+            }
+            Ok(settings)
+        })
+        .await
+        .map_err(|err| match err {
+            crate::queue::QueueError::InvalidParameter(message) => SqsError::invalid_attribute_value(message),
+            other => other.into(),
+        })?;
     Ok(())
 }
 
@@ -111,8 +220,12 @@ pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Resu
     let name: QueueName = text.parse().map_err(|_| {
         SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
     })?;
+    // A queue made by this call takes the settable attributes; an existing one must already
+    // have them (as SQS answers a CreateQueue whose attributes differ from the queue's).
+    let existed = ctx.state.queues.stored(&name).await?;
     let queue = ctx.state.queues.create(&name).await?;
-    check_settings(ctx, &queue, &input.attributes)?;
+    let to_write = check_settings(ctx, &queue, &input.attributes, Purpose::Create { made: !existed })?;
+    write_settings(ctx, &queue, to_write).await?;
     super::tags::add_tags(ctx, &name, input.tags).await?;
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
 }
@@ -256,11 +369,13 @@ pub(super) struct SetQueueAttributesInput {
     attributes: Map<String, Value>,
 }
 
-/// Accepts the attributes that describe the queue as zkq's configuration does; refuses any other.
+/// Sets a dynamic queue's settable attributes ([`SETTABLE`]); any other attribute is accepted
+/// only when it says what the queue already is.
 pub(super) async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttributesInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    check_settings(ctx, &queue, &input.attributes)?;
+    let to_write = check_settings(ctx, &queue, &input.attributes, Purpose::Set)?;
+    write_settings(ctx, &queue, to_write).await?;
     Ok(Empty {})
 }
 
@@ -287,13 +402,7 @@ pub(super) async fn list_dead_letter_sources(
 ) -> Result<DeadLetterSourcesOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let queue_urls = ctx
-        .state
-        .config
-        .queues
-        .iter()
-        .filter(|(_, declared)| declared.dead_letter.as_ref() == Some(queue.name()))
-        .map(|(name, _)| ctx.queue_url(name.as_str()))
-        .collect();
+    let sources = ctx.state.queues.dead_letter_sources(queue.name()).await?;
+    let queue_urls = sources.iter().map(|name| ctx.queue_url(name.as_str())).collect();
     Ok(DeadLetterSourcesOutput { queue_urls })
 }
