@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (ZooKeeper 3.8 and, for the three-server ensemble, ZooKeeper 3.9
 # from Debian 13; the Curator jars, kazoo, Prometheus, openssl for the test certificates,
-# schemathesis, boto3 and Celery for the SQS tests, the deploy-check tools) and runs the whole
+# schemathesis, boto3, Celery and the Rust AWS SDK for the SQS tests, the deploy-check tools) and runs the whole
 # suite: the deployment checks, the image built and run (scripts/check-image.sh), then
 # `cargo test` against real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
@@ -41,6 +41,8 @@ if [ ! -d "$js/node_modules" ] || ! cmp -s tests/sqs/js/package-lock.json "$js/p
   cp tests/sqs/js/package.json tests/sqs/js/package-lock.json "$js/"
   (cd "$js" && npm ci --no-audit --no-fund --silent)
 fi
+# The Rust AWS SDK's SQS client (tests/sqs/rust, its own lock file), built apart from zkq.
+cargo build --locked --quiet --manifest-path tests/sqs/rust/Cargo.toml --target-dir target/sqs-rust
 # The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
 # where containers cannot run). Its binary is the one check-deploy then checks.
 ./scripts/check-image.sh --build-only

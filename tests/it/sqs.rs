@@ -752,3 +752,31 @@ async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar()
     assert_eq!(api.take("jobs-dlq", "wait=2s").await.body, b"first");
     drop(one);
 }
+
+/// The Rust AWS SDK (`aws-sdk-sqs`, built by scripts/test.sh from `tests/sqs/rust`) runs a producer
+/// and consumer session: queues, sends with attributes, receives, a hand-back, batch deletes,
+/// purge and delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_aws_sdk_sends_receives_and_deletes() {
+    let root = unique_root("sqs-rust");
+    let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    let client = std::env::var_os("ZKQ_SQS_RUST_CLIENT").map_or_else(
+        || repo_file("target/sqs-rust/debug/zkq-sqs-rust-client"),
+        std::path::PathBuf::from,
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&client)
+            .args([&endpoint, "rust-orders"])
+            .output()
+            .unwrap_or_else(|err| panic!("{} runs (scripts/test.sh builds it): {err}", client.display()))
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let checks: usize = stdout.trim().strip_prefix("ok ").and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(
+        output.status.success() && checks >= 13,
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
