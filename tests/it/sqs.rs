@@ -679,6 +679,27 @@ async fn a_message_move_task_moves_dead_letters_back_once_and_another_sidecar_ca
     let unique: std::collections::HashSet<&String> = bodies.iter().collect();
     assert_eq!((bodies.len(), unique.len()), (500, 500), "each of the 500 once, in one queue or the other");
 
+    // The query protocol starts and cancels one too.
+    for chunk in put_dead(800..850).chunks(50) {
+        assert_eq!(api.batch_put("orders-dlq", "", &serde_json::json!({ "messages": chunk })).await.status, 201);
+    }
+    let query = |body: String| {
+        let request = reqwest::Client::new()
+            .post(&one_sqs)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("Version=2012-11-05&{body}"));
+        async move { request.send().await.expect("a query call").text().await.expect("text") }
+    };
+    let started = query(format!(
+        "Action=StartMessageMoveTask&SourceArn={}&MaxNumberOfMessagesPerSecond=1",
+        dlq_arn.replace(':', "%3A")
+    ))
+    .await;
+    let handle = started.split("<TaskHandle>").nth(1).and_then(|rest| rest.split("</TaskHandle>").next());
+    let handle = handle.unwrap_or_else(|| panic!("a TaskHandle in {started}")).to_owned();
+    let cancelled = query(format!("Action=CancelMessageMoveTask&TaskHandle={}", handle.replace(':', "%3A"))).await;
+    assert!(cancelled.contains("<CancelMessageMoveTaskResult><ApproximateNumberOfMessagesMoved>"), "{cancelled}");
+
     // A queue that is no queue's dead letter needs a destination; an unknown source is not found.
     let (status, refused) = sqs_json(
         &one_sqs,
@@ -760,10 +781,8 @@ async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar()
 async fn the_rust_aws_sdk_sends_receives_and_deletes() {
     let root = unique_root("sqs-rust");
     let (_zkq, endpoint) = zkq_with_sqs(&root).await;
-    let client = std::env::var_os("ZKQ_SQS_RUST_CLIENT").map_or_else(
-        || repo_file("target/sqs-rust/debug/zkq-sqs-rust-client"),
-        std::path::PathBuf::from,
-    );
+    let client = std::env::var_os("ZKQ_SQS_RUST_CLIENT")
+        .map_or_else(|| repo_file("target/sqs-rust/debug/zkq-sqs-rust-client"), std::path::PathBuf::from);
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(&client)
             .args([&endpoint, "rust-orders"])
@@ -774,9 +793,5 @@ async fn the_rust_aws_sdk_sends_receives_and_deletes() {
     .expect("join");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let checks: usize = stdout.trim().strip_prefix("ok ").and_then(|n| n.parse().ok()).unwrap_or(0);
-    assert!(
-        output.status.success() && checks >= 13,
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success() && checks >= 13, "{stdout}{}", String::from_utf8_lossy(&output.stderr));
 }
