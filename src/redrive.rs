@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, QueueKind};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError, QueueRef, QueueService};
-use crate::types::{Layout, QueueName, now_epoch_ms};
+use crate::types::{Backoff, Layout, QueueName, Retries, now_epoch_ms};
 use crate::zk::{NodeMode, ZkError, ZkSession};
 
 /// The highest rate a task may ask for (as SQS's `MaxNumberOfMessagesPerSecond`).
@@ -285,6 +285,7 @@ impl Redrives {
         };
         let pace = Duration::from_secs(1) / rate;
         let mut next_at = Instant::now();
+        let mut waits = RETRY.retries();
         let mut next_report = Instant::now() + REPORT_EVERY;
         // The version of our node: a write or delete of another version is never ours to make
         // (a cancel deleted it, and another task may hold the name now).
@@ -310,10 +311,7 @@ impl Redrives {
                 Ok(leased) if leased.is_empty() => break Ok(TaskStatus::Completed),
                 Ok(leased) => leased,
                 Err(err) if transient(&err) => {
-                    tokio::select! {
-                        _ = self.session.connected(Instant::now() + self.session.request_timeout()) => {},
-                        _ = running.cancel.cancelled() => {},
-                    }
+                    pause(&mut waits, &running.cancel).await;
                     continue;
                 },
                 Err(err) => break Err(err.to_string()),
@@ -339,10 +337,12 @@ impl Redrives {
                     },
                 }
             }
-            if let Some(err) = failed
-                && !transient(&err)
-            {
-                break Err(err.to_string());
+            match failed {
+                Some(err) if !transient(&err) => break Err(err.to_string()),
+                // ZooKeeper out of reach, the destination full, the source's leases at their
+                // bound: wait, longer each time, then go on.
+                Some(_) => pause(&mut waits, &running.cancel).await,
+                None => waits.reset(),
             }
         };
         let (status, failure) = match outcome {
@@ -435,6 +435,17 @@ impl Running {
         let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner()).clone();
         report.moved = self.moved.load(Ordering::SeqCst);
         report
+    }
+}
+
+/// How a task waits after a transient failure: from 100 ms, doubling, to 5 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 0.0);
+
+/// Waits the next pause of `waits`, or until `cancel`.
+async fn pause(waits: &mut Retries, cancel: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(waits.next_delay()) => {},
+        _ = cancel.cancelled() => {},
     }
 }
 
