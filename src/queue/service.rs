@@ -54,11 +54,13 @@ pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
             },
             grouped: declared.grouped,
         },
+        // A dynamic queue named `*.fifo` is grouped, as an SQS FIFO queue is: the name says so
+        // to every sidecar alike.
         None => QueueLayout {
             kind: QueueKind::Fifo,
             path: layout.queue(name),
             lock_path: Some(layout.locks(name)),
-            grouped: config.queues_dynamic_grouped,
+            grouped: config.queues_dynamic_grouped || name.ends_with(".fifo"),
         },
     }
 }

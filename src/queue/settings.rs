@@ -33,6 +33,10 @@ pub struct QueueSettings {
     pub dead_letter: Option<QueueName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_deliveries: Option<u32>,
+    /// A FIFO queue's sends without a deduplication id are deduplicated by their body's SHA-256
+    /// (SQS's `ContentBasedDeduplication`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_deduplication: Option<bool>,
 }
 
 impl QueueSettings {

@@ -221,6 +221,32 @@ check(error_of(sqs.delete_queue, QueueUrl=tagged)[0] == "AWS.SimpleQueueService.
 check(sqs.create_queue(QueueName=f"{queue}-tagged")["QueueUrl"] == tagged, "made anew")
 check(sqs.list_queue_tags(QueueUrl=tagged).get("Tags", {}) == {}, "a queue made anew has no tags")
 check(sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=0).get("Messages", []) == [], "a queue made anew is empty")
+# A FIFO queue: a grouped queue in zkq, its messages deduplicated by id or by body.
+fifo = sqs.create_queue(QueueName=f"{queue}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+check(attribute(fifo, "ContentBasedDeduplication") == "true" and attribute(fifo, "FifoQueue") == "true", "a FIFO queue")
+for group, body in [("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"), ("b", "b2")]:
+    sqs.send_message(QueueUrl=fifo, MessageBody=body, MessageGroupId=group)
+first = sqs.send_message(QueueUrl=fifo, MessageBody="a1", MessageGroupId="a")
+check(error_of(sqs.send_message, QueueUrl=fifo, MessageBody="x")[0] == "MissingParameter", "MessageGroupId is required")
+order = []
+while len(order) < 5:
+    got = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10, WaitTimeSeconds=2,
+                              AttributeNames=["MessageGroupId"]).get("Messages", [])
+    check(got and len({m["Attributes"]["MessageGroupId"] for m in got}) == len(got), f"one per group in flight: {got}")
+    order += [m["Body"] for m in got]
+    sqs.delete_message_batch(QueueUrl=fifo, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+check([b for b in order if b.startswith("a")] == ["a1", "a2", "a3"] and [b for b in order if b.startswith("b")] == ["b1", "b2"],
+      f"each group in send order, a1 once: {order}")
+explicit = sqs.create_queue(QueueName=f"{queue}-ids.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+check(error_of(sqs.send_message, QueueUrl=explicit, MessageBody="x", MessageGroupId="g")[0] == "InvalidParameterValue",
+      "without ContentBasedDeduplication a MessageDeduplicationId is needed")
+sqs.send_message(QueueUrl=explicit, MessageBody="once", MessageGroupId="g", MessageDeduplicationId="d1")
+sqs.send_message(QueueUrl=explicit, MessageBody="once", MessageGroupId="g", MessageDeduplicationId="d1")
+got = sqs.receive_message(QueueUrl=explicit, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+check([m["Body"] for m in got] == ["once"], "a deduplication id stores once")
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"ContentBasedDeduplication": "true"})[0]
+      == "InvalidAttributeName", "ContentBasedDeduplication is for FIFO queues")
+
 # Message move tasks (botocore learned them after Debian's 1.29: the JSON protocol's client only).
 if protocol == "json":
     import time

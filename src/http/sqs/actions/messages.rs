@@ -7,6 +7,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::Digest;
 
 use super::{Ctx, Empty, bounded, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
@@ -90,6 +91,24 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         },
         _ => None,
     };
+    let mut deduplication = entry.message_deduplication_id;
+    if queue.name().as_str().ends_with(".fifo") {
+        // As SQS: a FIFO queue's message names its group, and is deduplicated by its id or, with
+        // ContentBasedDeduplication, by its body's SHA-256.
+        if entry.message_group_id.is_none() {
+            return Err(SqsError::missing_parameter("MessageGroupId"));
+        }
+        if deduplication.is_none() {
+            if queue.settings().content_deduplication != Some(true) {
+                return Err(SqsError::invalid_parameter(
+                    "the queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
+                     provided explicitly",
+                ));
+            }
+            let digest = sha2::Sha256::digest(body.as_bytes());
+            deduplication = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
+        }
+    }
     let options = PutOptions {
         attributes,
         priority: None,
@@ -97,7 +116,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         id: None,
         group: entry.message_group_id,
         wait: Duration::ZERO,
-        idempotency_key: entry.message_deduplication_id,
+        idempotency_key: deduplication,
         traceparent: None,
     };
     Ok((body, options))

@@ -45,7 +45,8 @@ pub(super) struct CreateQueueInput {
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
-const SETTABLE: [&str; 3] = ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy"];
+const SETTABLE: [&str; 4] =
+    ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy", "ContentBasedDeduplication"];
 
 /// The queue's settings as SQS attributes: its own (a dynamic queue's settings node) where it has
 /// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what `CreateQueue`
@@ -64,7 +65,8 @@ fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
     ];
     if queue.name().as_str().ends_with(".fifo") {
         values.push(("FifoQueue", "true".to_owned()));
-        values.push(("ContentBasedDeduplication", "false".to_owned()));
+        let content = own.content_deduplication.unwrap_or(false);
+        values.push(("ContentBasedDeduplication", content.to_string()));
     }
     if let Some(dead_letter) = queue.dead_letter() {
         let policy = serde_json::json!({
@@ -115,7 +117,8 @@ fn check_settings(
     let mut to_write = Map::new();
     for (key, value) in attributes {
         let text = text_of(value);
-        if settable && !queue.declared() && SETTABLE.contains(&key.as_str()) {
+        let fifo_only = key == "ContentBasedDeduplication" && !queue.name().as_str().ends_with(".fifo");
+        if settable && !queue.declared() && SETTABLE.contains(&key.as_str()) && !fifo_only {
             to_write.insert(key.clone(), value.clone());
             continue;
         }
@@ -192,9 +195,24 @@ async fn write_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: Map<String,
             Some((Some(target), Some(max)))
         },
     };
+    let content = match attributes.get("ContentBasedDeduplication").map(text_of) {
+        None => None,
+        Some(text) => match text.trim() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => {
+                return Err(SqsError::invalid_attribute_value(format!(
+                    "ContentBasedDeduplication is true or false, not {text}"
+                )));
+            },
+        },
+    };
     ctx.state
         .queues
         .set_settings(queue.name(), |mut settings| {
+            if let Some(content) = content {
+                settings.content_deduplication = Some(content);
+            }
             if let Some(visibility) = visibility {
                 settings.visibility_seconds = visibility;
             }
