@@ -577,22 +577,32 @@ impl QueueService {
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         zk.sync(&layout.path).await?;
-        if zk.exists(&layout.path).await?.is_none() {
-            return Err(QueueError::NoSuchQueue(name.clone()));
-        }
-        // The messages go first, with the queue node: the locks, counts and records then
-        // describe nothing.
+        let existed = zk.exists(&layout.path).await?.is_some();
+        // The messages go first, with the queue node: the locks, counts, records, tags and
+        // settings then describe nothing. A delete cut short by its deadline after the node went
+        // is finished by the next one.
         let (deleted, complete) = zk.delete_tree(&layout.path).await?;
         let removed = deleted.saturating_sub(1);
         if !complete {
             return Ok(super::Purged { removed, complete });
         }
-        let attached =
-            [layout.lock_path, Some(paths.deliveries(name)), Some(paths.idempotency_of(name)), Some(paths.tags(name))];
+        let attached = [
+            layout.lock_path,
+            Some(paths.deliveries(name)),
+            Some(paths.idempotency_of(name)),
+            Some(paths.tags(name)),
+            Some(paths.settings(name)),
+        ];
+        let mut leftovers = 0;
         for path in attached.into_iter().flatten() {
-            if !zk.delete_tree(&path).await?.1 {
+            let (gone, complete) = zk.delete_tree(&path).await?;
+            leftovers += gone;
+            if !complete {
                 return Ok(super::Purged { removed, complete: false });
             }
+        }
+        if !existed && leftovers == 0 {
+            return Err(QueueError::NoSuchQueue(name.clone()));
         }
         self.close_deleted(name);
         tracing::info!(queue = %name, removed, "deleted a dynamic queue");

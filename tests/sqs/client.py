@@ -210,7 +210,8 @@ check(error_of(sqs.set_queue_attributes, QueueUrl=made, Attributes={"RedrivePoli
 sqs.set_queue_attributes(QueueUrl=made, Attributes={"RedrivePolicy": ""})
 check(attribute(made, "RedrivePolicy") is None and sqs.list_dead_letter_source_queues(QueueUrl=dlq).get("queueUrls", []) == [],
       "RedrivePolicy removed")
-# DeleteQueue: its messages (a received one too) and its tags go with it; made anew, it is empty.
+# DeleteQueue: its messages (a received one too), tags and settings go with it; made anew, it is empty.
+sqs.set_queue_attributes(QueueUrl=tagged, Attributes={"VisibilityTimeout": "5"})
 sqs.send_message_batch(QueueUrl=tagged, Entries=[{"Id": f"d{i}", "MessageBody": f"doomed {i}"} for i in range(5)])
 sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=2)
 sqs.delete_queue(QueueUrl=tagged)
@@ -220,6 +221,7 @@ check(error_of(sqs.send_message, QueueUrl=tagged, MessageBody="x")[0] == "AWS.Si
 check(error_of(sqs.delete_queue, QueueUrl=tagged)[0] == "AWS.SimpleQueueService.NonExistentQueue", "deleted twice")
 check(sqs.create_queue(QueueName=f"{queue}-tagged")["QueueUrl"] == tagged, "made anew")
 check(sqs.list_queue_tags(QueueUrl=tagged).get("Tags", {}) == {}, "a queue made anew has no tags")
+check(attribute(tagged, "VisibilityTimeout") == visibility, "a queue made anew has the default settings")
 check(sqs.receive_message(QueueUrl=tagged, WaitTimeSeconds=0).get("Messages", []) == [], "a queue made anew is empty")
 # A FIFO queue: a grouped queue in zkq, its messages deduplicated by id or by body.
 fifo = sqs.create_queue(QueueName=f"{queue}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
