@@ -112,6 +112,7 @@ impl From<RedriveError> for ApiError {
         (status = 400, description = "Bad queue name or rate, no destination given where none is implied, or the queue itself", body = ErrorBody),
         (status = 404, description = "No such queue (the source, or the destination)", body = ErrorBody),
         (status = 409, description = "A task already runs for this queue (`move_task_running`), or the queue has no lock path (`parameter_not_for_kind`)", body = ErrorBody),
+        (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
         ZookeeperErrors,
     )
 )]
