@@ -1,4 +1,5 @@
-//! What every protocol of one queue reads and nothing changes: where the queue lives, its limits,
+//! What every protocol of one queue reads and nothing changes (but a dynamic queue's own settings,
+//! which its settings node sets: `settings.rs`): where the queue lives, its limits,
 //! its metric series and the process's services (session, group commit, claim markers, the
 //! background tracker, shutdown).
 
@@ -12,19 +13,11 @@ use tokio_util::task::TaskTracker;
 
 use super::claims::ClaimMarkers;
 use super::envelope;
+use super::settings::DeadLetter;
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
 use crate::types::{Backoff, QueueName};
 use crate::zk::{GroupCommit, TxnError, TxnOp, TxnResult, Zk, ZkError, ZkSession};
-
-/// Where dead letters of a queue go.
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    pub max_deliveries: Option<u32>,
-    pub name: QueueName,
-    pub kind: QueueKind,
-    pub path: String,
-}
 
 /// How background retries (settlements, put-backs, lock releases) pace themselves: from 100 ms,
 /// doubling, to 5 s.

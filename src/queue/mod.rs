@@ -24,7 +24,6 @@ pub use acquire::{Handover, Taken};
 pub use attributes::{AttributeValue, MessageAttributes};
 pub use browse::{HeadAge, Purged, QueueInfo};
 pub use cache::GroupStats;
-pub use context::DeadLetter;
 pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
 pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
@@ -33,6 +32,7 @@ pub use names::ItemMeta;
 pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
 pub use service::QueueService;
 pub(crate) use service::queue_layout;
+pub use settings::DeadLetter;
 pub use settings::{MAX_DELIVERIES_SETTING, QueueSettings};
 
 use crate::types::QueueName;

@@ -12,9 +12,18 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::context::DeadLetter;
+use crate::config::QueueKind;
 use crate::types::QueueName;
 use crate::zk::{WatchEvent, ZkError, ZkSession};
+
+/// Where dead letters of a queue go: its declared `dead_letter`, or the one its settings name.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub max_deliveries: Option<u32>,
+    pub name: QueueName,
+    pub kind: QueueKind,
+    pub path: String,
+}
 
 /// The highest `max_deliveries` a setting may ask for (as SQS's `maxReceiveCount`).
 pub const MAX_DELIVERIES_SETTING: u32 = 1000;

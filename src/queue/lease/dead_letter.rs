@@ -5,9 +5,9 @@
 
 use super::super::candidate::Declined;
 use super::super::claims::{ClaimMarkers, Outcome};
-use super::super::context::DeadLetter;
 use super::super::envelope;
 use super::super::names::{self, ItemMeta, ItemName};
+use super::super::settings::DeadLetter;
 use super::Leases;
 use crate::config::QueueKind;
 use crate::types::now_epoch_ms;
