@@ -361,7 +361,14 @@ impl Redrives {
             // Ours only: a cancel may have deleted it and another task made it anew.
             let _ = zk.delete(&node, Some(version)).await;
         }
-        self.lock_running().remove(&report.source);
+        {
+            // Ours only: a task started here for the same source once our node was gone holds the
+            // entry now.
+            let mut running_here = self.lock_running();
+            if running_here.get(&report.source).is_some_and(|entry| Arc::ptr_eq(entry, &running)) {
+                running_here.remove(&report.source);
+            }
+        }
         let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
         finished.push_back(report.clone());
         while finished.len() > FINISHED_REMEMBERED {
