@@ -162,7 +162,10 @@ pub async fn cancel_redrive(
 ) -> Result<Json<CancelledTask>, ApiError> {
     let running = state.redrives.list(&path.queue).await?.into_iter().find(|t| t.status == TaskStatus::Running);
     let Some(task) = running else {
-        return Err(RedriveError::NoSuchTask(format!("(none running for {})", path.queue)).into());
+        return Err(ApiError::new(
+            ErrorCode::MoveTaskNotFound,
+            format!("no message move task runs for queue {}", path.queue),
+        ));
     };
     let moved = state.redrives.cancel(&task.handle).await?;
     Ok(Json(CancelledTask { handle: task.handle, moved }))
