@@ -699,6 +699,11 @@ async fn a_message_move_task_moves_dead_letters_back_once_and_another_sidecar_ca
     let handle = handle.unwrap_or_else(|| panic!("a TaskHandle in {started}")).to_owned();
     let cancelled = query(format!("Action=CancelMessageMoveTask&TaskHandle={}", handle.replace(':', "%3A"))).await;
     assert!(cancelled.contains("<CancelMessageMoveTaskResult><ApproximateNumberOfMessagesMoved>"), "{cancelled}");
+    eventually(Duration::from_secs(10), "no task runs for the queue", || async {
+        let none = api.send(reqwest::Method::DELETE, "/v1/queues/orders-dlq/redrive", None).await;
+        (none.status, none.code.as_str()) == (404, "move_task_not_found")
+    })
+    .await;
 
     // A queue that is no queue's dead letter needs a destination; an unknown source is not found.
     let (status, refused) = sqs_json(
