@@ -131,7 +131,12 @@ impl SettingsCell {
                     match zk.watch_exists(&path).await {
                         Ok((Some(_), _)) => continue,
                         Ok((None, watch)) => watch,
-                        Err(_) => continue,
+                        Err(_) => {
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                            }
+                        },
                     }
                 },
                 Err(_) => {
