@@ -216,24 +216,23 @@ impl Redrives {
     /// Every task of `source` this zkq knows (running here, finished here), and the one running
     /// on another zkq (from its node), newest first.
     pub async fn list(&self, source: &QueueName) -> Result<Vec<TaskReport>, RedriveError> {
-        let mut reports = Vec::new();
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         let here = self.lock_running().get(source.as_str()).cloned();
-        match (here, zk.get_data(&self.layout.moves(source.as_str())).await) {
-            (Some(running), _) => reports.push(running.snapshot()),
-            (None, Ok((data, _))) => {
-                // Another zkq's task; a node that does not parse is left out, never guessed at.
-                if let Ok(report) = serde_json::from_slice::<TaskReport>(&data) {
-                    reports.push(report);
-                }
-            },
-            (None, Err(ZkError::NoNode)) => {},
+        let current = match (here, zk.get_data(&self.layout.moves(source.as_str())).await) {
+            (Some(running), _) => Some(running.snapshot()),
+            // Another zkq's task; a node that does not parse is left out, never guessed at.
+            (None, Ok((data, _))) => serde_json::from_slice::<TaskReport>(&data).ok(),
+            (None, Err(ZkError::NoNode)) => None,
             (None, Err(err)) => return Err(err.into()),
-        }
-        let finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
-        reports.extend(finished.iter().rev().filter(|r| r.source == source.as_str()).cloned());
-        Ok(reports)
+        };
+        let finished: Vec<TaskReport> = {
+            let finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+            finished.iter().rev().filter(|r| r.source == source.as_str()).cloned().collect()
+        };
+        // A task that ended while this look was under way is listed once, as it ended.
+        let current = current.filter(|task| !finished.iter().any(|done| done.handle == task.handle));
+        Ok(current.into_iter().chain(finished).collect())
     }
 
     /// Cancels the running task `handle` (on any zkq: its node is deleted, and the zkq running it
