@@ -13,6 +13,7 @@ mod claims;
 mod context;
 pub mod envelope;
 mod facade;
+mod finish;
 mod lease;
 mod message;
 pub(crate) mod names;

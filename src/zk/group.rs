@@ -85,6 +85,36 @@ struct Unit {
     booking: Option<Booking>,
 }
 
+/// Who sends a unit's transaction when a slot is free.
+#[derive(Clone, Copy)]
+enum Runner {
+    /// A runner task of the caller's tracker (the caller may be dropped at any moment).
+    Task,
+    /// The caller's own task (it runs to its end).
+    Caller,
+}
+
+/// A slot for a transaction in flight held by a caller that sends its own unit: once that is
+/// done (or the caller dropped), the slot goes to a runner for the units that queued meanwhile,
+/// or is given back.
+struct Slot {
+    group: Arc<GroupCommit>,
+    tasks: TaskTracker,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut state = self.group.state();
+        if state.pending.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            state.in_flight -= 1;
+            return;
+        }
+        drop(state);
+        let group = self.group.clone();
+        self.tasks.spawn(async move { group.run().await });
+    }
+}
+
 #[derive(Default)]
 struct State {
     pending: VecDeque<Unit>,
@@ -148,12 +178,38 @@ impl GroupCommit {
         self.submit_unit(tasks, zk, ops, Some(booking)).await.map_err(|refusal| refusal.error)
     }
 
+    /// As [`GroupCommit::submit`], but when a transaction can be sent at once, the caller's own
+    /// task sends it (the unit alone) instead of a runner task: no hand-off between tasks.
+    /// For callers that run to their end whatever their client does (a lease step, run by
+    /// `queue::finish`): a caller dropped while its transaction is in flight loses only its own
+    /// answer, since such a transaction carries its unit alone; the units that queued meanwhile
+    /// are handed to a runner.
+    pub async fn submit_here(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+    ) -> Result<Vec<TxnResult>, TxnError> {
+        self.submit_unit_on(tasks, zk, ops, None, Runner::Caller).await.map_err(|refusal| refusal.error)
+    }
+
     async fn submit_unit(
         self: &Arc<Self>,
         tasks: &TaskTracker,
         zk: &Zk,
         ops: Vec<TxnOp>,
         booking: Option<Booking>,
+    ) -> Result<Vec<TxnResult>, Refusal> {
+        self.submit_unit_on(tasks, zk, ops, booking, Runner::Task).await
+    }
+
+    async fn submit_unit_on(
+        self: &Arc<Self>,
+        tasks: &TaskTracker,
+        zk: &Zk,
+        ops: Vec<TxnOp>,
+        booking: Option<Booking>,
+        runner: Runner,
     ) -> Result<Vec<TxnResult>, Refusal> {
         if ops.is_empty() {
             return Ok(Vec::new());
@@ -164,25 +220,36 @@ impl GroupCommit {
         }
         let (reply, answer) = oneshot::channel();
         let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply, booking };
-        let start = {
+        let here = {
             let mut state = self.state();
-            state.pending.push_back(unit);
-            if state.in_flight < MAX_IN_FLIGHT {
+            let start = state.in_flight < MAX_IN_FLIGHT;
+            if start {
                 state.in_flight += 1;
-                true
-            } else {
-                false
+            }
+            match runner {
+                // Nothing is pending when a slot is free (a runner leaves only once nothing is):
+                // this transaction carries this unit alone.
+                Runner::Caller if start => Some(unit),
+                Runner::Caller | Runner::Task => {
+                    state.pending.push_back(unit);
+                    if start {
+                        let this = self.clone();
+                        tasks.spawn(async move { this.run().await });
+                    }
+                    None
+                },
             }
         };
-        if start {
-            let this = self.clone();
-            tasks.spawn(async move { this.run().await });
+        if let Some(unit) = here {
+            let slot = Slot { group: self.clone(), tasks: tasks.clone() };
+            self.send(vec![unit]).await;
+            drop(slot);
         }
         // The runner always answers; a dropped sender means the runtime is going away.
         answer.await.unwrap_or(Err(TxnError { index: None, error: ZkError::OutcomeUnknown }.into()))
     }
 
-    /// Sends transactions until nothing is pending.
+    /// Sends transactions until nothing is pending, then gives its slot back.
     async fn run(self: Arc<Self>) {
         loop {
             let batch = {

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
+use super::finish::finish;
 use super::lease::LeaseGrant;
 use super::lease::Leases;
 use super::message::Message;
@@ -149,36 +150,32 @@ impl Claims {
         if self.ctx.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        let (tx, rx) = oneshot::channel();
         let queue = self.clone();
-        // The claim runs apart from the request; its log lines still carry the request's id.
-        let span = tracing::Span::current();
-        self.ctx.background.spawn(tracing::Instrument::instrument(
-            async move {
-                let mut tx = tx;
-                let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
-                let result = result.map(|delivered| match after {
-                    AfterAnswer::HandOver if !delivered.is_empty() => {
-                        let receipts = delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt));
-                        let handover = Handover::new(queue.clone(), receipts.collect());
-                        (delivered, Some(handover))
-                    },
-                    AfterAnswer::HandOver | AfterAnswer::Keep => (delivered, None),
-                });
-                if let Err(Ok((delivered, handover))) = tx.send(result) {
-                    // The caller left after messages were claimed: give them back (a handover
-                    // releases its leases as it is dropped).
-                    if handover.is_some() {
-                        return;
-                    }
-                    for delivery in delivered {
-                        queue.give_back_delivery(delivery).await;
-                    }
+        // The claim runs to its end whether or not the request still waits (`finish`); its log
+        // lines still carry the request's id.
+        let claimed = finish(&self.ctx.background, |tx| async move {
+            let mut tx = tx;
+            let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
+            let result = result.map(|delivered| match after {
+                AfterAnswer::HandOver if !delivered.is_empty() => {
+                    let receipts = delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt));
+                    let handover = Handover::new(queue.clone(), receipts.collect());
+                    (delivered, Some(handover))
+                },
+                AfterAnswer::HandOver | AfterAnswer::Keep => (delivered, None),
+            });
+            if let Err(Ok((delivered, handover))) = tx.send(result) {
+                // The caller left after messages were claimed: give them back (a handover
+                // releases its leases as it is dropped).
+                if handover.is_some() {
+                    return;
                 }
-            },
-            span,
-        ));
-        rx.await.unwrap_or(Err(QueueError::ShuttingDown))
+                for delivery in delivered {
+                    queue.give_back_delivery(delivery).await;
+                }
+            }
+        });
+        claimed.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
     /// The first delivery (waiting until `wait_until`), then more that are there now, up to

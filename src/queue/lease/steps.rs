@@ -16,11 +16,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::super::QueueError;
 use super::super::claims::{ClaimMarkers, Outcome};
+use super::super::finish::finish;
 use super::super::names::{self, ItemMeta};
 use super::Leases;
 use super::{
@@ -99,30 +99,25 @@ impl Leases {
         self.detached(move |queue| async move { queue.extend_now(receipt, visibility).await }).await
     }
 
-    /// Runs a lease step on the queue's background tracker and hands its answer to the caller.
-    /// A client may give up on any request: hyper then drops the handler's future, and a step
-    /// run inside it would stop between its transaction and its bookkeeping, so that the applied
-    /// step is forgotten and its retry told "delivered again". Run apart, the step always
-    /// finishes and is recorded (the lease ended, its completion remembered, the metrics
-    /// counted), and a retry learns the truth. Shutdown waits for the tracker.
+    /// Runs a lease step to its end whether or not the caller still waits ([`finish`]). A client
+    /// may give up on any request: hyper then drops the handler's future, and a step run inside
+    /// it would stop between its transaction and its bookkeeping, so that the applied step is
+    /// forgotten and its retry told "delivered again". Finished on the queue's background
+    /// tracker, the step is always recorded (the lease ended, its completion remembered, the
+    /// metrics counted), and a retry learns the truth. Shutdown waits for the tracker.
     async fn detached<T, F, Fut>(self: &Arc<Self>, step: F) -> Result<T, QueueError>
     where
         T: Send + 'static,
         F: FnOnce(Arc<Leases>) -> Fut,
         Fut: Future<Output = Result<T, QueueError>> + Send + 'static,
     {
-        let (answer, answered) = oneshot::channel();
         let work = step(self.clone());
-        // The step's log lines still carry the request's id.
-        let span = tracing::Span::current();
-        self.ctx.background.spawn(tracing::Instrument::instrument(
-            async move {
-                // The caller may have left: the step is done and recorded all the same.
-                let _ = answer.send(work.await);
-            },
-            span,
-        ));
-        answered.await.unwrap_or(Err(QueueError::ShuttingDown))
+        // Polled by the request's task while it waits, moved to the tracker if it leaves (its
+        // log lines still carry the request's id): the step is done and recorded all the same.
+        let answer = finish(&self.ctx.background, |answer| async move {
+            let _ = answer.send(work.await);
+        });
+        answer.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
     async fn ack_now(&self, receipt: Receipt) -> Result<(), QueueError> {
@@ -502,10 +497,11 @@ impl Leases {
         }
         // The delivery count goes with the message; it may be missing (counted by an older zkq).
         // The marker directory may be missing too (first use, or removed by hand).
-        // Through group commit: acks in flight together share one transaction.
+        // Through group commit: acks in flight together share one transaction; a step sends
+        // its own when it can (it runs to its end, see `Leases::detached`).
         let (mut counted, mut marker_dir) = (true, marker.is_none());
         let results = loop {
-            match self.ctx.group.submit(&self.ctx.background, &zk, ops.clone()).await {
+            match self.ctx.group.submit_here(&self.ctx.background, &zk, ops.clone()).await {
                 Ok(results) => break results,
                 Err(err) if err.error == ZkError::NoNode && counted && err.index == Some(ops.len() - 1) => {
                     ops.pop();

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::attributes;
 use super::cache::ChildrenCache;
 use super::context::Context;
+use super::finish::finish;
 use super::message::{NodeCreate, PutOptions, PutReceipt};
 use super::names::{self, ItemMeta};
 use super::{QueueError, envelope};
@@ -186,7 +187,7 @@ impl Puts {
         Ok(created.into_iter().map(|name| PutReceipt { message_id: Some(name), replay: false }).collect())
     }
 
-    /// Keyed puts run apart from the request, on the queue's background tracker, as claims do:
+    /// Keyed puts run to their end whether or not the request still waits ([`finish`]), as claims do:
     /// a keyed put takes several steps (its records, the transaction, the message's name written
     /// into its record, a lost answer resolved by evidence), and a client that leaves must not cut
     /// them short once a transaction was sent. A retry with the same key then learns what was
@@ -198,20 +199,15 @@ impl Puts {
         wait: Duration,
         deadline: Instant,
     ) -> Result<Vec<PutReceipt>, QueueError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let puts = self.clone();
         // Its log lines still carry the request's id.
-        let span = tracing::Span::current();
-        self.ctx.background.spawn(tracing::Instrument::instrument(
-            async move {
-                let mut caller: KeyedCaller = tx;
-                let _in_flight = GaugeGuard::new(puts.ctx.qm.puts_in_flight.clone());
-                let result = Box::pin(puts.put_keyed(creates, keys, wait, deadline, &mut caller)).await;
-                let _ = caller.send(result);
-            },
-            span,
-        ));
-        rx.await.unwrap_or(Err(QueueError::ShuttingDown))
+        let stored = finish(&self.ctx.background, |tx| async move {
+            let mut caller: KeyedCaller = tx;
+            let _in_flight = GaugeGuard::new(puts.ctx.qm.puts_in_flight.clone());
+            let result = Box::pin(puts.put_keyed(creates, keys, wait, deadline, &mut caller)).await;
+            let _ = caller.send(result);
+        });
+        stored.await.unwrap_or(Err(QueueError::ShuttingDown))
     }
 
     /// Stores `messages` as ONE node holding all of them, the way Curator's `putMulti` does
