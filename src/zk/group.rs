@@ -29,7 +29,9 @@
 //!
 //! Transactions run on tasks of the caller's tracker (the queues' background tracker, which
 //! shutdown waits for), never on a request's future: a client that leaves cannot take the answers
-//! of the other units with it. A unit whose caller left before it was sent is dropped unsent. What
+//! of the other units with it. The one exception carries no other unit:
+//! [`GroupCommit::submit_here`] lets a caller that runs to its end send its unit alone on its own
+//! task when a slot is free. A unit whose caller left before it was sent is dropped unsent. What
 //! must follow a unit that applied whether or not its caller still waits (a put's counter and
 //! cache) is its [`Booking`] ([`GroupCommit::submit_booked`]): the transaction's task runs it
 //! once the unit applied, before answering, also for a caller that left or whose deadline passed.
