@@ -7,10 +7,10 @@
 //! - A take or lease never answers "empty" (204) unless a snapshot read after the request
 //!   arrived had no deliverable message; without ZooKeeper it answers 503 by
 //!   `max(wait, request timeout)`.
-//! - The acquisition runs in a task of the queue's background tracker, apart from the HTTP
-//!   request: a caller that leaves removes nothing, and a message removed (or leased) just as it
-//!   left is put back (or released). Shutdown waits for that tracker before it closes the
-//!   session.
+//! - The acquisition runs to its end whatever the HTTP request does (`queue::finish`: on the
+//!   request's task while it waits, on the queue's background tracker once it left): a caller
+//!   that leaves removes nothing, and a message removed (or leased) just as it left is put back
+//!   (or released). Shutdown waits for that tracker before it closes the session.
 
 mod claim;
 mod crew;

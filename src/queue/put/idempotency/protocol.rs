@@ -191,7 +191,8 @@ impl Puts {
     /// Reads (and the creation of missing directories) that fail on a dropped connection are made
     /// again once reconnected, until `deadline`: then 503, as they wrote nothing.
     ///
-    /// It runs apart from the request (see `Puts::put_keyed_detached`), answering `caller`. Once
+    /// It runs to its end whatever the request does (see `Puts::put_keyed_detached`), answering
+    /// `caller`. Once
     /// the caller left, it stops wherever nothing of its own is stored (waiting for room, or
     /// before sending a unit: each attempt before has been refused or found not applied, so
     /// nothing is lost); a unit sent is carried to its end.
