@@ -28,8 +28,9 @@
 //! sizes, default 1.0: 20,000 messages, for zkq's drains and Curator's alike: Curator's consumer
 //! reads the whole child list again after every change, so it is faster on a shorter queue), `ZKQ_BENCH_ZKQ=path/to/zkq` (the
 //! binary to measure, e.g. a build with debug info), `ZKQ_BENCH_PERF=path/to/perf.data` (records
-//! zkq with `perf record --call-graph dwarf` during the put load, and stops after the put figure:
-//! its CPU figures include the profiler's sampling).
+//! zkq with `perf record --call-graph dwarf` during the put load, or the figure
+//! `ZKQ_BENCH_PERF_FIGURE` names: `take` or `lease` for the single drains; it stops after that
+//! figure, whose CPU figures include the profiler's sampling).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
@@ -56,9 +57,13 @@ const FLOOR_LISTEN: &str = "ZKQ_BENCH_FLOOR_LISTEN";
 /// What the floor answers: a put's answer, in size and kind.
 const FLOOR_ANSWER: &str = r#"{"queue":"floor","message_id":"qn-0000000000"}"#;
 
+/// Set in the floor's environment for the floor with ZooKeeper reads: `connect|path|reads`,
+/// the reads of `path` each request makes before it answers.
+const FLOOR_ZK: &str = "ZKQ_BENCH_FLOOR_ZK";
+
 fn main() {
     if let Ok(listen) = std::env::var(FLOOR_LISTEN) {
-        serve_floor(&listen);
+        serve_floor(&listen, std::env::var(FLOOR_ZK).ok().as_deref());
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -68,8 +73,11 @@ fn main() {
 // ------------------------------------------------------------------ the floor
 
 /// The floor server: zkq's runtime, allocator settings, accept loop and listener limits, one
-/// axum handler. Runs until killed.
-fn serve_floor(listen: &str) {
+/// axum handler. Runs until killed. With `zk` (`connect|path|reads`), the handler first reads
+/// `path` `reads` times, one after the other, through zkq's own ZooKeeper session
+/// (`zkq::zk::ZkSession`, the `zookeeper-client` crate): the floor of a request that must ask
+/// ZooKeeper.
+fn serve_floor(listen: &str, zk: Option<&str>) {
     // As zkq's main: jemalloc's background thread, then the default multi-threaded runtime.
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("floor runtime");
@@ -81,10 +89,51 @@ fn serve_floor(listen: &str) {
             header_read_timeout: api.header_read_timeout,
             idle_timeout: api.idle_timeout,
         };
-        let router = axum::Router::new().fallback(floor_answer);
         let stop = tokio_util::sync::CancellationToken::new();
+        let router = match zk {
+            None => axum::Router::new().fallback(floor_answer),
+            Some(zk) => {
+                let (reads, session) = floor_session(zk, stop.clone()).await;
+                axum::Router::new().fallback(move |body: axum::body::Bytes| {
+                    let (reads, session) = (reads.clone(), session.clone());
+                    async move {
+                        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                        let zk = session.connected(deadline).await.expect("the floor's session");
+                        for path in reads.iter() {
+                            std::hint::black_box(zk.get_data(path).await.expect("the floor reads"));
+                        }
+                        floor_answer(body).await
+                    }
+                })
+            },
+        };
         zkq::http::server::serve(listener, router, limits, stop).await.expect("the floor serves");
     });
+}
+
+/// The floor's ZooKeeper session (zkq's own, with its default settings) and the paths each
+/// request reads, from `connect|path|reads`.
+async fn floor_session(
+    spec: &str,
+    stop: tokio_util::sync::CancellationToken,
+) -> (Arc<Vec<String>>, zkq::zk::ZkSession) {
+    let mut parts = spec.split('|');
+    let (connect, path, reads) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    let reads: usize = reads.parse().expect("reads per request");
+    let defaults = zkq::config::Config::default().zookeeper;
+    let settings = zkq::zk::SessionSettings {
+        connect: connect.to_owned(),
+        session_timeout: defaults.session_timeout,
+        request_timeout: defaults.request_timeout,
+        auth_digest: None,
+        sasl: None,
+        tls: None,
+        acl: zkq::types::acl::NodeAcl::Open,
+        reconnect_backoff_max: defaults.reconnect_backoff_max,
+    };
+    let metrics = Arc::new(zkq::metrics::Metrics::new().expect("metrics"));
+    let (session, _task) = zkq::zk::ZkSession::start(settings, metrics, stop).expect("the floor's session");
+    (Arc::new(vec![path.to_owned(); reads]), session)
 }
 
 async fn floor_answer(body: axum::body::Bytes) -> axum::response::Response {
@@ -102,9 +151,17 @@ struct Floor {
 
 impl Floor {
     async fn start() -> Floor {
+        Floor::start_reading(None).await
+    }
+
+    /// The floor whose every request first reads `path` `reads` times from `zk`.
+    async fn start_reading(zk: Option<(&ZkServer, &str, usize)>) -> Floor {
         let addr = free_addr();
         let mut command = Command::new(std::env::current_exe().expect("this executable"));
         command.env(FLOOR_LISTEN, &addr).stdout(Stdio::null());
+        if let Some((zk, path, reads)) = zk {
+            command.env(FLOOR_ZK, format!("{}|{path}|{reads}", zk.connect_string()));
+        }
         let child = spawn_supervised(command).expect("the floor starts");
         eventually(Duration::from_secs(10), "the floor listens", || {
             std::future::ready(std::net::TcpStream::connect(&addr).is_ok())
@@ -329,6 +386,11 @@ async fn scrape(http: &reqwest::Client, zkq: &ChildZkq) -> String {
     http.get(format!("{}/metrics", zkq.admin)).send().await.expect("metrics").text().await.expect("metrics text")
 }
 
+/// Every ZooKeeper request zkq made so far (`zkq_zookeeper_requests_total`, all operations).
+fn zk_requests(text: &str) -> f64 {
+    metric_sum(text, "zkq_zookeeper_requests_total", &[], &[])
+}
+
 fn of_queue(text: &str, name: &str, queue: &str) -> f64 {
     metric_sum(text, name, &[&format!("queue=\"{queue}\"")], &[])
 }
@@ -378,17 +440,45 @@ async fn latency(http: &reqwest::Client, zkq: &ChildZkq, rounds: usize) -> (Dura
     (pct(0.5), pct(0.99))
 }
 
-/// Samples zkq with `perf record` for `seconds` (when `ZKQ_BENCH_PERF` names an output file).
-fn start_perf(pid: u32, seconds: u64) -> Option<std::process::Child> {
+/// Which figure `ZKQ_BENCH_PERF` profiles: `ZKQ_BENCH_PERF_FIGURE` = `put` (the default),
+/// `take` (the single take drain) or `lease` (the single lease+ack drain); `None` without
+/// `ZKQ_BENCH_PERF`.
+fn perf_figure() -> Option<String> {
+    std::env::var("ZKQ_BENCH_PERF").ok()?;
+    Some(env_or("ZKQ_BENCH_PERF_FIGURE", "put"))
+}
+
+/// Samples zkq with `perf record` (when `ZKQ_BENCH_PERF` names an output file and `figure` is
+/// the one to profile) for `seconds`, or until [`stop_perf`].
+fn start_perf(pid: u32, figure: &str, seconds: Option<u64>) -> Option<std::process::Child> {
+    if perf_figure().as_deref() != Some(figure) {
+        return None;
+    }
     let output = std::env::var("ZKQ_BENCH_PERF").ok()?;
     let mut command = Command::new("perf");
     command
         .args(["record", "-F", "499", "-e", "cpu-clock", "--call-graph", "dwarf,16384", "-o", &output, "-p"])
         .arg(pid.to_string())
-        .args(["--", "sleep", &seconds.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    if let Some(seconds) = seconds {
+        command.args(["--", "sleep", &seconds.to_string()]);
+    }
     Some(command.spawn().expect("perf record starts"))
+}
+
+/// Ends a profile [`start_perf`] started without a duration (perf writes its file on SIGINT)
+/// and says where it is; true when there was one: the run stops after its figure.
+fn stop_perf(perf: Option<std::process::Child>) -> bool {
+    let Some(mut perf) = perf else { return false };
+    let _ = Command::new("kill").args(["-INT", &perf.id().to_string()]).status();
+    let _ = perf.wait();
+    println!("\nprofile of zkq under this figure's load written to {}; a profiling run stops here", perf_output());
+    true
+}
+
+fn perf_output() -> String {
+    std::env::var("ZKQ_BENCH_PERF").unwrap_or_default()
 }
 
 /// The first `= X msg/s` figure of a CuratorTool bench line.
@@ -478,6 +568,33 @@ async fn bench() {
 
     let zk = ZkServer::start();
     let root = unique_root("cpu");
+
+    // The floor of a request that asks ZooKeeper once: each request reads a 100-byte node
+    // through zkq's own session before it answers, under the drains' 16 clients. What it spends
+    // above the floor is one ZooKeeper round trip in zkq's stack (the client's encoding and
+    // decoding, its session task, the loopback TCP both ways, the wake-ups between tasks).
+    let read_path = format!("{root}-floor-read");
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk_client(&zk).await.create(&read_path, &[b'x'; 100], &options).await.expect("the floor's node");
+    let floor_zk = Floor::start_reading(Some((&zk, &read_path, 1))).await;
+    let read_url = format!("{}/v1/queues/floor/take?wait=0s", floor_zk.url);
+    client_load(&http, &read_url, 16, 1, |_| Vec::new()).await;
+    let before = Cpu { zookeeper: zk.cpu_time(), ..floor_zk.cpu() };
+    let loaded = client_load(&http, &read_url, 16, seconds, |_| Vec::new()).await;
+    let after = Cpu { zookeeper: zk.cpu_time(), ..floor_zk.cpu() };
+    assert_eq!(loaded.failed, 0, "the floor with a read answers 201");
+    let floor_read = Figure::new(
+        "floor + 1 ZooKeeper read per request, 16 clients",
+        loaded.requests as f64,
+        loaded.took,
+        before,
+        after,
+        true,
+    );
+    floor_read.print();
+    drop(floor_zk);
+    let round_trip = (floor_read.server_us - floor16.server_us).max(0.0);
+    println!("{:<46} {round_trip:.1} µs of the server's CPU (the two figures above)", "one ZooKeeper round trip:");
     let binary =
         std::env::var("ZKQ_BENCH_ZKQ").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_zkq")));
     // zkq at its default log level, as it runs in a pod.
@@ -492,10 +609,11 @@ async fn bench() {
     put_load(&api.url("/v1/queues/warm/messages"), "warm", 3).await;
     let queue = "wput";
     let before_text = scrape(&http, &zkq).await;
-    let perf = start_perf(zkq.pid(), seconds);
+    let perf = start_perf(zkq.pid(), "put", Some(seconds));
     let before = cpu();
     let loaded = put_load(&api.url(&format!("/v1/queues/{queue}/messages")), "p", seconds).await;
     let after = cpu();
+    let profiled = perf.is_some();
     if let Some(mut perf) = perf {
         let _ = perf.wait();
     }
@@ -510,10 +628,11 @@ async fn bench() {
         metric(&after_text, "zkq_group_commit_units_count") - metric(&before_text, "zkq_group_commit_units_count");
     let counted = of_queue(&after_text, "zkq_messages_put_total", queue)
         - of_queue(&before_text, "zkq_messages_put_total", queue);
-    if let Ok(profile) = std::env::var("ZKQ_BENCH_PERF") {
+    let put_trips = (zk_requests(&after_text) - zk_requests(&before_text)) / counted.max(1.0);
+    if profiled {
         let puts = Figure::new(&format!("zkq put, {driver}"), counted, loaded.took, before, after, true);
         puts.print();
-        println!("\nprofile of zkq under the put load written to {profile}; a profiling run stops here");
+        println!("\nprofile of zkq under the put load written to {}; a profiling run stops here", perf_output());
         return;
     }
 
@@ -550,20 +669,32 @@ async fn bench() {
         8,
     )
     .await;
+    let trips_before = zk_requests(&scrape(&http, &zkq).await);
+    let perf = start_perf(zkq.pid(), "take", None);
     let before = cpu();
     let (bodies, took) = drain_takes(&api, "stake", 16, None).await;
     let after = cpu();
+    let take_trips = (zk_requests(&scrape(&http, &zkq).await) - trips_before) / n as f64;
     assert_exactly_once("single take drain", bodies, take_range);
     let single_take = Figure::new("zkq take drain, 16 takers, single", n as f64, took, before, after, true);
     single_take.print();
+    if stop_perf(perf) {
+        return;
+    }
+    let trips_before = zk_requests(&scrape(&http, &zkq).await);
+    let perf = start_perf(zkq.pid(), "lease", None);
     let before = cpu();
     let (bodies, took) = drain_leases(&api, "slease", 16, None).await;
     let after = cpu();
+    let lease_trips = (zk_requests(&scrape(&http, &zkq).await) - trips_before) / n as f64;
     assert_exactly_once("single lease+ack drain", bodies, lease_range);
     let mut single_lease =
         Figure::new("zkq lease+ack drain, 16 consumers, single", n as f64, took, before, after, true);
     single_lease.requests_per_unit = 2.0;
     single_lease.print();
+    if stop_perf(perf) {
+        return;
+    }
     let before = cpu();
     let (bodies, took) = drain_leases(&api, "blease", 16, Some(100)).await;
     let after = cpu();
@@ -639,6 +770,22 @@ async fn bench() {
     at_least("lease+ack drain, ?max=100 + batch ack vs Curator lock-safe", batch_lease.rate(), curator_locked, 20.0);
     let met = if p99 <= Duration::from_millis(5) { "target met" } else { "NOT met" };
     println!("  put->take latency p99 with a waiting taker: {:.2} ms (target <= 5 ms)  {met}", ms(p99));
+
+    // What the stack alone costs for each figure's requests and round trips to ZooKeeper.
+    println!(
+        "\nzkq against its stack's floor: HTTP requests at the floor's cost, and the ZooKeeper requests zkq made \
+         (zkq_zookeeper_requests_total) at the cost of the floor's read:"
+    );
+    let stack = |what: &str, zkq_us: f64, floor_us: f64, requests: f64, trips: f64| {
+        let base = requests * floor_us + trips * round_trip;
+        println!(
+            "  {what:<22} {requests} requests + {trips:.2} ZooKeeper requests = {base:>6.1} µs; zkq {zkq_us:>6.1} µs = {:.2}x",
+            zkq_us / base.max(f64::EPSILON)
+        );
+    };
+    stack("put (64 conns)", puts.server_us, floor64.server_us, 1.0, put_trips);
+    stack("single take (16)", single_take.server_us, floor16.server_us, 1.0, take_trips);
+    stack("single lease+ack (16)", single_lease.server_us, floor16.server_us, 2.0, lease_trips);
 }
 
 fn display(path: &Path) -> String {

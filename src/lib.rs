@@ -14,7 +14,7 @@ pub mod config;
 pub(crate) mod counter;
 pub mod http;
 pub mod inspect;
-pub(crate) mod metrics;
+pub mod metrics;
 pub mod push;
 pub mod queue;
 pub mod redrive;
