@@ -19,10 +19,14 @@
 //! - **ZooKeeper**: the server's JVM.
 //!
 //! Figures: the floor under `wrk -t2 -c64` (100-byte POSTs) and under the drains' client (16
-//! connections, this benchmark's HTTP client); zkq's single puts under `wrk -t2 -c64` (distinct
+//! connections, this benchmark's HTTP client), and with one ZooKeeper read per request (through
+//! zkq's own session: the cost of a round trip on zkq's stack); zkq's single puts under `wrk -t2 -c64` (distinct
 //! 100-byte bodies); drains of 16 clients, single takes and lease+acks, and `?max=100`; put→take
-//! latency with a waiting taker; Curator 5.4.0's background put and consumers on the same server.
-//! Then every target as a ratio of figures of this run, with "target met" or "NOT met".
+//! latency with a waiting taker, and ZooKeeper's own write latency (one create at a time, its
+//! floor); Curator 5.4.0's background put and consumers on the same server.
+//! Then every target as a ratio of figures of this run, with "target met" or "NOT met", and each
+//! zkq figure against its stack's floor (its HTTP requests at the floor's cost, its ZooKeeper
+//! requests per message at the round trip's).
 //!
 //! Environment: `ZKQ_BENCH_SECONDS` (each timed load, default 10), `ZKQ_BENCH_SCALE` (drain
 //! sizes, default 1.0: 20,000 messages, for zkq's drains and Curator's alike: Curator's consumer
@@ -435,9 +439,32 @@ async fn latency(http: &reqwest::Client, zkq: &ChildZkq, rounds: usize) -> (Dura
         let got_at = taker.await.expect("taker");
         latencies.push(got_at.duration_since(put_at));
     }
+    percentiles(latencies)
+}
+
+/// The p50 and p99 of `latencies`.
+fn percentiles(mut latencies: Vec<Duration>) -> (Duration, Duration) {
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
     (pct(0.5), pct(0.99))
+}
+
+/// ZooKeeper's own write latency, the floor of put→take (a put's create and a take's claim are
+/// two writes in sequence): `rounds` creates of a 100-byte sequential node, one at a time,
+/// through the client crate zkq uses.
+async fn zk_write_latency(zk: &ZkServer, root: &str, rounds: usize) -> (Duration, Duration) {
+    let client = zk_client(zk).await;
+    let parent = format!("{root}-latency");
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&parent, &[], &options).await.expect("the latency node");
+    let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let mut latencies = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        client.create(&format!("{parent}/n-"), &[b'x'; 100], &sequential).await.expect("a create");
+        latencies.push(start.elapsed());
+    }
+    percentiles(latencies)
 }
 
 /// Which figure `ZKQ_BENCH_PERF` profiles: `ZKQ_BENCH_PERF_FIGURE` = `put` (the default),
@@ -710,6 +737,13 @@ async fn bench() {
         "zkq put->take latency, waiting taker:          p50 {:.2} ms, p99 {:.2} ms over {rounds} rounds",
         ms(p50),
         ms(p99)
+    );
+    let (write50, write99) = zk_write_latency(&zk, &root, rounds).await;
+    println!(
+        "ZooKeeper write latency, one create at a time: p50 {:.2} ms, p99 {:.2} ms over {rounds} rounds \
+         (put->take makes two writes in sequence)",
+        ms(write50),
+        ms(write99)
     );
 
     // Curator's queues, filled through zkq (the same layout); then zkq stops, only Curator works.
