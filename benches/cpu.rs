@@ -411,14 +411,20 @@ fn assert_distinct_puts(what: &str, mut got: Vec<Vec<u8>>, prefix: &str, answere
 }
 
 /// put→take latency with a waiting taker (the put through one connection, the take through another).
-async fn latency(http: &reqwest::Client, zkq: &ChildZkq, rounds: usize) -> (Duration, Duration) {
+/// put→take latency with a waiting taker over `rounds` rounds: its p50 and p99, and those of the
+/// put's own answer (the put's part of it).
+async fn latency(
+    http: &reqwest::Client,
+    zkq: &ChildZkq,
+    rounds: usize,
+) -> ((Duration, Duration), (Duration, Duration)) {
     let queue_url = |path: &str| format!("{}/v1/queues/lat{path}", zkq.api);
     // The queue must exist: a take from a dynamic queue whose node does not exist answers 204 at once.
     let put = http.post(queue_url("/messages")).body("open").send().await.expect("put");
     assert_eq!(put.status(), 201);
     let take = http.post(queue_url("/take?wait=0s")).send().await.expect("take");
     assert_eq!(take.status(), 200);
-    let mut latencies = Vec::with_capacity(rounds);
+    let (mut latencies, mut puts) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for _ in 0..rounds {
         let (taker_http, url) = (http.clone(), queue_url("/take?wait=10s"));
         let taker = tokio::spawn(async move {
@@ -436,10 +442,11 @@ async fn latency(http: &reqwest::Client, zkq: &ChildZkq, rounds: usize) -> (Dura
         let put_at = Instant::now();
         let put = http.post(queue_url("/messages")).body("ping").send().await.expect("put");
         assert_eq!(put.status(), 201);
+        puts.push(put_at.elapsed());
         let got_at = taker.await.expect("taker");
         latencies.push(got_at.duration_since(put_at));
     }
-    percentiles(latencies)
+    (percentiles(latencies), percentiles(puts))
 }
 
 /// The p50 and p99 of `latencies`.
@@ -732,12 +739,38 @@ async fn bench() {
     batch_lease.print();
 
     let rounds = scaled(500);
-    let (p50, p99) = latency(&http, &zkq, rounds).await;
+    let before_rounds = scrape(&http, &zkq).await;
+    let ((p50, p99), (put50, put99)) = latency(&http, &zkq, rounds).await;
+    let after_rounds = scrape(&http, &zkq).await;
     println!(
-        "zkq put->take latency, waiting taker:          p50 {:.2} ms, p99 {:.2} ms over {rounds} rounds",
+        "zkq put->take latency, waiting taker:          p50 {:.2} ms, p99 {:.2} ms over {rounds} rounds \
+         (the put's own answer: p50 {:.2} ms, p99 {:.2} ms)",
         ms(p50),
-        ms(p99)
+        ms(p99),
+        ms(put50),
+        ms(put99)
     );
+    // The round trips of put->take (the put's create, the take's read and claim), as zkq timed
+    // them during the rounds: those slower than 2.5 ms are ZooKeeper's part of the tail.
+    let slow = ["create", "get_data", "multi"]
+        .iter()
+        .map(|op| {
+            let count = |text: &str, bucket: Option<&str>| {
+                let series = match bucket {
+                    Some(le) => {
+                        format!("zkq_zookeeper_request_duration_seconds_bucket{{operation=\"{op}\",le=\"{le}\"}}")
+                    },
+                    None => format!("zkq_zookeeper_request_duration_seconds_count{{operation=\"{op}\"}}"),
+                };
+                metric(text, &series)
+            };
+            let all = count(&after_rounds, None) - count(&before_rounds, None);
+            let fast = count(&after_rounds, Some("0.0025")) - count(&before_rounds, Some("0.0025"));
+            format!("{op} {:.0} of {all:.0}", all - fast)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("{:<46} ZooKeeper requests of those rounds slower than 2.5 ms as zkq timed them: {slow}", "");
     let (write50, write99) = zk_write_latency(&zk, &root, rounds).await;
     println!(
         "ZooKeeper write latency, one create at a time: p50 {:.2} ms, p99 {:.2} ms over {rounds} rounds \
