@@ -64,6 +64,7 @@ pub struct Metrics {
     pub http_request_duration: HistogramVec,
     pub sqs_requests: IntCounterVec,
     pub sqs_refused_bodies: IntCounter,
+    pub settings_refused: IntCounter,
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
@@ -275,6 +276,11 @@ impl Metrics {
                 "zkq_sqs_refused_bodies_total",
                 "Messages ReceiveMessage did not hand out because their body is not SQS text, on a queue whose \
                  sqs_binary_bodies is `refuse` (each was released at once for other consumers).",
+            )?)?,
+            settings_refused: reg.add(IntCounter::new(
+                "zkq_queue_settings_refused_total",
+                "Reads of a dynamic queue's settings node that did not hold valid settings (written by another \
+                 client); the queue was served with the defaults meanwhile.",
             )?)?,
             puts_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),

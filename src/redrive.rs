@@ -170,7 +170,7 @@ impl Redrives {
         if !self.queues.stored(&destination).await? {
             return Err(QueueError::NoSuchQueue(destination).into());
         }
-        let to = self.queues.open(&destination)?;
+        let to = self.queues.open_for_put(&destination).await?;
         let to_move = u64::try_from(from.info().await?.depth).unwrap_or(0);
         let report = TaskReport {
             handle: format!("{source}:{:032x}", rand::random::<u128>()),

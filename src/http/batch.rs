@@ -202,7 +202,7 @@ pub async fn put_batch(
         options.push(PutOptions { idempotency_key: message.idempotency_key, attributes, traceparent, ..kind_options });
         bodies.push(body);
     }
-    let queue = state.queues.open(&path.queue)?;
+    let queue = state.queues.open_for_put(&path.queue).await?;
     let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
     let receipts = match query.format.unwrap_or_default() {
         BatchFormat::Nodes => queue.put_many(messages, wait).await?,

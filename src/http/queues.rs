@@ -306,7 +306,7 @@ pub async fn put_message(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let queue = state.queues.open(&path.queue)?;
+    let queue = state.queues.open_for_put(&path.queue).await?;
     let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let fields = KindFields {

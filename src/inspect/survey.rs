@@ -471,6 +471,10 @@ pub async fn examine(
         messages: None,
         errors: Vec::new(),
     };
+    // A dynamic queue deleted through zkq keeps its node, marked (`queue::catalog`): no queue.
+    if !location.declared && crate::queue::is_deleted_queue_node(zk, &location.path).await {
+        return report;
+    }
     let children = match ex.list("queue node", &location.path).await {
         Ok(Some((children, depth))) => {
             report.exists = true;

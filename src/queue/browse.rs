@@ -295,7 +295,7 @@ impl Browse {
         let (ops, parents) = self.removal(std::iter::once(name));
         match self.ctx.apply_txn(zk, &ops, &parents).await.map_err(|e| e.error) {
             Ok(_) => {
-                self.cache.removed_local();
+                self.cache.removed_candidate(name);
                 Ok(true)
             },
             Err(ZkError::NoNode | ZkError::NodeExists) => Ok(false),

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::acquire::{Claims, Taken};
 use super::browse::Browse;
 use super::cache::ChildrenCache;
+use super::catalog::Presence;
 use super::context::Context;
 use super::lease::Leases;
 use super::put::Puts;
@@ -175,6 +176,32 @@ impl Queue {
     /// Applies settings just written to its node here at once (the node's watch follows).
     pub(super) fn settings_written(&self, current: super::settings::Current) {
         self.ctx.settings.set(current);
+    }
+
+    /// What this process last saw the queue's node say (`None`: not read since it opened).
+    pub(super) fn presence(&self) -> Option<Presence> {
+        self.cache.presence()
+    }
+
+    /// Whether a list of the queues this process serves shows it: declared, or not seen deleted
+    /// (or without a node) since it opened.
+    pub fn listed(&self) -> bool {
+        self.declared() || matches!(self.presence(), None | Some(Presence::Live))
+    }
+
+    /// Waits until the queue's own settings are known (see `SettingsCell::wait_loaded`).
+    pub(super) async fn settings_loaded(&self, deadline: tokio::time::Instant) -> bool {
+        self.ctx.settings.wait_loaded(deadline).await
+    }
+
+    /// ZooKeeper just showed the queue's node live (this process read or revived it).
+    pub(super) fn seen_live(&self) {
+        self.cache.set_presence(Presence::Live);
+    }
+
+    /// This process deleted the queue: its leases end now, before the node's event arrives.
+    pub(super) fn seen_deleted(&self) {
+        self.cache.set_presence(Presence::Deleted);
     }
 
     pub(crate) fn metrics(&self) -> &QueueMetrics {

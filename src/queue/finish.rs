@@ -49,10 +49,18 @@ impl<T> Future for Finishing<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let this = &mut *self;
-        if let Some(work) = this.work.as_mut()
-            && work.as_mut().poll(cx).is_ready()
-        {
-            this.work = None;
+        if let Some(work) = this.work.as_mut() {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+                Ok(Poll::Ready(())) => this.work = None,
+                Ok(Poll::Pending) => {},
+                Err(panic) => {
+                    // A future that panicked must never be polled again: dropped here, never
+                    // handed to the tracker (which would resume it). The caller's panic goes on.
+                    this.work = None;
+                    tracing::error!("work a client may not cut short panicked; it was dropped");
+                    std::panic::resume_unwind(panic);
+                },
+            }
         }
         // Ready once the work answered (the work may go on: it finishes when this is dropped),
         // or ended without answering.
@@ -112,6 +120,32 @@ mod tests {
         tasks.wait().await;
         assert!(ended.load(Ordering::SeqCst), "the work ran to its end on the tracker");
         assert_eq!(seen.await.ok(), Some(true), "the work saw that its caller left");
+    }
+
+    #[tokio::test]
+    async fn work_whose_poll_panicked_is_dropped_never_polled_again() {
+        use std::sync::atomic::AtomicUsize;
+        let tasks = TaskTracker::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        let callers = TaskTracker::new();
+        let caller = callers.spawn({
+            let tasks = tasks.clone();
+            async move {
+                finish(&tasks, move |tx: oneshot::Sender<u8>| {
+                    futures::future::poll_fn(move |_| {
+                        let _answer = &tx;
+                        assert!(counted.fetch_add(1, Ordering::SeqCst) > 0, "the first poll panics");
+                        Poll::Ready(())
+                    })
+                })
+                .await
+            }
+        });
+        assert!(caller.await.is_err_and(|err| err.is_panic()), "the caller's panic goes on");
+        tasks.close();
+        tasks.wait().await;
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "the panicked work was not resumed on the tracker");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::acquire::Claims;
 use super::browse::Browse;
 use super::cache::{ChildrenCache, Rules};
+use super::catalog::{self, Presence};
 use super::claims::ClaimMarkers;
 use super::context::Context;
 use super::facade::{ParkedWatch, Parts, Queue, QueueRef};
@@ -199,6 +200,25 @@ impl QueueService {
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         zk.ensure_path(queue.path()).await?;
+        catalog::revive(&zk, queue.path()).await?;
+        queue.seen_live();
+        Ok(queue)
+    }
+
+    /// The queue called `name` for a put (zkq's own API, push, a redrive's destination): opened
+    /// as [`QueueService::open`] does, and, when it was deleted, made to exist again first, so
+    /// that a put never stores a message in a deleted queue (`catalog`). A queue this process
+    /// has read since it opened costs nothing more; one it has not, one read.
+    pub async fn open_for_put(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+        let queue = self.open(name)?;
+        // Absent needs nothing: the put creates the node.
+        if matches!(queue.presence(), None | Some(Presence::Deleted)) && !queue.declared() {
+            let deadline = Instant::now() + self.session.request_timeout();
+            let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+            catalog::revive(&zk, queue.path()).await?;
+            queue.seen_live();
+        }
+        self.settings_loaded(&queue).await?;
         Ok(queue)
     }
 
@@ -238,8 +258,29 @@ impl QueueService {
     ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
     ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
     pub async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+        let queue = self.find_existing(name, wait).await?;
+        if let Some(queue) = &queue {
+            self.settings_loaded(queue).await?;
+        }
+        Ok(queue)
+    }
+
+    /// Waits until `queue` serves with its own settings (read from ZooKeeper when it opened):
+    /// a queue is never served with the defaults in their place. 503 when they cannot be read
+    /// within a request's timeout.
+    async fn settings_loaded(&self, queue: &QueueRef) -> Result<(), QueueError> {
+        if queue.settings_loaded(Instant::now() + self.session.request_timeout()).await {
+            Ok(())
+        } else {
+            Err(QueueError::Zk(crate::zk::ZkError::Unavailable))
+        }
+    }
+
+    async fn find_existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         match self.open_only(name) {
             Err(QueueError::NoSuchQueue(_)) => {},
+            // Open here, but its node was not seen live yet (or was seen deleted): ZooKeeper says.
+            Ok(queue) if !queue.declared() && queue.presence() != Some(Presence::Live) => {},
             other => return other.map(Some),
         }
         if self.shutdown.is_cancelled() {
@@ -253,16 +294,18 @@ impl QueueService {
             let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
             zk.sync(&path).await?;
             if wait.is_zero() {
-                return match zk.exists(&path).await? {
-                    Some(_) => self.open(name).map(Some),
-                    None => Ok(None),
+                return match catalog::presence(&zk, &path).await? {
+                    Presence::Live => self.open_live(name).map(Some),
+                    Presence::Absent | Presence::Deleted => Ok(None),
                 };
             }
+            // An existence watch fires on the node's creation, deletion and data change: a
+            // deleted queue made anew clears its mark, which wakes it too.
             let (stat, watch) = zk.watch_exists(&path).await?;
             let mut changed: ParkedWatch = Box::pin(watch.changed());
-            if stat.is_some() {
+            if stat.is_some() && catalog::presence(&zk, &path).await?.is_live() {
                 self.release_watch(name, changed);
-                return self.open(name).map(Some);
+                return self.open_live(name).map(Some);
             }
             tokio::select! {
                 _ = &mut changed => {},
@@ -279,6 +322,13 @@ impl QueueService {
                 return Ok(None);
             }
         }
+    }
+
+    /// Opens queue `name`, whose node ZooKeeper just showed live.
+    fn open_live(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+        let queue = self.open(name)?;
+        queue.seen_live();
+        Ok(queue)
     }
 
     /// Lets go of a one-shot watch on the path of queue `name` (see [`QueueService::existing`]):
@@ -314,7 +364,7 @@ impl QueueService {
             .and_then(|q| q.dead_letter.as_ref())
             .map(|target| Arc::new(self.dead_letter_of(target, declared_config.and_then(|q| q.max_deliveries))));
         let stop = self.shutdown.child_token();
-        let settings = Arc::new(SettingsCell::default());
+        let settings = Arc::new(if declared { SettingsCell::declared() } else { SettingsCell::unloaded() });
         let rules = Rules {
             naming: names::naming(kind, grouped),
             grouped,
@@ -390,7 +440,15 @@ impl QueueService {
                 }
             };
             let path = Layout::new(&self.config.zookeeper.root).settings(name);
-            self.tasks.spawn(settings.clone().follow(session.clone(), path, name.clone(), resolve, stop.clone()));
+            let refused = self.metrics.settings_refused.clone();
+            self.tasks.spawn(settings.clone().follow(
+                session.clone(),
+                path,
+                name.clone(),
+                resolve,
+                refused,
+                stop.clone(),
+            ));
         }
         self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
             let (leases, session, stop) = (leases.clone(), session.clone(), stop.clone());
@@ -555,7 +613,7 @@ impl QueueService {
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         zk.sync(&path).await?;
-        Ok(zk.exists(&path).await?.is_some())
+        Ok(catalog::presence(&zk, &path).await?.is_live())
     }
 
     /// Deletes dynamic queue `name` (SQS's `DeleteQueue`): its messages, held or not, its lock
@@ -577,36 +635,49 @@ impl QueueService {
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         zk.sync(&layout.path).await?;
-        let existed = zk.exists(&layout.path).await?.is_some();
-        // The messages go first, with the queue node: the locks, counts, records, tags and
-        // settings then describe nothing. A delete cut short by its deadline after the node went
-        // is finished by the next one.
-        let (deleted, complete) = zk.delete_tree(&layout.path).await?;
-        let removed = deleted.saturating_sub(1);
+        // The mark first: from then on no sidecar serves the queue (each ends its leases as it
+        // sees it), and the node, kept, goes on numbering its children, so nothing named in
+        // this incarnation is ever named in the next (`catalog`). Then the messages, held or
+        // not: the locks, counts, records, tags and settings then describe nothing. A delete
+        // cut short by its deadline is finished by the next one.
+        let existed = catalog::mark_deleted(&zk, &layout.path).await? == Presence::Live;
+        self.seen_deleted(name);
+        let (removed, complete) = zk.delete_below(&layout.path).await?;
         if !complete {
             return Ok(super::Purged { removed, complete });
         }
-        let attached = [
-            layout.lock_path,
-            Some(paths.deliveries(name)),
-            Some(paths.idempotency_of(name)),
-            Some(paths.tags(name)),
-            Some(paths.settings(name)),
-        ];
         let mut leftovers = 0;
-        for path in attached.into_iter().flatten() {
+        if let Some(lock_path) = &layout.lock_path {
+            // The lock directory stays, as the queue's node does: claims expect it.
+            let (gone, complete) = zk.delete_below(lock_path).await?;
+            leftovers += gone;
+            if !complete {
+                return Ok(super::Purged { removed, complete: false });
+            }
+        }
+        let attached = [paths.deliveries(name), paths.idempotency_of(name), paths.tags(name), paths.settings(name)];
+        for path in attached {
             let (gone, complete) = zk.delete_tree(&path).await?;
             leftovers += gone;
             if !complete {
                 return Ok(super::Purged { removed, complete: false });
             }
         }
-        if !existed && leftovers == 0 {
+        if !existed && removed == 0 && leftovers == 0 {
             return Err(QueueError::NoSuchQueue(name.clone()));
         }
         self.close_deleted(name);
         tracing::info!(queue = %name, removed, "deleted a dynamic queue");
         Ok(super::Purged { removed, complete: true })
+    }
+
+    /// Tells queue `name`, if open here, that it was deleted (its refresher would see the mark a
+    /// moment later): its leases end and nothing here serves it as live.
+    fn seen_deleted(&self, name: &QueueName) {
+        let open = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+        if let Some(queue) = open {
+            queue.seen_deleted();
+        }
     }
 
     /// Closes deleted queue `name` here unless a request is using it (a long-poll: it stays open

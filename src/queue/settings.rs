@@ -28,6 +28,12 @@ pub struct DeadLetter {
 /// The highest `max_deliveries` a setting may ask for (as SQS's `maxReceiveCount`).
 pub const MAX_DELIVERIES_SETTING: u32 = 1000;
 
+/// The longest visibility timeout a setting may ask for, seconds (SQS's 12 hours).
+pub(super) const MAX_VISIBILITY_SECONDS: u64 = 43_200;
+
+/// The longest receive wait a setting may ask for, seconds (SQS's 20).
+pub(super) const MAX_RECEIVE_WAIT_SECONDS: u64 = 20;
+
 /// What the node holds. Every field is optional: unset, the configuration's default applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSettings {
@@ -58,6 +64,18 @@ impl QueueSettings {
         }
     }
 
+    /// Reads the settings node of queue `queue` as strictly as a client's request is read (the
+    /// node is untrusted: any ZooKeeper client may have written it): it must parse and pass
+    /// [`QueueSettings::check`]; the waits are then clamped to what a setting may ask for, so no
+    /// value another client wrote can make a wait overflow.
+    pub fn read_node(data: &[u8], queue: &QueueName) -> Result<QueueSettings, String> {
+        let mut settings = QueueSettings::parse(data)?;
+        settings.check(queue)?;
+        settings.visibility_seconds = settings.visibility_seconds.map(|v| v.min(MAX_VISIBILITY_SECONDS));
+        settings.receive_wait_seconds = settings.receive_wait_seconds.map(|w| w.min(MAX_RECEIVE_WAIT_SECONDS));
+        Ok(settings)
+    }
+
     /// Checks values a client gives: a dead-letter queue with a `max_deliveries` of 1 to
     /// [`MAX_DELIVERIES_SETTING`], never the queue itself.
     pub fn check(&self, queue: &QueueName) -> Result<(), String> {
@@ -78,12 +96,31 @@ pub(super) struct Current {
 }
 
 /// The settings one open queue follows.
-#[derive(Default)]
 pub(super) struct SettingsCell {
     current: RwLock<Current>,
+    /// Whether `current` is what ZooKeeper holds (read once since the queue opened, or a declared
+    /// queue's, which has no node): a request waits for it before it is served.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl SettingsCell {
+    /// The cell of a dynamic queue: not loaded until its follower read the node.
+    pub(super) fn unloaded() -> SettingsCell {
+        SettingsCell { current: RwLock::default(), loaded: tokio::sync::watch::channel(false).0 }
+    }
+
+    /// The cell of a declared queue: its configuration is its settings, known at once.
+    pub(super) fn declared() -> SettingsCell {
+        SettingsCell { current: RwLock::default(), loaded: tokio::sync::watch::channel(true).0 }
+    }
+
+    /// Waits until the settings are what ZooKeeper holds, at most until `deadline` (`false`: not
+    /// known by then, so nothing may be served with the defaults in their place).
+    pub(super) async fn wait_loaded(&self, deadline: tokio::time::Instant) -> bool {
+        let mut loaded = self.loaded.subscribe();
+        tokio::time::timeout_at(deadline, loaded.wait_for(|loaded| *loaded)).await.is_ok_and(|r| r.is_ok())
+    }
+
     pub(super) fn get(&self) -> Current {
         self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -95,6 +132,7 @@ impl SettingsCell {
 
     pub(super) fn set(&self, current: Current) {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = current;
+        self.loaded.send_if_modified(|loaded| !std::mem::replace(loaded, true));
     }
 
     /// Follows the node at `path` until `stop`: read with a watch (or, while it does not exist,
@@ -106,6 +144,7 @@ impl SettingsCell {
         path: String,
         queue: QueueName,
         resolve: impl Fn(QueueSettings) -> Current + Send + Sync,
+        refused: prometheus::IntCounter,
         stop: CancellationToken,
     ) {
         loop {
@@ -118,9 +157,10 @@ impl SettingsCell {
             let zk = zk.with_deadline(tokio::time::Instant::now() + session.request_timeout());
             let watch = match zk.get_and_watch_data(&path).await {
                 Ok((data, _, watch)) => {
-                    let settings = QueueSettings::parse(&data).unwrap_or_else(|err| {
+                    let settings = QueueSettings::read_node(&data, &queue).unwrap_or_else(|err| {
                         tracing::warn!(queue = %queue, node = %path, error = %err,
-                            "the queue's settings node does not hold zkq's settings; serving the defaults");
+                            "the queue's settings node does not hold valid zkq settings; serving the defaults");
+                        refused.inc();
                         QueueSettings::default()
                     });
                     self.set(resolve(settings));
@@ -181,5 +221,23 @@ mod tests {
         }
         let parsed = QueueSettings::parse(br#"{"visibility_seconds": 7, "from_a_newer_zkq": true}"#);
         assert_eq!(parsed.map(|s| s.visibility_seconds), Ok(Some(7)));
+    }
+
+    #[test]
+    fn a_settings_node_another_client_wrote_is_read_as_strictly_as_a_request() {
+        let queue: QueueName = "orders".parse().expect("a name");
+        // Its own dead-letter queue, or a count of 0: refused (the node then counts as none).
+        for refused in [
+            br#"{"dead_letter": "orders", "max_deliveries": 3}"#.as_slice(),
+            br#"{"dead_letter": "dead", "max_deliveries": 0}"#,
+            br#"{"max_deliveries": 5}"#,
+        ] {
+            assert!(QueueSettings::read_node(refused, &queue).is_err(), "{}", String::from_utf8_lossy(refused));
+        }
+        // Waits beyond what a setting may ask for are clamped, never trusted.
+        let huge = br#"{"receive_wait_seconds": 18446744073709551615, "visibility_seconds": 18446744073709551615}"#;
+        let read = QueueSettings::read_node(huge, &queue).expect("clamped");
+        assert_eq!(read.receive_wait_seconds, Some(MAX_RECEIVE_WAIT_SECONDS));
+        assert_eq!(read.visibility_seconds, Some(MAX_VISIBILITY_SECONDS));
     }
 }

@@ -12,7 +12,7 @@ use super::wire::{MAX_REQUEST_BYTES, RequestSizer};
 use crate::metrics::Metrics;
 
 /// The parts of a znode's `Stat` that zkq uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeStat {
     pub version: i32,
     pub cversion: i32,
@@ -120,10 +120,12 @@ pub enum TreeEvent {
     Created(String),
     /// A node under the watched path was deleted (its full path).
     Deleted(String),
+    /// A node's data changed (its full path): for a queue, its own node's (the catalog's mark).
+    DataChanged(String),
     /// The connection was lost or the session ended. The client crate does not re-register
     /// persistent watches after a reconnect: add the watch again and re-read.
     ConnectionLost,
-    /// Anything else (data changes): nothing to do.
+    /// Anything else: nothing to do.
     Other,
 }
 
@@ -145,6 +147,7 @@ impl ZkTreeWatch {
         match event.event_type {
             zkc::EventType::NodeCreated => TreeEvent::Created(event.path),
             zkc::EventType::NodeDeleted => TreeEvent::Deleted(event.path),
+            zkc::EventType::NodeDataChanged => TreeEvent::DataChanged(event.path),
             zkc::EventType::Session if event.session_state == zkc::SessionState::SyncConnected => TreeEvent::Other,
             zkc::EventType::Session => {
                 self.ended = true;
@@ -373,6 +376,16 @@ impl Zk {
     /// whether `path` is gone: `false` when the handle's deadline came first (what was deleted
     /// stays deleted; calling again goes on). A missing `path` is gone already.
     pub async fn delete_tree(&self, path: &str) -> Result<(usize, bool), ZkError> {
+        self.delete_tree_as(path, true).await
+    }
+
+    /// As [`Zk::delete_tree`], but `path` itself stays (emptied): a queue's node, which keeps
+    /// its sequence across a delete (`queue::catalog`). `true` once it has no child left.
+    pub async fn delete_below(&self, path: &str) -> Result<(usize, bool), ZkError> {
+        self.delete_tree_as(path, false).await
+    }
+
+    async fn delete_tree_as(&self, path: &str, with_root: bool) -> Result<(usize, bool), ZkError> {
         /// At most this many deletes per transaction (and within the request limit).
         const PER_TXN: usize = 500;
         let mut deleted = 0;
@@ -404,6 +417,11 @@ impl Zk {
             if !parents.is_empty() {
                 // Children with children of their own: each is emptied first, then this level.
                 stack.extend(parents);
+                continue;
+            }
+            if !with_root && stack.len() == 1 {
+                // The kept root: its children are gone as of this listing.
+                stack.pop();
                 continue;
             }
             match self.delete(&node, None).await {

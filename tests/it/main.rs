@@ -11,6 +11,7 @@
 mod abandoned;
 mod batch;
 mod cache;
+mod catalog;
 mod chaos;
 mod claim_bounds;
 mod cli;

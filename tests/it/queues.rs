@@ -126,6 +126,8 @@ async fn bad_inputs_get_documented_json_errors() {
     assert!(started.elapsed() < Duration::from_secs(15), "cut to 1 s, not an hour: {:?}", started.elapsed());
     let peek = zkq.http.get(zkq.url("/v1/queues/f/messages?limit=0")).send().await.expect("r");
     assert_error(peek, 400, "invalid_parameter").await;
+    // A queue that exists (a put made it) but holds no such message.
+    assert_eq!(zkq.put("f", b"x").await.status(), 201);
     let missing = zkq.http.delete(zkq.url("/v1/queues/f/messages/queue-0000000099")).send().await.expect("r");
     assert_error(missing, 404, "message_not_found").await;
     let sneaky = zkq.http.delete(zkq.url("/v1/queues/f/messages/..%2F..%2Fzookeeper")).send().await.expect("r");
@@ -148,6 +150,39 @@ async fn bad_inputs_get_documented_json_errors() {
     let strict = TestZkq::start_ready(config).await;
     assert_error(strict.put("unknown", b"x").await, 404, "queue_not_found").await;
     assert_eq!(strict.put("known", b"x").await.status(), 201);
+}
+
+/// A single consumer keeps Curator's order after zkq's own `DELETE …/messages/{id}` and after a
+/// lone foreign consumer removed a message: neither raced a claim of its own. (Every
+/// deletion of a candidate used to make its takers pick at random for 5 s: `c-4, c-6, c-3, …`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_consumer_keeps_curators_order_after_deletes_it_did_not_race() {
+    let zk = ZkServer::shared();
+    let root = unique_root("order-after-delete");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let api = zkq.client();
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let put = api.put("q", "", format!("c-{i}").as_bytes()).await;
+        assert_eq!(put.status, 201);
+        ids.push(put.json()["message_id"].as_str().expect("id").to_owned());
+    }
+    // zkq's own deletes by id, then a foreign consumer (a direct client, as Curator's would)
+    // removes a message further back, which the cache prunes from its event.
+    for id in [&ids[1], &ids[4]] {
+        let by_id = api.send(reqwest::Method::DELETE, &format!("/v1/queues/q/messages/{id}"), None).await;
+        assert_eq!(by_id.status, 204, "{}", by_id.text());
+    }
+    let direct = zk_client(zk).await;
+    direct.delete(&format!("{root}/queues/q/{}", ids[10]), None).await.expect("a foreign take");
+    let mut order = Vec::new();
+    for _ in 0..9 {
+        let taken = api.take("q", "wait=5s").await;
+        assert_eq!(taken.status, 200);
+        order.push(taken.text());
+    }
+    let expected: Vec<String> = [0, 2, 3, 5, 6, 7, 8, 9, 11].iter().map(|i| format!("c-{i}")).collect();
+    assert_eq!(order, expected, "a single consumer takes in Curator's order");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,10 +712,18 @@ async fn a_deleted_queue_leaves_nothing_in_zookeeper_and_a_retried_key_stores_an
     assert_eq!(deleted.status, 200, "{}", deleted.text());
     assert_eq!(deleted.json(), serde_json::json!({ "queue": "doomed", "removed": 1201, "complete": true }));
     let direct = zk_client(zk).await;
-    for dir in ["queues", "locks", "deliveries", "idempotency"] {
+    for dir in ["deliveries", "idempotency"] {
         let left = children(&direct, &format!("{root}/{dir}")).await;
         assert!(!left.contains(&"doomed".to_owned()), "{dir}/doomed is still there: {left:?}");
     }
+    // The queue's node and lock directory stay, empty, so the queue's numbering goes on; the
+    // node says the queue was deleted.
+    for dir in ["queues", "locks"] {
+        let left = children(&direct, &format!("{root}/{dir}/doomed")).await;
+        assert!(left.is_empty(), "{dir}/doomed still has {left:?}");
+    }
+    let (mark, _) = direct.get_data(&format!("{root}/queues/doomed")).await.expect("the kept node");
+    assert_eq!(mark, br#"{"zkq":"queue deleted"}"#, "the deleted queue's mark");
     assert_eq!(api.info("doomed").await.status, 404, "the queue is gone");
     assert_eq!(api.ack("doomed", &held.receipt).await.status, 404, "a lease on a deleted queue is over");
     assert_eq!(api.send(reqwest::Method::DELETE, "/v1/queues/doomed", None).await.status, 404);

@@ -10,11 +10,11 @@
 //! item. The client crate does not re-register persistent watches after a reconnect: the
 //! refresher adds them again on every (re)connection and re-reads once.
 //!
-//! Ordering: a single consumer gets the head, in Curator's order. Once this process has seen
-//! another consumer take or lock one of its candidates (within the last few seconds), takers pick
-//! at random among the first [`SPREAD_WINDOW`](state::SPREAD_WINDOW) candidates instead, so that
-//! several sidecars do not all propose the same head; with several consumers Curator promises no
-//! global order either.
+//! Ordering: a single consumer gets the head, in Curator's order. Once a claim of this process
+//! lost a race for a candidate (within the last few seconds), takers pick at random among the
+//! first [`SPREAD_WINDOW`](state::SPREAD_WINDOW) candidates instead, so that several sidecars do
+//! not all propose the same head; with several consumers Curator promises no global order either.
+//! A candidate another consumer took or locked is only pruned: that raced no claim of ours.
 //!
 //! Waiters are served first come, first served, and a new item wakes one waiter.
 //!
@@ -33,6 +33,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::catalog::Presence;
 use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
@@ -67,6 +68,9 @@ pub(super) struct ChildrenCache {
     full_reads: tokio::sync::Semaphore,
     /// Barriers ([`ChildrenCache::barrier`]), run by the refresher.
     barriers: Barriers,
+    /// What the queue's node last said about the queue (`queue::catalog`): `None` until the
+    /// refresher first read it. Kept current from the node's own events.
+    presence: watch::Sender<Option<Presence>>,
 }
 
 /// How a cache reads and offers a queue's children.
@@ -106,7 +110,27 @@ impl ChildrenCache {
             tasks,
             full_reads: tokio::sync::Semaphore::new(1),
             barriers: Barriers::new(),
+            presence: watch::channel(None).0,
         })
+    }
+
+    /// What the queue's node said when last read or changed (`None`: not read yet).
+    pub(super) fn presence(&self) -> Option<Presence> {
+        *self.presence.borrow()
+    }
+
+    /// Follows the queue node's presence (the lease reaper ends a deleted queue's leases).
+    pub(super) fn presence_changes(&self) -> watch::Receiver<Option<Presence>> {
+        self.presence.subscribe()
+    }
+
+    /// Records what the queue's node says now (read by the refresher, or written by this process).
+    pub(super) fn set_presence(&self, presence: Presence) {
+        self.presence.send_if_modified(|now| {
+            let changed = *now != Some(presence);
+            *now = Some(presence);
+            changed
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -240,6 +264,13 @@ impl ChildrenCache {
 
     fn mark_dirty(&self) -> bool {
         self.lock().mark_dirty()
+    }
+
+    /// Records that this process removed the candidate `name` (a delete by id, a purge): it is
+    /// no longer proposed, at once and without taking it for a race with another consumer.
+    pub(super) fn removed_candidate(&self, name: &str) {
+        self.lock().prune(name);
+        self.removed_local();
     }
 
     /// Records that this process removed a child.

@@ -17,9 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::ChildrenCache;
 use super::state::Snapshot;
+use crate::queue::catalog::Presence;
 use crate::queue::names::ItemName;
 use crate::types::now_epoch_ms;
 use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
+
+/// One full read: the queue's children, its node's stat, its locks, what its node says.
+type FullRead = (Vec<String>, crate::zk::NodeStat, Vec<String>, Presence);
 
 /// How often a live cache re-reads its child list anyway, in case an event was ever missed.
 const RESYNC_EVERY: Duration = Duration::from_secs(60);
@@ -171,7 +175,7 @@ impl ChildrenCache {
                 let Some(name) = child_of(&self.path, path) else { return };
                 state.child_deleted(name)
             },
-            TreeEvent::ConnectionLost | TreeEvent::Other => return,
+            TreeEvent::ConnectionLost | TreeEvent::DataChanged(_) | TreeEvent::Other => return,
         };
         self.apply(&mut state, effects);
         drop(state);
@@ -192,7 +196,7 @@ impl ChildrenCache {
                 let Some(name) = child_of(lock_dir, path) else { return };
                 state.lock_deleted(name)
             },
-            TreeEvent::ConnectionLost | TreeEvent::Other => return,
+            TreeEvent::ConnectionLost | TreeEvent::DataChanged(_) | TreeEvent::Other => return,
         };
         self.apply(&mut state, effects);
     }
@@ -271,9 +275,13 @@ impl ChildrenCache {
                             },
                         }
                     }
+                    match &read {
+                        Some((_, _, _, presence)) => self.set_presence(*presence),
+                        None => self.set_presence(Presence::Absent),
+                    }
                     // No queue node: nothing to deliver, and nothing here creates it.
                     let (children, num_children, locks) = read
-                        .map_or((Vec::new(), 0, Vec::new()), |(children, stat, locks)| {
+                        .map_or((Vec::new(), 0, Vec::new()), |(children, stat, locks, _)| {
                             (children, stat.num_children, locks)
                         });
                     self.apply_snapshot(children, num_children, Some(locks));
@@ -322,6 +330,21 @@ impl ChildrenCache {
                         if event == TreeEvent::ConnectionLost {
                             self.invalidate();
                             break;
+                        }
+                        if matches!(&event, TreeEvent::DataChanged(path) | TreeEvent::Created(path) if *path == self.path) {
+                            // The queue's own node: the catalog's mark may have changed.
+                            let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                            match crate::queue::catalog::presence(&zk, &self.path).await {
+                                Ok(presence) => self.set_presence(presence),
+                                // Read again with the rest once the connection is back.
+                                Err(_) => break,
+                            }
+                        }
+                        if matches!(&event, TreeEvent::Deleted(path) if *path == self.path) {
+                            self.set_presence(Presence::Absent);
+                        }
+                        if matches!(&event, TreeEvent::DataChanged(_)) {
+                            continue;
                         }
                         if matches!(&event, TreeEvent::Created(path) if *path == self.path) {
                             // The queue node appeared (again). The watches were live all along, so
@@ -381,8 +404,14 @@ impl ChildrenCache {
                         resync_at = Instant::now() + RESYNC_EVERY;
                         let zk = zk.with_deadline(Instant::now() + session.request_timeout());
                         match self.read_children(&zk, lock_dir.as_deref()).await {
-                            Ok(Some((children, stat, locks))) => self.apply_snapshot(children, stat.num_children, Some(locks)),
-                            Ok(None) => self.apply_snapshot(Vec::new(), 0, Some(Vec::new())),
+                            Ok(Some((children, stat, locks, presence))) => {
+                                self.set_presence(presence);
+                                self.apply_snapshot(children, stat.num_children, Some(locks));
+                            },
+                            Ok(None) => {
+                                self.set_presence(Presence::Absent);
+                                self.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
+                            },
                             Err(_) => {},
                         }
                     },
@@ -405,17 +434,19 @@ impl ChildrenCache {
         Ok(())
     }
 
-    /// The queue node's children and the lock directory's (empty without one); `None` when the
-    /// queue node does not exist.
-    async fn read_children(
-        &self,
-        zk: &Zk,
-        lock_dir: Option<&str>,
-    ) -> Result<Option<(Vec<String>, crate::zk::NodeStat, Vec<String>)>, ZkError> {
+    /// The queue node's children, the lock directory's (empty without one) and what the node's
+    /// data says of the queue (`queue::catalog`); `None` when the queue node does not exist.
+    async fn read_children(&self, zk: &Zk, lock_dir: Option<&str>) -> Result<Option<FullRead>, ZkError> {
         let (children, stat) = match zk.get_children(&self.path).await {
             Ok(read) => read,
             Err(ZkError::NoNode) => return Ok(None),
             Err(err) => return Err(err),
+        };
+        // Only data of the mark's length can be the mark: most nodes need no read.
+        let presence = if usize::try_from(stat.data_length).ok() == Some(crate::queue::catalog::DELETED_MARK.len()) {
+            crate::queue::catalog::presence(zk, &self.path).await?
+        } else {
+            Presence::Live
         };
         let locks = match lock_dir {
             Some(dir) => match zk.get_children(dir).await {
@@ -425,7 +456,7 @@ impl ChildrenCache {
             },
             None => Vec::new(),
         };
-        Ok(Some((children, stat, locks)))
+        Ok(Some((children, stat, locks, presence)))
     }
 
     async fn pause_until_status_change(
@@ -476,8 +507,7 @@ mod tests {
             got.sort_unstable();
             got
         };
-        // Another consumer took item 0 and locks item 1: neither is tried. (Having seen another
-        // consumer, takers now pick at random among the first candidates: compare sets.)
+        // Another consumer took item 0 and locks item 1: neither is tried.
         cache.on_queue_event(&TreeEvent::Deleted("/q/queue-0000000000".into()));
         cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000001".into()));
         assert_eq!(drain(&cache), [2, 3]);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::super::catalog::Presence;
 use super::super::names;
 use super::super::{QueueError, envelope};
 use super::Leases;
@@ -22,6 +23,7 @@ impl Leases {
     /// Expires leases whose visibility passed, and forgets leases of a lost session.
     pub(in crate::queue) async fn run_lease_reaper(self: Arc<Self>, session: ZkSession, shutdown: CancellationToken) {
         let mut status = session.subscribe();
+        let mut presence = self.cache.presence_changes();
         loop {
             let next = {
                 let state = self.table.lock();
@@ -46,6 +48,16 @@ impl Leases {
                     }
                     let generation = status.borrow_and_update().generation;
                     self.forget_older_sessions(generation);
+                    continue;
+                },
+                changed = presence.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = *presence.borrow_and_update();
+                    if matches!(now, Some(Presence::Deleted)) {
+                        self.forget_deleted();
+                    }
                     continue;
                 },
                 _ = async { match next { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
@@ -147,6 +159,21 @@ impl Leases {
             self.ctx.qm.leases_in_flight.sub(i64::try_from(stale).unwrap_or(0));
             tracing::warn!(queue = %self.ctx.name, leases = stale, "session lost: its leases are void");
         }
+    }
+
+    /// Ends every live lease of a queue seen deleted (on any sidecar): its messages and locks are
+    /// gone with it, and a receipt of it answers that the lease is no longer held. Nothing is
+    /// written: no name of the deleted incarnation is ever one of a later one (`queue::catalog`).
+    fn forget_deleted(&self) {
+        let mut state = self.table.lock();
+        let ended = state.live.len();
+        state.live.clear();
+        drop(state);
+        if ended > 0 {
+            self.ctx.qm.leases_in_flight.sub(i64::try_from(ended).unwrap_or(0));
+            tracing::info!(queue = %self.ctx.name, leases = ended, "queue deleted: its leases ended");
+        }
+        self.table.changed.notify_waiters();
     }
 
     /// Removes delivery counts whose message is gone: once when the queue opens, then every minute.

@@ -272,7 +272,7 @@ pub(super) fn list_queues(ctx: &Ctx<'_>, input: ListQueuesInput) -> Result<ListQ
     let prefix = input.queue_name_prefix.unwrap_or_default();
     let after = input.next_token.unwrap_or_default();
     let mut names: Vec<String> = ctx.state.config.queues.keys().map(|n| n.to_string()).collect();
-    names.extend(ctx.state.queues.opened().iter().map(|q| q.name().to_string()));
+    names.extend(ctx.state.queues.opened().iter().filter(|q| q.listed()).map(|q| q.name().to_string()));
     names.sort();
     names.dedup();
     let mut matching = names.into_iter().filter(|n| n.starts_with(&prefix) && n.as_str() > after.as_str());

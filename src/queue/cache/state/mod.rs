@@ -495,6 +495,11 @@ impl State {
     }
 
     /// Removes `name` from the candidates (and delayed items); true if it was one.
+    /// No longer proposes `name` (this process removed it; its event may still be on its way).
+    pub(super) fn prune(&mut self, name: &str) {
+        self.remove_candidate(name);
+    }
+
     fn remove_candidate(&mut self, name: &str) -> bool {
         let Some(item) = names::parse(self.kind, name) else { return false };
         let kind = self.kind;

@@ -4,8 +4,6 @@
 
 use std::collections::HashSet;
 
-use tokio::time::Instant;
-
 use super::{Effects, JUTE_MAXBUFFER, RECENTLY_DELETED, State, reply_bytes};
 use crate::config::QueueKind;
 use crate::queue::names::{self, ItemName};
@@ -153,8 +151,10 @@ impl State {
         }
         self.undecodable.remove(name);
         self.known_bytes.remove(name);
+        // Pruned, not contended: a deletion (a lone Curator consumer's take, zkq's own delete by
+        // id or purge) raced no claim of ours. Only a claim of ours that lost (`claim.rs`) says
+        // several consumers propose the same head; until then a single consumer keeps Curator's order.
         if self.remove_candidate(name) {
-            self.contended_at = Some(Instant::now());
             effects.pruned = true;
         }
         if self.groups.is_some()
@@ -173,8 +173,8 @@ impl State {
             return effects;
         }
         self.locked.insert(name.to_owned());
+        // Pruned, not contended (as a deletion): only a claim of ours that lost says so.
         if self.remove_candidate(name) {
-            self.contended_at = Some(Instant::now());
             effects.pruned = true;
         }
         effects

@@ -1,0 +1,149 @@
+//! The queue catalog across sidecars: a deleted dynamic queue and the queue made anew under its
+//! name never share a message name, a lease, a lock or a receipt, whichever sidecar holds them.
+
+use std::time::Duration;
+
+use zkq_testkit::*;
+
+const DELETE: reqwest::Method = reqwest::Method::DELETE;
+
+/// B leases the old message; the queue is deleted through A; "NEW" is put and leased through A;
+/// B's client acks its old receipt. ZooKeeper numbers a recreated node's children from 0 again,
+/// so "NEW" had the old message's name, and the stale ack deleted it (204) while its own lease
+/// then answered 409: lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_receipt_of_a_deleted_queue_never_acks_the_message_of_the_queue_made_anew() {
+    let zk = ZkServer::shared();
+    let root = unique_root("stale-ack");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let (api_a, api_b) = (a.client(), b.client());
+    assert_eq!(api_a.put("q", "", b"OLD").await.status, 201);
+    let old = api_b.lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!((old.status, old.body.as_slice()), (200, b"OLD".as_slice()));
+
+    let deleted = api_a.send(DELETE, "/v1/queues/q", None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert_eq!(api_a.put("q", "", b"NEW").await.status, 201);
+    let new = api_a.lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!((new.status, new.body.as_slice()), (200, b"NEW".as_slice()));
+
+    let stale = api_b.ack("q", &old.receipt).await;
+    assert!(
+        matches!(stale.status, 404 | 409),
+        "a receipt of the deleted queue is refused: {} {}",
+        stale.status,
+        stale.text()
+    );
+    assert_eq!(api_a.ack("q", &new.receipt).await.status, 204, "the new message's own lease still holds it");
+    assert_eq!(api_a.info("q").await.json()["depth"], 0, "acked once, by its own lease");
+}
+
+/// The other half: B's old lease expires after the delete. Its reaper released the lock of the
+/// message with the old name, which was the new message's lock, held by A's consumer, so the new
+/// message was delivered a second time while A's consumer still held it. Now B ends the deleted
+/// queue's leases when it sees the delete, and the new message stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_a_deleted_queue_that_expires_never_frees_a_message_of_the_queue_made_anew() {
+    let zk = ZkServer::shared();
+    let root = unique_root("stale-expiry");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let (api_a, api_b) = (a.client(), b.client());
+    assert_eq!(api_a.put("q", "", b"OLD").await.status, 201);
+    let old = api_b.lease("q", "wait=5s&visibility=1s").await;
+    assert_eq!(old.status, 200);
+
+    assert_eq!(api_a.send(DELETE, "/v1/queues/q", None).await.status, 200);
+    assert_eq!(api_a.put("q", "", b"NEW").await.status, 201);
+    let new = api_a.lease("q", "wait=5s&visibility=60s").await;
+    assert_eq!((new.status, new.body.as_slice()), (200, b"NEW".as_slice()));
+
+    // B holds no lease of q any more (ended with the delete, or, before, expired and released).
+    eventually(Duration::from_secs(30), "B's lease of the deleted queue is over", || async {
+        metric(&b.metrics().await, r#"zkq_leases_in_flight{queue="q"}"#) == 0.0
+    })
+    .await;
+    let again = api_b.lease("q", "wait=1s").await;
+    assert_eq!(again.status, 204, "NEW is still held by A's consumer, not delivered again: {}", again.text());
+    assert_eq!(api_a.ack("q", &new.receipt).await.status, 204);
+}
+
+/// A deleted queue keeps its node (marked, emptied), so its sequence goes on: the queue made
+/// anew never hands out a name of the deleted one.
+#[tokio::test]
+async fn a_queue_made_anew_goes_on_numbering_where_the_deleted_one_stopped() {
+    let zk = ZkServer::shared();
+    let root = unique_root("renumber");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let api = zkq.client();
+    let first = api.put("q", "", b"one").await.json()["message_id"].as_str().map(str::to_owned);
+    assert_eq!(api.send(DELETE, "/v1/queues/q", None).await.status, 200);
+    assert_eq!(api.info("q").await.status, 404, "deleted");
+    let second = api.put("q", "", b"two").await.json()["message_id"].as_str().map(str::to_owned);
+    assert!(first.is_some() && second.is_some() && first != second, "{first:?} then {second:?}");
+    assert_eq!(zkq.take_body("q", "2s").await.as_deref(), Some(b"two".as_slice()));
+}
+
+/// Writes a dynamic queue's settings node as another ZooKeeper client (or an SQS `CreateQueue`
+/// through another sidecar) would.
+async fn write_settings(zk: &ZkServer, root: &str, queue: &str, settings: &[u8]) {
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.mkdir(&format!("{root}/settings"), &options).await.expect("settings directory");
+    direct.create(&format!("{root}/settings/{queue}"), settings, &options).await.expect("settings node");
+}
+
+/// The seconds from now until a lease's `zkq-lease-expires-at`.
+fn expires_in_seconds(lease: &Answer) -> i64 {
+    let at: i64 = lease.expiry.parse().expect("zkq-lease-expires-at");
+    (at - zkq::types::now_epoch_ms()) / 1000
+}
+
+/// A sidecar opening a queue serves its first request with the queue's settings: the first
+/// lease on a fresh sidecar of a queue whose settings say 600 s got the default 30 s, and slow
+/// work was delivered twice after every restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_lease_on_a_sidecar_that_opens_a_queue_has_the_queues_own_visibility() {
+    let zk = ZkServer::shared();
+    let root = unique_root("settings-first");
+    let a = TestZkq::start_ready(test_config(zk, &root)).await;
+    for queue in ["q0", "q1", "q2"] {
+        assert_eq!(a.client().put(queue, "", b"slow work").await.status, 201);
+        write_settings(zk, &root, queue, br#"{"visibility_seconds": 600}"#).await;
+    }
+    // A sidecar that never had the queues open: its first request opens each.
+    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    for queue in ["q0", "q1", "q2"] {
+        let lease = b.client().lease(queue, "wait=5s").await;
+        assert_eq!(lease.status, 200, "{}", lease.text());
+        let left = expires_in_seconds(&lease);
+        assert!((500..=600).contains(&left), "{queue}'s first lease runs {left} s, not the queue's 600 s");
+    }
+}
+
+/// A settings node another client wrote is checked as one a request writes: a visibility of
+/// u64::MAX made every lease answer 500 (an `Instant` overflow); a queue named its own dead-letter
+/// queue with a count of 0 made one lease do hundreds of move transactions. Now such a node is
+/// refused and counted (the queue keeps the defaults), and waits are clamped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_node_another_client_wrote_is_validated_and_clamped() {
+    let zk = ZkServer::shared();
+    let root = unique_root("settings-foreign");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let api = zkq.client();
+    // Written before the queue opens here: its first request is served with what they say.
+    write_settings(zk, &root, "huge", br#"{"visibility_seconds": 18446744073709551615}"#).await;
+    write_settings(zk, &root, "self", br#"{"dead_letter": "self", "max_deliveries": 0}"#).await;
+    assert_eq!(api.put("huge", "", b"m").await.status, 201);
+    let lease = api.lease("huge", "wait=5s").await;
+    assert_eq!(lease.status, 200, "{}", lease.text());
+    let left = expires_in_seconds(&lease);
+    assert!((43_000..=43_200).contains(&left), "clamped to 12 hours: {left} s");
+
+    assert_eq!(api.put("self", "", b"poison").await.status, 201);
+    let lease = api.lease("self", "wait=5s&visibility=1s").await;
+    assert_eq!((lease.status, lease.body.as_slice()), (200, b"poison".as_slice()), "{}", lease.text());
+    assert!(metric(&zkq.metrics().await, "zkq_queue_settings_refused_total") >= 1.0, "the refused node is counted");
+    assert_eq!(api.ack("self", &lease.receipt).await.status, 204);
+}
