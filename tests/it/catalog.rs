@@ -147,3 +147,59 @@ async fn a_settings_node_another_client_wrote_is_validated_and_clamped() {
     assert!(metric(&zkq.metrics().await, "zkq_queue_settings_refused_total") >= 1.0, "the refused node is counted");
     assert_eq!(api.ack("self", &lease.receipt).await.status, 204);
 }
+
+/// One SQS JSON-protocol call to the listener at `endpoint`.
+async fn sqs_call(endpoint: &str, target: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(endpoint)
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", format!("AmazonSQS.{target}"))
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("call");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Through SQS on two sidecars: after `DeleteQueue` through A, B (which still has the queue open,
+/// with a receive out) answers `NonExistentQueue` (`QueueDoesNotExist` in the JSON protocol) to a send and leaves the queue out of
+/// `ListQueues` (a send recreated it before); once `CreateQueue` made it anew, B's receipt handle
+/// of the deleted queue deletes nothing of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sqs_a_deleted_queue_is_deleted_on_every_sidecar_until_created_anew() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-deleted");
+    let start = || {
+        let mut config = test_config(zk, &root);
+        config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        TestZkq::start_ready(config)
+    };
+    let (a, b) = (start().await, start().await);
+    let endpoint = |zkq: &TestZkq| format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let (ea, eb) = (endpoint(&a), endpoint(&b));
+    let url = format!("{ea}/000000000000/orders");
+    assert_eq!(sqs_call(&ea, "CreateQueue", serde_json::json!({ "QueueName": "orders" })).await.0, 200);
+    let sent = sqs_call(&eb, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "OLD" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let received = sqs_call(&eb, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
+    let old_handle = received.1["Messages"][0]["ReceiptHandle"].as_str().expect("a message").to_owned();
+
+    assert_eq!(sqs_call(&ea, "DeleteQueue", serde_json::json!({ "QueueUrl": url })).await.0, 200);
+    let send = sqs_call(&eb, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "LOST" })).await;
+    assert_eq!(send.0, 400, "a send to the deleted queue: {}", send.1);
+    assert!(send.1["__type"].as_str().is_some_and(|t| t.ends_with("QueueDoesNotExist")), "{}", send.1);
+    let listed = sqs_call(&eb, "ListQueues", serde_json::json!({})).await;
+    assert!(!listed.1.to_string().contains("/orders"), "B lists the deleted queue: {}", listed.1);
+    let found = sqs_call(&eb, "GetQueueUrl", serde_json::json!({ "QueueName": "orders" })).await;
+    assert_eq!(found.0, 400, "{}", found.1);
+
+    assert_eq!(sqs_call(&ea, "CreateQueue", serde_json::json!({ "QueueName": "orders" })).await.0, 200);
+    let sent = sqs_call(&ea, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "NEW" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let stale =
+        sqs_call(&eb, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": old_handle })).await;
+    assert_ne!(stale.0, 500, "{}", stale.1);
+    let received = sqs_call(&ea, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
+    assert_eq!(received.1["Messages"][0]["Body"], "NEW", "the new message is still there: {}", received.1);
+}
