@@ -325,7 +325,13 @@ impl Queue {
 
     /// Removes every message no consumer holds.
     pub async fn purge(&self) -> Result<super::Purged, QueueError> {
-        self.browse.purge().await
+        let purged = self.browse.purge().await?;
+        if !purged.complete {
+            return Ok(purged);
+        }
+        // Then its idempotency keys (SQS's deduplication ids): a purge starts the queue over.
+        let complete = self.puts.forget_keys().await?;
+        Ok(super::Purged { complete, ..purged })
     }
 
     /// Removes every message put with `id` (id queues); how many were removed.

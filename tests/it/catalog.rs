@@ -203,3 +203,50 @@ async fn through_sqs_a_deleted_queue_is_deleted_on_every_sidecar_until_created_a
     let received = sqs_call(&ea, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
     assert_eq!(received.1["Messages"][0]["Body"], "NEW", "the new message is still there: {}", received.1);
 }
+
+/// A purge forgets the queue's deduplication ids, as SQS does: the same `MessageDeduplicationId`
+/// with a new body after `PurgeQueue` is stored (it was taken for a duplicate and dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_forgets_the_queues_deduplication_ids() {
+    let zk = ZkServer::shared();
+    let root = unique_root("purge-dedup");
+    let mut config = test_config(zk, &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let zkq = TestZkq::start_ready(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let created = sqs_call(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "jobs.fifo", "Attributes": { "FifoQueue": "true" } }),
+    )
+    .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let url = format!("{endpoint}/000000000000/jobs.fifo");
+    let send = |body: &'static str| {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let message = serde_json::json!({
+                "QueueUrl": url, "MessageBody": body, "MessageGroupId": "g", "MessageDeduplicationId": "d-1",
+            });
+            sqs_call(&endpoint, "SendMessage", message).await
+        }
+    };
+    assert_eq!(send("first").await.0, 200);
+    assert_eq!(sqs_call(&endpoint, "PurgeQueue", serde_json::json!({ "QueueUrl": url })).await.0, 200);
+    let again = send("second").await;
+    assert_eq!(again.0, 200, "{}", again.1);
+    let received =
+        sqs_call(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
+    assert_eq!(received.1["Messages"][0]["Body"], "second", "stored anew after the purge: {}", received.1);
+
+    // zkq's own purge forgets its idempotency keys the same way.
+    let api = zkq.client();
+    let keyed = |body: &'static str| {
+        zkq.http.post(zkq.url("/v1/queues/own/messages")).header("idempotency-key", "k").body(body).send()
+    };
+    assert_eq!(keyed("one").await.expect("put").status(), 201);
+    assert_eq!(api.send(reqwest::Method::POST, "/v1/queues/own/purge", None).await.status, 200);
+    let anew = keyed("two").await.expect("put");
+    assert!(anew.headers().get("zkq-idempotent-replay").is_none(), "the key was forgotten");
+    assert_eq!(zkq.take_body("own", "2s").await.as_deref(), Some(b"two".as_slice()));
+}

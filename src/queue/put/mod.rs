@@ -43,6 +43,14 @@ impl Puts {
         self.idempotency.holds_records()
     }
 
+    /// Forgets every idempotency key of the queue (a purge: SQS forgets its deduplication ids
+    /// then). `false` when the request's deadline came first.
+    pub(super) async fn forget_keys(&self) -> Result<bool, QueueError> {
+        let deadline = self.ctx.deadline_for(Duration::ZERO);
+        let zk = self.ctx.session.connected(deadline).await?.with_deadline(deadline);
+        Ok(self.idempotency.forget_all(&zk).await?)
+    }
+
     /// Where the records of this queue's keys live.
     pub(super) fn records_dir(&self) -> String {
         self.idempotency.keys_dir()

@@ -71,6 +71,12 @@ impl Idempotency {
         }
     }
 
+    /// Forgets every key of the queue (a purge): its records and their expiry index are deleted,
+    /// so the next put with any key stores anew. `false` when the deadline came first.
+    pub(super) async fn forget_all(&self, zk: &crate::zk::Zk) -> Result<bool, crate::zk::ZkError> {
+        Ok(zk.delete_tree(&self.dir).await?.1)
+    }
+
     /// `{dir}/keys`: the records.
     pub(super) fn keys_dir(&self) -> String {
         format!("{}/keys", self.dir)
