@@ -250,3 +250,60 @@ async fn a_purge_forgets_the_queues_deduplication_ids() {
     assert!(anew.headers().get("zkq-idempotent-replay").is_none(), "the key was forgotten");
     assert_eq!(zkq.take_body("own", "2s").await.as_deref(), Some(b"two".as_slice()));
 }
+
+/// A FIFO `SendMessageBatch` with two identical bodies (content-based deduplication) or two equal
+/// deduplication ids stores each message once and answers every entry, as SQS does: every entry
+/// failed, the distinct ones included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_batch_repeating_a_message_stores_it_once_and_the_rest_too() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fifo-batch-dups");
+    let mut config = test_config(zk, &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let zkq = TestZkq::start_ready(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let attributes = serde_json::json!({ "FifoQueue": "true", "ContentBasedDeduplication": "true" });
+    let created =
+        sqs_call(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "b.fifo", "Attributes": attributes }))
+            .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let url = format!("{endpoint}/000000000000/b.fifo");
+    let entries = serde_json::json!([
+        { "Id": "a", "MessageBody": "same", "MessageGroupId": "g" },
+        { "Id": "b", "MessageBody": "same", "MessageGroupId": "g" },
+        { "Id": "c", "MessageBody": "other", "MessageGroupId": "g" },
+        { "Id": "d", "MessageBody": "by-id", "MessageGroupId": "g", "MessageDeduplicationId": "x" },
+        { "Id": "e", "MessageBody": "by-id", "MessageGroupId": "g", "MessageDeduplicationId": "x" },
+    ]);
+    let sent =
+        sqs_call(&endpoint, "SendMessageBatch", serde_json::json!({ "QueueUrl": url, "Entries": entries })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let ok: Vec<&str> =
+        sent.1["Successful"].as_array().map_or_else(Vec::new, |a| a.iter().filter_map(|e| e["Id"].as_str()).collect());
+    assert_eq!(ok.len(), 5, "every entry succeeded: {}", sent.1);
+    let id_of = |entry: &str| {
+        sent.1["Successful"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["Id"] == entry))
+            .map(|e| e["MessageId"].clone())
+    };
+    assert_eq!(id_of("a"), id_of("b"), "a duplicate answers the first one's MessageId");
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let received =
+            sqs_call(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 2 })).await;
+        let message = &received.1["Messages"][0];
+        bodies.push(message["Body"].as_str().expect("a message").to_owned());
+        let handle = message["ReceiptHandle"].clone();
+        assert_eq!(
+            sqs_call(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle }))
+                .await
+                .0,
+            200
+        );
+    }
+    assert_eq!(bodies, ["same", "other", "by-id"], "each stored once, in order");
+    let empty =
+        sqs_call(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 1 })).await;
+    assert!(empty.1["Messages"].is_null(), "nothing more: {}", empty.1);
+}

@@ -277,23 +277,54 @@ pub(super) async fn send_message_batch(
             Err(err) => failed.push(BatchError::of(id, err)),
         }
     }
-    let mut successful = Vec::with_capacity(valid.len());
-    if !valid.is_empty() {
-        let messages = valid.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
+    // Entries that repeat an earlier entry's deduplication id (or, under content-based
+    // deduplication, its body) are duplicates, as SQS takes them: stored once, each answered
+    // with the first one's MessageId. One that repeats the id with another body fails alone.
+    let mut first_with_key: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut unique: Vec<(String, String, PutOptions)> = Vec::with_capacity(valid.len());
+    let mut duplicates: Vec<(String, String, PutOptions, usize)> = Vec::new();
+    for (id, body, options) in valid {
+        match options.idempotency_key.as_ref().and_then(|key| first_with_key.get(key).copied()) {
+            Some(first) if unique.get(first).is_some_and(|(_, first_body, _)| *first_body == body) => {
+                duplicates.push((id, body, options, first));
+            },
+            Some(_) => failed.push(BatchError::of(
+                id,
+                SqsError::from(crate::queue::QueueError::IdempotencyKeyReused(
+                    "the batch repeats an entry's MessageDeduplicationId with another body".to_owned(),
+                )),
+            )),
+            None => {
+                if let Some(key) = &options.idempotency_key {
+                    first_with_key.insert(key.clone(), unique.len());
+                }
+                unique.push((id, body, options));
+            },
+        }
+    }
+    let entry = |id: String, body: &str, options: &PutOptions, message_id: Option<String>| SentEntry {
+        id,
+        message_id: message_id.unwrap_or_default(),
+        md5_of_message_body: md5_hex(body.as_bytes()),
+        md5_of_message_attributes: attributes_md5(&options.attributes),
+    };
+    let mut successful = Vec::with_capacity(unique.len() + duplicates.len());
+    if !unique.is_empty() {
+        let messages = unique.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
         match queue.put_many(messages, Duration::ZERO).await {
             Ok(receipts) => {
-                for ((id, body, options), receipt) in valid.into_iter().zip(receipts) {
-                    successful.push(SentEntry {
-                        id,
-                        message_id: receipt.message_id.unwrap_or_default(),
-                        md5_of_message_body: md5_hex(body.as_bytes()),
-                        md5_of_message_attributes: attributes_md5(&options.attributes),
-                    });
+                let ids: Vec<Option<String>> = receipts.into_iter().map(|receipt| receipt.message_id).collect();
+                for (id, body, options, first) in duplicates {
+                    successful.push(entry(id, &body, &options, ids.get(first).cloned().flatten()));
+                }
+                for ((id, body, options), message_id) in unique.into_iter().zip(ids) {
+                    successful.push(entry(id, &body, &options, message_id));
                 }
             },
             Err(err) => {
                 let err = SqsError::from(err);
-                failed.extend(valid.into_iter().map(|(id, ..)| BatchError::of(id, err.clone())));
+                let ids = unique.into_iter().map(|(id, ..)| id).chain(duplicates.into_iter().map(|(id, ..)| id));
+                failed.extend(ids.map(|id| BatchError::of(id, err.clone())));
             },
         }
     }
