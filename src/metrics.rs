@@ -83,6 +83,7 @@ pub struct Metrics {
     pub leases_extended: IntCounterVec,
     pub leases_in_flight: IntGaugeVec,
     pub children_reads: IntCounterVec,
+    pub watch_events: IntCounterVec,
     pub children_bytes: IntGaugeVec,
     pub claim_attempts: IntCounterVec,
     pub candidates_pruned: IntCounterVec,
@@ -120,6 +121,7 @@ pub struct QueueMetrics {
     pub messages_taken: IntCounter,
     pub undecodable_messages: IntCounter,
     pub children_reads: IntCounter,
+    pub watch_events: IntCounter,
     pub messages_leased: IntCounter,
     pub messages_acked: IntCounter,
     pub messages_expired: IntCounter,
@@ -381,6 +383,14 @@ impl Metrics {
                 ),
                 &["queue"],
             )?)?,
+            watch_events: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_queue_watch_events_total",
+                    "Events of a queue's children and locks this zkq received from ZooKeeper. A zkq watches a queue \
+                     only while it has a taker there (and for 30 s after): one that only puts receives none.",
+                ),
+                &["queue"],
+            )?)?,
             children_bytes: reg.add(IntGaugeVec::new(
                 Opts::new(
                     "zkq_queue_children_bytes",
@@ -496,6 +506,7 @@ impl Metrics {
             messages_taken: self.messages_taken.with_label_values(q),
             undecodable_messages: self.undecodable_messages.with_label_values(q),
             children_reads: self.children_reads.with_label_values(q),
+            watch_events: self.watch_events.with_label_values(q),
             messages_leased: self.messages_leased.with_label_values(q),
             messages_acked: self.messages_acked.with_label_values(q),
             messages_expired: self.messages_expired.with_label_values(q),
@@ -542,7 +553,7 @@ impl Metrics {
         }
     }
 
-    fn queue_counters(&self) -> [&IntCounterVec; 14] {
+    fn queue_counters(&self) -> [&IntCounterVec; 15] {
         [
             &self.messages_put,
             &self.messages_taken,
@@ -553,6 +564,7 @@ impl Metrics {
             &self.messages_dead_lettered,
             &self.leases_extended,
             &self.children_reads,
+            &self.watch_events,
             &self.put_outcome_unknown,
             &self.settlements_given_up,
             &self.idempotent_replays,

@@ -369,6 +369,7 @@ impl QueueService {
             naming: names::naming(kind, grouped),
             grouped,
             eager: dead_letter.is_some() && kind != QueueKind::Simple,
+            watch_always: grouped || max_items.is_some() || (dead_letter.is_some() && kind != QueueKind::Simple),
         };
         let cache = ChildrenCache::new(
             rules,

@@ -22,6 +22,7 @@ mod docs;
 mod dynamic;
 mod ensemble;
 mod exactly_once;
+mod fleet;
 mod groups;
 mod hardening;
 mod idempotency;

@@ -258,6 +258,8 @@ impl Claims {
         // Past its wait, a request still gets up to the request timeout to learn the queue's
         // state; then it answers 503, never a 204 it cannot vouch for.
         let answer_by = wait_until.max(Instant::now() + self.ctx.session.request_timeout());
+        // The queue is watched while a taker is here (and a while after).
+        let _demand = self.cache.demand();
         let gone = CancellationToken::new();
         let mut first_wait = true;
         // Whether a barrier after the request arrived found the snapshot without a candidate.

@@ -71,6 +71,32 @@ pub(super) struct ChildrenCache {
     /// What the queue's node last said about the queue (`queue::catalog`): `None` until the
     /// refresher first read it. Kept current from the node's own events.
     presence: watch::Sender<Option<Presence>>,
+    /// How many here need the queue's state now (takers, reads waiting for a snapshot): the
+    /// refresher watches the queue only while some do, or did within [`DEMAND_LINGER`]
+    /// (`Rules::watch_always` queues always).
+    demand: watch::Sender<usize>,
+    /// Since when nobody needs it (`None` while somebody does).
+    idle_since: Mutex<Option<tokio::time::Instant>>,
+    watch_always: bool,
+}
+
+/// How long the refresher keeps watching a queue after its last demand ended: a consumer's loop
+/// of requests keeps one watch, and a sidecar that only puts holds none.
+pub(super) const DEMAND_LINGER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Held while something here needs the queue's state from ZooKeeper (see `ChildrenCache::demand`).
+pub(super) struct Demand<'a>(&'a ChildrenCache);
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        let mut idle_since = self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        self.0.demand.send_modify(|n| {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                *idle_since = Some(tokio::time::Instant::now());
+            }
+        });
+    }
 }
 
 /// How a cache reads and offers a queue's children.
@@ -83,6 +109,9 @@ pub(super) struct Rules {
     /// Re-read on every change and remember new names (queues with a dead-letter queue, so an
     /// undecodable node is moved there promptly).
     pub(super) eager: bool,
+    /// Watch the queue even while nobody here takes from it (grouped, eager and `max_items`
+    /// queues, whose puts and background work read the cache).
+    pub(super) watch_always: bool,
 }
 
 impl ChildrenCache {
@@ -94,7 +123,7 @@ impl ChildrenCache {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Arc<ChildrenCache> {
-        let Rules { naming: kind, grouped, eager } = rules;
+        let Rules { naming: kind, grouped, eager, .. } = rules;
         let qm = metrics.queue(&label);
         Arc::new(ChildrenCache {
             qm,
@@ -111,7 +140,34 @@ impl ChildrenCache {
             full_reads: tokio::sync::Semaphore::new(1),
             barriers: Barriers::new(),
             presence: watch::channel(None).0,
+            demand: watch::channel(0).0,
+            idle_since: Mutex::new(Some(tokio::time::Instant::now())),
+            watch_always: rules.watch_always,
         })
+    }
+
+    /// Marks a need for the queue's state until the guard drops: the refresher watches and reads
+    /// the queue (again) while any is held.
+    pub(super) fn demand(&self) -> Demand<'_> {
+        let mut idle_since = self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        *idle_since = None;
+        self.demand.send_modify(|n| *n += 1);
+        drop(idle_since);
+        Demand(self)
+    }
+
+    /// Whether the refresher should watch the queue now.
+    fn in_demand(&self) -> bool {
+        self.watch_always || *self.demand.borrow() > 0
+    }
+
+    /// When the refresher may stop watching (`None`: not while somebody needs it).
+    fn unwatch_at(&self) -> Option<tokio::time::Instant> {
+        if self.watch_always {
+            return None;
+        }
+        let idle_since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        idle_since.map(|since| since + DEMAND_LINGER)
     }
 
     /// What the queue's node said when last read or changed (`None`: not read yet).
@@ -122,6 +178,11 @@ impl ChildrenCache {
     /// Follows the queue node's presence (the lease reaper ends a deleted queue's leases).
     pub(super) fn presence_changes(&self) -> watch::Receiver<Option<Presence>> {
         self.presence.subscribe()
+    }
+
+    /// Forgets what the queue's node said (it can no longer be followed): requests ask ZooKeeper.
+    pub(super) fn forget_presence(&self) {
+        self.presence.send_if_modified(|now| now.take().is_some());
     }
 
     /// Records what the queue's node says now (read by the refresher, or written by this process).
@@ -345,7 +406,7 @@ fn test_cache_grouped(kind: QueueKind, grouped: bool) -> Arc<ChildrenCache> {
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let name = "q".parse().expect("a valid name");
     let naming = super::names::naming(kind, grouped);
-    let rules = Rules { naming, grouped, eager: false };
+    let rules = Rules { naming, grouped, eager: false, watch_always: true };
     ChildrenCache::new(rules, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new())
 }
 

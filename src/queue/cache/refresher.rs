@@ -22,6 +22,9 @@ use crate::queue::names::ItemName;
 use crate::types::now_epoch_ms;
 use crate::zk::{ConnectionState, TreeEvent, WatchEvent, Zk, ZkError, ZkSession, ZkTreeWatch};
 
+/// A one-shot watch on the queue node, kept until it fires.
+type NodeWatch = std::pin::Pin<Box<dyn std::future::Future<Output = WatchEvent> + Send>>;
+
 /// One full read: the queue's children, its node's stat, its locks, what its node says.
 type FullRead = (Vec<String>, crate::zk::NodeStat, Vec<String>, Presence);
 
@@ -165,6 +168,7 @@ impl ChildrenCache {
 
     /// Applies one event of the queue node's tree watch.
     fn on_queue_event(&self, event: &TreeEvent) {
+        self.qm.watch_events.inc();
         let mut state = self.lock();
         let effects = match event {
             TreeEvent::Created(path) => {
@@ -186,6 +190,7 @@ impl ChildrenCache {
 
     /// Applies one event of the lock directory's tree watch.
     fn on_lock_event(&self, lock_dir: &str, event: &TreeEvent) {
+        self.qm.watch_events.inc();
         let mut state = self.lock();
         let effects = match event {
             TreeEvent::Created(path) => {
@@ -226,6 +231,8 @@ impl ChildrenCache {
         let dirs: Vec<String> = lock_dir.iter().cloned().collect();
         let mut ensured_generation = 0;
         let mut markers_generation = 0;
+        // The one-shot watch on the queue node's own data while nobody here needs the queue.
+        let mut node_watch: Option<NodeWatch> = None;
         // A refusal repeats at every retry: log each distinct one once.
         let mut logged: Option<ZkError> = None;
         loop {
@@ -243,6 +250,42 @@ impl ChildrenCache {
                 }
                 continue;
             };
+            if !self.in_demand() {
+                // Nobody here needs the queue: no watch on its children, so its messages cost
+                // ZooKeeper nothing towards this sidecar. The first taker (or read) here brings
+                // them back: watches, then one full read, before anyone is answered from the
+                // cache. The node's own data (the catalog's mark) stays followed by one one-shot
+                // watch, which fires only when the queue is deleted or made anew. That watch is
+                // kept until it fires, never dropped unfired: dropping sends `RemoveWatches`,
+                // which ZooKeeper before 3.9 applies to the persistent watches on the path too.
+                self.invalidate();
+                if let Some(watch) = node_watch.as_mut()
+                    && futures::FutureExt::now_or_never(watch.as_mut()).is_some()
+                {
+                    node_watch = None;
+                }
+                if node_watch.is_none() {
+                    let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                    match self.follow_node(&zk).await {
+                        Ok(watch) => node_watch = Some(watch),
+                        Err(_) => {
+                            // Unknown: requests ask ZooKeeper themselves until it is read.
+                            self.forget_presence();
+                            self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(500)).await;
+                            continue;
+                        },
+                    }
+                }
+                let mut demand = self.demand.subscribe();
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = demand.wait_for(|n| *n > 0) => {},
+                    _ = async { match node_watch.as_mut() { Some(watch) => watch.as_mut().await, None => std::future::pending().await } } => {
+                        node_watch = None;
+                    },
+                }
+                continue;
+            }
             let epoch = session.status().epoch;
             // Creating it never brings a queue back: a failure here is paid by the first claim.
             if markers_generation != zk.generation() && zk.ensure_path(&marker_dir).await.is_ok() {
@@ -307,6 +350,7 @@ impl ChildrenCache {
             let mut resync_at = Instant::now() + RESYNC_EVERY;
             loop {
                 let due = self.next_due();
+                let unwatch_at = self.unwatch_at();
                 let status_changed = async {
                     loop {
                         if status_rx.changed().await.is_err() {
@@ -399,6 +443,13 @@ impl ChildrenCache {
                     _ = async { match due { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
                         self.lock().promote_due();
                     },
+                    // Nobody here needed the queue for a while: let go of its watches.
+                    _ = async { match unwatch_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                        if !self.in_demand() && self.unwatch_at().is_some_and(|at| at <= Instant::now()) {
+                            tracing::debug!(queue = %self.label, "no demand here: the queue is no longer watched");
+                            break;
+                        }
+                    },
                     // A backstop: should an event ever be missed, a message is not stranded.
                     _ = tokio::time::sleep_until(resync_at) => {
                         resync_at = Instant::now() + RESYNC_EVERY;
@@ -423,6 +474,26 @@ impl ChildrenCache {
                     },
                 }
             }
+        }
+    }
+
+    /// Reads what the queue's node says (`queue::catalog`) with a one-shot watch that fires when
+    /// its data changes, it is deleted, or (while it does not exist) it is created.
+    async fn follow_node(&self, zk: &Zk) -> Result<NodeWatch, ZkError> {
+        match zk.get_and_watch_data(&self.path).await {
+            Ok((data, _, watch)) => {
+                self.set_presence(Presence::of(Some(&data)));
+                Ok(Box::pin(watch.changed()))
+            },
+            Err(ZkError::NoNode) => {
+                let (stat, watch) = zk.watch_exists(&self.path).await?;
+                // Made meanwhile: its data is read once this watch fires (now, for its creation).
+                if stat.is_none() {
+                    self.set_presence(Presence::Absent);
+                }
+                Ok(Box::pin(watch.changed()))
+            },
+            Err(err) => Err(err),
         }
     }
 

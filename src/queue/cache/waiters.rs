@@ -98,6 +98,7 @@ impl ChildrenCache {
     /// with ZooKeeper's refusal when the next attempt is refused (an ACL that does not allow
     /// zkq's session): waiting longer would not help.
     pub(crate) async fn refreshed(&self, deadline: Instant) -> Result<bool, ZkError> {
+        let _demand = self.demand();
         let mut snapshots = self.snapshots.subscribe();
         snapshots.borrow_and_update();
         let mut refusals = self.refusals.subscribe();
@@ -120,6 +121,7 @@ impl ChildrenCache {
     /// answer "empty" share one `sync`. Returns false if it did not finish in time (ZooKeeper
     /// unreachable): the caller does not know that the queue is empty.
     pub(crate) async fn barrier(&self, deadline: Instant) -> bool {
+        let _demand = self.demand();
         let barriers = &self.barriers;
         let mut done = barriers.done.subscribe();
         // A barrier already running may have started before this call: wait for the next one.
