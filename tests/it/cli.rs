@@ -103,66 +103,6 @@ async fn healthcheck_follows_readiness() {
     assert!(!run(admin).await.expect("join").success(), "gone → exit 1");
 }
 
-/// The README's first command: `./scripts/dev.sh` starts a private ZooKeeper and zkq; Ctrl-C
-/// (SIGINT to the foreground process group) stops both and leaves no process behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
-    use std::os::unix::process::CommandExt;
-    use std::time::Duration;
-
-    // Port 0: the kernel picks both ports when zkq binds them, and zkq's "zkq started" log line
-    // says which. (Ports picked by the test would be free only until it let them go: while dev.sh
-    // builds the release binary, another test's server could take one and answer in its place.)
-    let mut dev = Command::new(zkq_testkit::repo_file("scripts/dev.sh"));
-    dev.args(["--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env_remove("ZKQ__ZOOKEEPER__CONNECT")
-        .env("ZKQ__LOG__FORMAT", "json")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0);
-    let mut child = dev.spawn().expect("dev.sh starts");
-    let group = child.id();
-    let _cleanup = GroupGuard(group);
-    // zkq logs to standard error (dev.sh's own lines go there too, not as JSON).
-    let stderr = child.stderr.take().expect("stderr");
-    // dev.sh builds the release binary first: allow for that.
-    let started = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut lines = std::io::BufReader::new(stderr).lines();
-        let started = lines.by_ref().map_while(Result::ok).find_map(|line| {
-            let event: serde_json::Value = serde_json::from_str(&line).ok()?;
-            if event["message"] != "zkq started" {
-                return None;
-            }
-            Some((event["api"].as_str()?.to_owned(), event["admin"].as_str()?.to_owned()))
-        });
-        // Keep reading so zkq never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        started
-    });
-    let (api, admin) = tokio::time::timeout(Duration::from_secs(600), started)
-        .await
-        .expect("dev.sh's zkq started within 600 s")
-        .expect("join")
-        .expect("dev.sh's zkq logged where it listens");
-    let http = reqwest::Client::new();
-    zkq_testkit::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
-        let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
-        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-    })
-    .await;
-    let put = http.post(format!("http://{api}/v1/queues/dev/messages")).body("hi").send().await.expect("put");
-    assert_eq!(put.status(), 201, "the dev setup serves the API");
-
-    let signalled = Command::new("kill").args(["-s", "INT", "--", &format!("-{group}")]).status().expect("kill");
-    assert!(signalled.success());
-    let status = tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join");
-    assert!(matches!(status.code(), Some(0 | 130)), "dev.sh exited with {status:?}");
-    let leftovers = Command::new("pgrep").args(["-g", &group.to_string()]).output().expect("pgrep");
-    assert!(leftovers.stdout.is_empty(), "ZooKeeper left running: {}", String::from_utf8_lossy(&leftovers.stdout));
-    assert!(http.get(format!("http://{admin}/livez")).send().await.is_err(), "zkq left running");
-}
-
 /// dev.sh's readiness probe (`zk_four_letter` in scripts/lib.sh) always ends, also when it reaches
 /// ZooKeeper in the moment between its port opening and its database existing: ZooKeeper 3.8.0
 /// then fails to close a four-letter command's socket (a NullPointerException in
@@ -211,15 +151,6 @@ async fn the_dev_sh_readiness_probe_ends_while_zookeeper_starts() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     restarting.await.expect("restart");
-}
-
-/// Kills a process group when dropped, so a failing test leaves nothing running.
-struct GroupGuard(u32);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.0)]).status();
-    }
 }
 
 /// Every command of the README's "Using it" block runs against a live zkq, so the README cannot rot.

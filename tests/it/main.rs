@@ -17,6 +17,7 @@ mod cli;
 mod contract;
 mod counters;
 mod curator;
+mod dev;
 mod docs;
 mod dynamic;
 mod ensemble;
