@@ -43,10 +43,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     # Debian's python3 needs python3-venv (ensurepip) for `python3 -m venv`.
     echo "==> python3 -m venv failed; installing Debian's python3-venv" >&2
     rm -rf "$venv"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >&2
+    ensure_debs python3-venv
     python3 -m venv "$venv"
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"

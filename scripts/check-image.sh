@@ -173,9 +173,8 @@ build_stand_in() {
   fi
   local t0
   t0=$(now_ms)
-  if ! nice -n 10 podman build --quiet --pull=never --network host --format docker "$@" \
-    -t "$tag-$key" -t "$tag" "$context" > "$work/stand-in.log" 2>&1; then
-    tail -30 "$work/stand-in.log"
+  if ! with_progress "$work/stand-in.log" "building stand-in $tag" nice -n 10 podman build --quiet --pull=never \
+    --network host --format docker "$@" -t "$tag-$key" -t "$tag" "$context"; then
     fail "building stand-in $tag (log: $work/stand-in.log)"
   fi
   ok "$tag built in $(secs_since "$t0")s (inputs $key)"
@@ -192,9 +191,8 @@ else
   t0=$(now_ms)
   rootfs="$work/debootstrap"
   rm -rf "$rootfs"
-  if ! nice -n 10 debootstrap --variant=minbase --include="$include" bookworm "$rootfs" "$mirror" \
-    > "$work/debootstrap.log" 2>&1; then
-    tail -20 "$work/debootstrap.log"
+  if ! with_progress "$work/debootstrap.log" "debootstrap bookworm" \
+    nice -n 10 debootstrap --variant=minbase --include="$include" bookworm "$rootfs" "$mirror"; then
     fail "debootstrap bookworm (log: $work/debootstrap.log)"
   fi
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
@@ -287,12 +285,13 @@ echo "==> podman build of the Dockerfile (stages unchanged; base images from the
 image=localhost/zkq:check
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 t0=$(now_ms)
-if ! nice -n 10 podman build --pull=never --network host --format docker \
+# From a clean cache this takes over 15 minutes on 2 cores: with_progress says every minute how far.
+if ! with_progress "$work/build.log" "podman build (from a clean cache about 17 min on 2 cores)" \
+  nice -n 10 podman build --pull=never --network host --format docker \
   --build-arg RUST_IMAGE="$stand_in/rust:1-bookworm" \
   --build-arg RUNTIME_IMAGE="$stand_in/distroless-cc-debian12:nonroot" \
   --build-arg REVISION="$(git rev-parse HEAD 2> /dev/null || echo unknown)" \
-  -t "$image" -t "localhost/zkq:$version" -f Dockerfile . > "$work/build.log" 2>&1; then
-  tail -40 "$work/build.log"
+  -t "$image" -t "localhost/zkq:$version" -f Dockerfile .; then
   fail "podman build (log: $work/build.log)"
 fi
 build_s=$(secs_since "$t0")

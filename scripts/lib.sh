@@ -12,9 +12,42 @@ ensure_debs() {
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  echo "==> installing Debian packages: ${missing[*]}" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  local log
+  log=$(mktemp -t zkq-apt.XXXXXX.log)
+  echo "==> installing Debian packages: ${missing[*]} (log: $log)" >&2
+  # dpkg's lines go to the log alone: on success nothing else is printed, on failure its end.
+  if ! { as_root apt-get update -qq &&
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+    > "$log" 2>&1; then
+    tail -30 "$log" >&2
+    echo "installing ${missing[*]} failed (log: $log)" >&2
+    return 1
+  fi
+  rm -f "$log"
+}
+
+# Runs COMMAND... with its output in LOG; says so at once, and every ZKQ_PROGRESS_SECS (default 60)
+# seconds prints how long it has run, where its log is and the log's last line, so a long build is
+# never silent. Returns the command's status; on failure prints the log's end.
+# Usage: with_progress LOG WHAT COMMAND...
+with_progress() {
+  local log=$1 what=$2 start=$SECONDS status=0
+  shift 2
+  echo "  ... $what (log: $log)" >&2
+  (
+    while sleep "${ZKQ_PROGRESS_SECS:-60}" > /dev/null 2>&1; do
+      echo "  ... $what: $((SECONDS - start)) s so far (log: $log): $(tail -n 1 "$log" 2> /dev/null | cut -c1-120)" >&2
+    done
+  ) &
+  local ticker=$!
+  "$@" > "$log" 2>&1 || status=$?
+  kill "$ticker" 2> /dev/null || true
+  wait "$ticker" 2> /dev/null || true
+  if [ "$status" -ne 0 ]; then
+    tail -40 "$log" >&2
+    echo "  $what failed (exit $status; log: $log)" >&2
+  fi
+  return "$status"
 }
 
 # Prints a free TCP port on 127.0.0.1.

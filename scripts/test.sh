@@ -3,10 +3,38 @@
 # from Debian 13; the Curator jars, kazoo, Prometheus, openssl for the test certificates,
 # schemathesis, boto3, Celery and the Rust AWS SDK for the SQS tests, the deploy-check tools) and runs the whole
 # suite: the deployment checks, the image built and run (scripts/check-image.sh), then
-# `cargo test` against real servers. Extra arguments go to `cargo test` (e.g. a test name filter).
+# `cargo test` against real servers.
+#
+# Extra arguments go to `cargo test` (e.g. a test name filter), and then only cargo runs: once the
+# tools are installed (target/test-tools.stamp records what they were installed from), a filtered
+# run skips the installs, the deployment checks, the image and the release build. With no
+# arguments (as CI runs it) everything runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+
+# What the installs below depend on: when none of it changed since the stamp, they are done.
+stamp=target/test-tools.stamp
+tools_key=$( (cat scripts/test.sh scripts/lib.sh tests/java/CuratorTool.java tests/sqs/js/package-lock.json \
+  tests/sqs/rust/Cargo.lock tests/sqs/rust/Cargo.toml; find tests/sqs/rust/src -type f -print0 | sort -z |
+  xargs -0 cat) | sha256sum | cut -c1-16)
+cargo_test() {
+  # The unit and integration tiers, unless the arguments pick targets themselves (`--lib`, `--test it`).
+  local targets=(--lib --bins --tests) cargo_args=() test_args=() seen=false arg
+  for arg in "$@"; do
+    if $seen; then test_args+=("$arg"); elif [ "$arg" = -- ]; then seen=true; else cargo_args+=("$arg"); fi
+    case "$arg" in --lib | --bins | --bin | --bin=* | --test | --test=* | --tests) $seen || targets=() ;; esac
+  done
+  # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
+  # The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
+  # tests/tiers.rs fail should the feature ever be missing.
+  ZKQ_INTEGRATION=1 exec cargo test --locked --features integration "${targets[@]}" "${cargo_args[@]}" \
+    -- --test-threads="${ZKQ_TEST_THREADS:-4}" "${test_args[@]}"
+}
+if [ $# -gt 0 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$tools_key" ]; then
+  echo "==> test tools installed ($stamp); only cargo test $*" >&2
+  cargo_test "$@"
+fi
 
 ensure_debs zookeeper libcurator-recipes-java libcurator-framework-java python3-kazoo prometheus openssl python3-boto3 awscli
 bash tests/java/build.sh
@@ -42,7 +70,13 @@ if [ ! -d "$js/node_modules" ] || ! cmp -s tests/sqs/js/package-lock.json "$js/p
   (cd "$js" && npm ci --no-audit --no-fund --silent)
 fi
 # The Rust AWS SDK's SQS client (tests/sqs/rust, its own lock file), built apart from zkq.
-cargo build --locked --quiet --manifest-path tests/sqs/rust/Cargo.toml --target-dir target/sqs-rust
+with_progress target/sqs-rust.log "building the Rust SQS client (target/sqs-rust; the first time a few minutes)" \
+  cargo build --locked --manifest-path tests/sqs/rust/Cargo.toml --target-dir target/sqs-rust
+echo "$tools_key" > "$stamp"
+if [ $# -gt 0 ]; then
+  echo "==> tools installed; only cargo test $* (no deployment checks, no image)" >&2
+  cargo_test "$@"
+fi
 # The image: local stand-ins for its base images, podman build of the Dockerfile (skips, saying why,
 # where containers cannot run). Its binary is the one check-deploy then checks.
 ./scripts/check-image.sh --build-only
@@ -57,8 +91,6 @@ fi
 ./scripts/check-image.sh
 # The release build that dev.sh (the README's first command) makes, made here first, so that the
 # test running dev.sh waits for zkq and not for a compiler on a loaded machine.
-cargo build --release --locked --quiet
-# Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
-# The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
-# tests/tiers.rs fail should the feature ever be missing.
-ZKQ_INTEGRATION=1 cargo test --locked --features integration --lib --bins --tests "$@" -- --test-threads="${ZKQ_TEST_THREADS:-4}"
+with_progress target/release-build.log "cargo build --release (the first time 9 to 27 min on 2 cores)" \
+  cargo build --release --locked
+cargo_test

@@ -68,6 +68,8 @@ pub struct BatchMessage {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchPutRequest {
+    /// 1 to `api.max_batch` messages (the handler refuses an empty batch).
+    #[schema(min_items = 1)]
     pub messages: Vec<BatchMessage>,
 }
 
@@ -235,6 +237,8 @@ pub struct BatchNack {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchAckRequest {
+    /// 1 to `api.max_batch` receipts (the handler refuses an empty batch).
+    #[schema(min_items = 1)]
     pub leases: Vec<String>,
     /// Nack them instead of acking.
     #[serde(default)]

@@ -37,8 +37,9 @@ pub use openapi::{openapi_document, openapi_json};
 pub use state::AppState;
 pub use wire::API_TOKEN_HEADER;
 
-/// The queue API router.
-pub fn api_router(state: AppState) -> Router {
+/// The queue API router. `admin` is where the admin listener listens: the API's 404 for the admin
+/// paths (`/livez`, `/readyz`, `/metrics`) names it, so a request sent to the wrong port says where to go.
+pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
     let (router, mut openapi) = api_routes().split_for_parts();
     document_access_control(&mut openapi);
     let spec = openapi_json();
@@ -51,7 +52,10 @@ pub fn api_router(state: AppState) -> Router {
                 async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], spec) }
             }),
         )
-        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi))
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/docs/openapi.json", openapi));
+    let router = ADMIN_PATHS
+        .iter()
+        .fold(router, |router, path| router.route(path, axum::routing::any(move || admin_path_not_found(path, admin))))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     let guard = Guard {
@@ -111,6 +115,16 @@ pub fn admin_router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed);
     let guard = Guard { state: state.clone(), in_flight: None, body_limits: None, access: guard::Access::Open };
     with_layers(router, guard, None).with_state(state)
+}
+
+/// The admin listener's paths, which the API listener does not serve.
+const ADMIN_PATHS: [&str; 3] = ["/livez", "/readyz", "/metrics"];
+
+async fn admin_path_not_found(path: &str, admin: std::net::SocketAddr) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!("{path} is served by the admin listener, not the API listener: http://{admin}{path}"),
+    )
 }
 
 async fn not_found() -> ApiError {

@@ -204,6 +204,17 @@ impl ChildZkq {
             .env("ZKQ__LOG__LEVEL", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::null());
+        // Its log (warnings only, many of them expected where a test injects faults) goes to a file,
+        // not into the runner's output; the path is printed, which the runner shows when the test fails.
+        let log = crate::repo_file(&format!("target/test-logs/zkq-{}.log", api.replace([':', '.'], "-")));
+        let file = log
+            .parent()
+            .and_then(|dir| std::fs::create_dir_all(dir).ok())
+            .and_then(|()| std::fs::File::create(&log).ok());
+        if let Some(file) = file {
+            eprintln!("zkq on {api}: its log is {}", log.display());
+            command.stderr(file);
+        }
         let child = spawn_supervised(command).expect("zkq starts");
         ChildZkq { api: format!("http://{api}"), admin: format!("http://{admin}"), child: Some(child) }
     }

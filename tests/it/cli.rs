@@ -93,74 +93,18 @@ async fn healthcheck_follows_readiness() {
     let root = zkq_testkit::unique_root("healthcheck");
     let daemon = zkq_testkit::TestZkq::start_ready(zkq_testkit::test_config(zk, &root)).await;
     let admin = daemon.admin.trim_start_matches("http://").to_owned();
+    // Its output is captured (not inherited), so the expected complaint once zkq is gone stays out
+    // of the runner's output.
     let run = |admin: String| {
         tokio::task::spawn_blocking(move || {
-            zkq().args(["healthcheck", "--admin-listen", &admin]).status().expect("runs")
+            zkq().args(["healthcheck", "--admin-listen", &admin]).output().expect("runs")
         })
     };
-    assert!(run(admin.clone()).await.expect("join").success(), "ready → exit 0");
+    assert!(run(admin.clone()).await.expect("join").status.success(), "ready → exit 0");
     daemon.stop().await;
-    assert!(!run(admin).await.expect("join").success(), "gone → exit 1");
-}
-
-/// The README's first command: `./scripts/dev.sh` starts a private ZooKeeper and zkq; Ctrl-C
-/// (SIGINT to the foreground process group) stops both and leaves no process behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_sh_runs_zkq_with_a_private_zookeeper_and_ctrl_c_stops_both() {
-    use std::os::unix::process::CommandExt;
-    use std::time::Duration;
-
-    // Port 0: the kernel picks both ports when zkq binds them, and zkq's "zkq started" log line
-    // says which. (Ports picked by the test would be free only until it let them go: while dev.sh
-    // builds the release binary, another test's server could take one and answer in its place.)
-    let mut dev = Command::new(zkq_testkit::repo_file("scripts/dev.sh"));
-    dev.args(["--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env_remove("ZKQ__ZOOKEEPER__CONNECT")
-        .env("ZKQ__LOG__FORMAT", "json")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0);
-    let mut child = dev.spawn().expect("dev.sh starts");
-    let group = child.id();
-    let _cleanup = GroupGuard(group);
-    // zkq logs to standard error (dev.sh's own lines go there too, not as JSON).
-    let stderr = child.stderr.take().expect("stderr");
-    // dev.sh builds the release binary first: allow for that.
-    let started = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut lines = std::io::BufReader::new(stderr).lines();
-        let started = lines.by_ref().map_while(Result::ok).find_map(|line| {
-            let event: serde_json::Value = serde_json::from_str(&line).ok()?;
-            if event["message"] != "zkq started" {
-                return None;
-            }
-            Some((event["api"].as_str()?.to_owned(), event["admin"].as_str()?.to_owned()))
-        });
-        // Keep reading so zkq never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        started
-    });
-    let (api, admin) = tokio::time::timeout(Duration::from_secs(600), started)
-        .await
-        .expect("dev.sh's zkq started within 600 s")
-        .expect("join")
-        .expect("dev.sh's zkq logged where it listens");
-    let http = reqwest::Client::new();
-    zkq_testkit::eventually(Duration::from_secs(600), "dev.sh's zkq ready", || {
-        let (http, url) = (http.clone(), format!("http://{admin}/readyz"));
-        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-    })
-    .await;
-    let put = http.post(format!("http://{api}/v1/queues/dev/messages")).body("hi").send().await.expect("put");
-    assert_eq!(put.status(), 201, "the dev setup serves the API");
-
-    let signalled = Command::new("kill").args(["-s", "INT", "--", &format!("-{group}")]).status().expect("kill");
-    assert!(signalled.success());
-    let status = tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.expect("join");
-    assert!(matches!(status.code(), Some(0 | 130)), "dev.sh exited with {status:?}");
-    let leftovers = Command::new("pgrep").args(["-g", &group.to_string()]).output().expect("pgrep");
-    assert!(leftovers.stdout.is_empty(), "ZooKeeper left running: {}", String::from_utf8_lossy(&leftovers.stdout));
-    assert!(http.get(format!("http://{admin}/livez")).send().await.is_err(), "zkq left running");
+    let gone = run(admin).await.expect("join");
+    assert!(!gone.status.success(), "gone → exit 1");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("cannot reach"), "says why");
 }
 
 /// dev.sh's readiness probe (`zk_four_letter` in scripts/lib.sh) always ends, also when it reaches
@@ -213,43 +157,123 @@ async fn the_dev_sh_readiness_probe_ends_while_zookeeper_starts() {
     restarting.await.expect("restart");
 }
 
-/// Kills a process group when dropped, so a failing test leaves nothing running.
-struct GroupGuard(u32);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.0)]).status();
-    }
+/// The fenced blocks of `section` (up to the next `## ` heading) of README.md in `language`.
+fn readme_blocks(section: &str, language: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(zkq_testkit::repo_file("README.md")).expect("README");
+    let section = readme.split(&format!("## {section}\n")).nth(1).expect("the section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .split(&format!("```{language}\n"))
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .map(str::to_owned)
+        .collect()
 }
 
-/// Every command of the README's "Using it" block runs against a live zkq, so the README cannot rot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_quickstart_commands_work() {
-    let readme = std::fs::read_to_string(zkq_testkit::repo_file("README.md")).expect("README");
-    let section = readme.split("## Using it").nth(1).expect("a Using it section");
-    let block = section.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
-    let commands: Vec<&str> = block.lines().filter(|l| l.starts_with("curl ")).collect();
-    assert!(commands.len() >= 4, "{commands:?}");
+/// Runs one shell command as a newcomer's terminal would: `sh -c`, a clean environment (a PATH
+/// of the system's directories, an empty HOME, no AWS configuration, no proxy), nothing added.
+async fn run_clean(command: String) -> std::process::Output {
+    let home = tempfile::tempdir().expect("home");
+    let home_path = home.path().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home_path)
+            .env("LANG", "C.UTF-8")
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("sh runs");
+    drop(home);
+    output
+}
 
+/// Every command of the README's "Using it" section (the curl lines, the Python snippet, the AWS
+/// CLI line) runs as written, in the order written, in a clean environment, against a live zkq,
+/// only its addresses replaced by the test's (8080, 9090 and 9324 are the defaults dev.sh uses);
+/// and each shows what its comment says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_commands_run_verbatim_and_show_each_thing_working() {
+    let zk = zkq_testkit::ZkServer::shared();
+    let mut config = zkq_testkit::test_config(zk, &zkq_testkit::unique_root("readme"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let daemon = zkq_testkit::TestZkq::start_ready(config).await;
+    let sqs = daemon.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener").to_string();
+    let (api, admin) = (daemon.api.trim_start_matches("http://"), daemon.admin.trim_start_matches("http://"));
+    let local = |text: &str| {
+        text.replace("localhost:8080", api).replace("localhost:9090", admin).replace("127.0.0.1:9324", &sqs)
+    };
+
+    let shell = readme_blocks("Using it", "sh");
+    assert_eq!(shell.len(), 3, "the quickstart, the lease and the AWS CLI blocks: {shell:#?}");
+    let mut receipt: Option<String> = None;
+    let mut outputs = Vec::new();
+    // The curl blocks first; the AWS CLI block after the Python snippet, whose message it receives.
+    for line in shell[..2].iter().flat_map(|block| block.lines()).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut command = local(line);
+        if let Some(receipt) = &receipt {
+            command = command.replace("RECEIPT", receipt.as_str());
+        }
+        let output = run_clean(command.clone()).await;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{command}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+        if command.contains("/leases?") {
+            receipt = stdout.lines().find_map(|l| l.strip_prefix("zkq-lease: ")).map(|r| r.trim().to_owned());
+        }
+        outputs.push((line.to_owned(), stdout));
+    }
+    let expect = |index: usize, what: &str, ok: &dyn Fn(&str) -> bool| {
+        let (line, out) = &outputs[index];
+        assert!(ok(out), "{what}: `{line}` printed {out:?}");
+    };
+    expect(0, "readiness", &|o| o.contains("\"status\":\"ready\""));
+    expect(1, "put", &|o| o.contains("\"message_id\":\"queue-"));
+    expect(2, "describe after the put", &|o| o.contains("\"depth\":1"));
+    expect(3, "peek shows the message", &|o| o.contains("\"aGVsbG8=\""));
+    expect(4, "take returns it", &|o| o == "hello");
+    expect(5, "metrics", &|o| o.starts_with("zkq_messages_put_total") && o.trim_end().ends_with(" 1"));
+    expect(6, "second put", &|o| o.contains("\"message_id\":\"queue-"));
+    expect(7, "lease", &|o| o.starts_with("HTTP/1.1 200") && o.ends_with("world"));
+    assert!(receipt.is_some(), "the lease printed a zkq-lease header");
+    expect(8, "ack", &|o| o.is_empty());
+    let depth = daemon.http.get(daemon.url("/v1/queues/orders")).send().await.expect("describe");
+    let depth: serde_json::Value = depth.json().await.expect("JSON");
+    assert_eq!(depth["depth"], 0, "the ack removed the leased message: {depth}");
+
+    // The Python snippet (Debian's boto3, as scripts/test.sh installs it), then the AWS CLI line.
+    let python = readme_blocks("Using it", "python");
+    assert_eq!(python.len(), 1, "{python:#?}");
+    let script = local(&python[0]);
+    let output = run_clean(format!("/usr/bin/python3 -c '{}'", script.replace('\'', "'\\''"))).await;
+    assert!(output.status.success(), "the Python snippet: {}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = shell[2].lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 1, "one AWS CLI line: {lines:?}");
+    let output = run_clean(local(lines[0])).await;
+    let cli = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "`{}`: {cli}{}", lines[0], String::from_utf8_lossy(&output.stderr));
+    assert!(cli.contains("\"Body\": \"hello\""), "`{}` received the snippet's message: {cli}", lines[0]);
+    assert_eq!(outputs.len(), 9, "{outputs:#?}");
+}
+
+/// On the API listener, the admin listener's paths answer 404 with the admin listener's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_404_for_admin_paths_names_the_admin_listener() {
     let zk = zkq_testkit::ZkServer::shared();
     let daemon =
-        zkq_testkit::TestZkq::start_ready(zkq_testkit::test_config(zk, &zkq_testkit::unique_root("readme"))).await;
-    let host = daemon.api.trim_start_matches("http://").to_owned();
-    let mut outputs = Vec::new();
-    for command in commands {
-        let command = command.split(" # ").next().unwrap_or(command).replace("localhost:8080", &host);
-        let command = command.replacen("curl ", "curl -sS --fail-with-body --max-time 30 ", 1);
-        let output = tokio::task::spawn_blocking(move || Command::new("sh").arg("-c").arg(&command).output())
-            .await
-            .expect("join")
-            .expect("sh runs");
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        outputs.push(String::from_utf8_lossy(&output.stdout).into_owned());
+        zkq_testkit::TestZkq::start_ready(zkq_testkit::test_config(zk, &zkq_testkit::unique_root("admin404"))).await;
+    for path in ["/readyz", "/livez", "/metrics"] {
+        let answer = daemon.http.get(daemon.url(path)).send().await.expect("request");
+        assert_eq!(answer.status(), 404, "{path}");
+        let body: serde_json::Value = answer.json().await.expect("a JSON error");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("{}{path}", daemon.admin)), "{path}: {body}");
+        let right = daemon.http.get(format!("{}{path}", daemon.admin)).send().await.expect("admin");
+        assert_eq!(right.status(), 200, "{path} on the address the 404 names");
     }
-    assert!(outputs[0].contains("\"message_id\":\"queue-"), "put: {}", outputs[0]);
-    assert_eq!(outputs[1], "hello", "take returns the put body");
-    assert!(outputs[2].contains("\"kind\":\"fifo\""), "describe: {}", outputs[2]);
-    assert!(outputs[3].contains("\"messages\":[]"), "peek after the take: {}", outputs[3]);
 }
 
 /// Declared queues without `max_items` get a recommendation that keeps their child list readable

@@ -18,6 +18,7 @@ mod cli;
 mod contract;
 mod counters;
 mod curator;
+mod dev;
 mod docs;
 mod dynamic;
 mod ensemble;
