@@ -386,8 +386,9 @@ impl Metrics {
             watch_events: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_watch_events_total",
-                    "Events of a queue's children and locks this zkq received from ZooKeeper. A zkq watches a queue \
-                     only while it has a taker there (and for 30 s after): one that only puts receives none.",
+                    "Events of a queue's children and locks this zkq received from ZooKeeper. With \
+                     queues_watch_on_demand a zkq watches a queue only while it has a taker there (and for 30 s \
+                     after): one that only puts receives none.",
                 ),
                 &["queue"],
             )?)?,

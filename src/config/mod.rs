@@ -57,6 +57,9 @@ pub struct Config {
     /// its tasks end and its slot under `max_dynamic_queues` is released.
     #[serde(with = "humantime_serde")]
     pub queue_idle_close: Duration,
+    /// A queue's children and locks are watched only while this process has a taker or a read
+    /// there (and 30 s after), so a sidecar that only puts receives none of its events.
+    pub queues_watch_on_demand: bool,
     /// Declared queues, by name.
     pub queues: BTreeMap<QueueName, QueueConfig>,
     /// Whether counters that are not declared under `[counters]` are created on first use.
@@ -459,6 +462,7 @@ impl Default for Config {
             queues_dynamic_grouped: false,
             max_dynamic_queues: 1000,
             queue_idle_close: Duration::from_secs(600),
+            queues_watch_on_demand: false,
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),

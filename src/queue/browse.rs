@@ -77,6 +77,8 @@ impl Browse {
     /// only the nodes shown are read. When the cache is not live, one full read of the child list
     /// serves it, one at a time per queue.
     pub(super) async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
+        // A peek takes its order from the live cache: the queue is watched while one runs.
+        let _demand = self.cache.demand();
         let zk = self.ctx.session.connected(self.ctx.deadline_for(Duration::ZERO)).await?;
         let mut out = Vec::new();
         let mut bytes = 0usize;

@@ -369,7 +369,10 @@ impl QueueService {
             naming: names::naming(kind, grouped),
             grouped,
             eager: dead_letter.is_some() && kind != QueueKind::Simple,
-            watch_always: grouped || max_items.is_some() || (dead_letter.is_some() && kind != QueueKind::Simple),
+            watch_always: !self.config.queues_watch_on_demand
+                || grouped
+                || max_items.is_some()
+                || (dead_letter.is_some() && kind != QueueKind::Simple),
         };
         let cache = ChildrenCache::new(
             rules,

@@ -190,6 +190,11 @@ const KEYS: &[Key] = &[
         "duration",
         "a dynamic queue unused this long (no request, waiting taker or lease) is closed and its slot released; it reopens on the next request",
     ),
+    key(
+        "queues_watch_on_demand",
+        "boolean",
+        "watch a queue's children and locks only while this zkq has a taker, lease request or peek there (and for 30 s after): a sidecar that only puts then receives none of the queue's events ([sizing a fleet](../fleet.md)); grouped, `max_items` and dead-lettering queues are always watched",
+    ),
     key("counters_dynamic", "boolean", "create undeclared counters on their first set or add"),
     key_or("counters.NAME.path", "ZooKeeper path", "`{root}/counters/NAME`", "the counter's ZooKeeper path"),
     key("counters.NAME.seed", "32-bit integer", "value written only if the node does not exist"),

@@ -7,15 +7,20 @@ use zkq_testkit::*;
 
 const WATCH_EVENTS: &str = r#"zkq_queue_watch_events_total{queue="q"}"#;
 
-/// A sidecar that only puts holds no watch on the queue's children and locks, so the queue's
-/// traffic sends it nothing; every sidecar that had touched a queue used to receive every event
+/// With `queues_watch_on_demand`, a sidecar that only puts holds no watch on the queue's children
+/// and locks, so the queue's traffic sends it nothing; every sidecar that had touched a queue used to receive every event
 /// of it. Its first taker brings the watch back before it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_that_only_puts_receives_no_event_of_the_queue_until_it_takes() {
     let zk = ZkServer::shared();
     let root = unique_root("fleet-producer");
-    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
-    let consumer = TestZkq::start_ready(test_config(zk, &root)).await;
+    let on_demand = || {
+        let mut config = test_config(zk, &root);
+        config.queues_watch_on_demand = true;
+        config
+    };
+    let producer = TestZkq::start_ready(on_demand()).await;
+    let consumer = TestZkq::start_ready(on_demand()).await;
     let (puts, leases) = (producer.client(), consumer.client());
     for i in 0..20 {
         assert_eq!(puts.put("q", "", format!("m{i}").as_bytes()).await.status, 201);

@@ -233,6 +233,8 @@ impl ChildrenCache {
         let mut markers_generation = 0;
         // The one-shot watch on the queue node's own data while nobody here needs the queue.
         let mut node_watch: Option<NodeWatch> = None;
+        // When the size of an unwatched queue is read next.
+        let mut parked_read_at: Option<Instant> = None;
         // A refusal repeats at every retry: log each distinct one once.
         let mut logged: Option<ZkError> = None;
         loop {
@@ -250,6 +252,11 @@ impl ChildrenCache {
                 }
                 continue;
             };
+            let epoch = session.status().epoch;
+            // Creating it never brings a queue back: a failure here is paid by the first claim.
+            if markers_generation != zk.generation() && zk.ensure_path(&marker_dir).await.is_ok() {
+                markers_generation = zk.generation();
+            }
             if !self.in_demand() {
                 // Nobody here needs the queue: no watch on its children, so its messages cost
                 // ZooKeeper nothing towards this sidecar. The first taker (or read) here brings
@@ -264,9 +271,9 @@ impl ChildrenCache {
                 {
                     node_watch = None;
                 }
+                let parked_zk = zk.with_deadline(Instant::now() + session.request_timeout());
                 if node_watch.is_none() {
-                    let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                    match self.follow_node(&zk).await {
+                    match self.follow_node(&parked_zk).await {
                         Ok(watch) => node_watch = Some(watch),
                         Err(_) => {
                             // Unknown: requests ask ZooKeeper themselves until it is read.
@@ -276,6 +283,23 @@ impl ChildrenCache {
                         },
                     }
                 }
+                // The queue's directories, once per session, as when watching; and its size
+                // (for the child-list gauges and alerts) read once a minute, never offered.
+                if self.presence() == Some(Presence::Live)
+                    && ensured_generation != zk.generation()
+                    && Self::ensure_dirs(&parked_zk, &dirs).await.is_ok()
+                {
+                    ensured_generation = zk.generation();
+                }
+                if parked_read_at.is_none_or(|at| at <= Instant::now()) {
+                    if let Ok(read) = self.read_children(&parked_zk, lock_dir.as_deref()).await {
+                        let (children, num_children) =
+                            read.map_or((Vec::new(), 0), |(c, stat, _, _)| (c, stat.num_children));
+                        self.apply_snapshot(children, num_children, None);
+                        self.invalidate();
+                    }
+                    parked_read_at = Some(Instant::now() + RESYNC_EVERY);
+                }
                 let mut demand = self.demand.subscribe();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -283,14 +307,11 @@ impl ChildrenCache {
                     _ = async { match node_watch.as_mut() { Some(watch) => watch.as_mut().await, None => std::future::pending().await } } => {
                         node_watch = None;
                     },
+                    _ = async { match parked_read_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
                 }
                 continue;
             }
-            let epoch = session.status().epoch;
-            // Creating it never brings a queue back: a failure here is paid by the first claim.
-            if markers_generation != zk.generation() && zk.ensure_path(&marker_dir).await.is_ok() {
-                markers_generation = zk.generation();
-            }
+            parked_read_at = None;
             // The watches first, then the reads: every change after a read arrives as an event,
             // and events already queued before it are harmless (they are applied idempotently).
             let watches = async {
