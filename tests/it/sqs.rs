@@ -336,7 +336,7 @@ async fn the_readmes_sqs_example_works_as_written() {
     let cli = section
         .split("```sh")
         .filter_map(|b| b.split("```").next())
-        .find(|b| b.trim_start().starts_with("aws "))
+        .find(|b| b.contains(" aws --endpoint-url "))
         .expect("a sh block with the AWS CLI");
     let here = endpoint.trim_start_matches("http://").to_owned();
     let [(interpreter, _), _] = pythons();
@@ -347,7 +347,11 @@ async fn the_readmes_sqs_example_works_as_written() {
     .await
     .expect("join");
     assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
-    let command = cli.trim().replace("127.0.0.1:9324", &here).replacen("aws ", "/usr/bin/aws --output json ", 1);
+    let command = cli.trim().replace("127.0.0.1:9324", &here).replacen(
+        " aws --endpoint-url ",
+        " /usr/bin/aws --output json --endpoint-url ",
+        1,
+    );
     let received = tokio::task::spawn_blocking(move || {
         std::process::Command::new("sh")
             .args(["-c", &command])
