@@ -307,3 +307,43 @@ async fn a_fifo_batch_repeating_a_message_stores_it_once_and_the_rest_too() {
         sqs_call(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 1 })).await;
     assert!(empty.1["Messages"].is_null(), "nothing more: {}", empty.1);
 }
+
+/// SQS MessageIds are unique across queues and across a queue deleted and made anew (they were
+/// node names: every queue's first message was `queue-0000000000`), and a receive on another
+/// sidecar answers the id the send answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_message_ids_are_unique_across_queues_and_incarnations_and_the_same_on_every_sidecar() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-ids");
+    let start = || {
+        let mut config = test_config(zk, &root);
+        config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        TestZkq::start_ready(config)
+    };
+    let (a, b) = (start().await, start().await);
+    let endpoint = |zkq: &TestZkq| format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let (ea, eb) = (endpoint(&a), endpoint(&b));
+    let send = |queue: &'static str| {
+        let ea = ea.clone();
+        async move {
+            let url = format!("{ea}/000000000000/{queue}");
+            let sent = sqs_call(&ea, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": queue })).await;
+            assert_eq!(sent.0, 200, "{}", sent.1);
+            sent.1["MessageId"].as_str().expect("a MessageId").to_owned()
+        }
+    };
+    for queue in ["one", "two"] {
+        assert_eq!(sqs_call(&ea, "CreateQueue", serde_json::json!({ "QueueName": queue })).await.0, 200);
+    }
+    let (first, second) = (send("one").await, send("two").await);
+    assert_ne!(first, second, "the first messages of two queues");
+    assert!(first.len() == 36 && first.matches('-').count() == 4, "a UUID: {first}");
+    let url = format!("{eb}/000000000000/one");
+    let received = sqs_call(&eb, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
+    assert_eq!(received.1["Messages"][0]["MessageId"], first.as_str(), "the same id on the receiving sidecar");
+
+    let queue_url = format!("{ea}/000000000000/one");
+    assert_eq!(sqs_call(&ea, "DeleteQueue", serde_json::json!({ "QueueUrl": queue_url })).await.0, 200);
+    assert_eq!(sqs_call(&ea, "CreateQueue", serde_json::json!({ "QueueName": "one" })).await.0, 200);
+    assert_ne!(send("one").await, first, "the queue made anew hands out a new id");
+}

@@ -188,6 +188,26 @@ fn is_sqs_char(c: char) -> bool {
     matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
+/// The SQS `MessageId` of the message in node `node` of the queue at `queue_path`: a UUID (version
+/// 8, name-based) of the node's full path. A queue's node names never repeat (a deleted queue's node
+/// is kept, so its successor goes on numbering: `queue::catalog`) and two queues never share a path,
+/// so the id is unique across queues and incarnations, and every sidecar computes the same one for
+/// the send and for every receive of the message. zkq's own API names the message by its node name.
+fn sqs_message_id(queue_path: &str, node: &str) -> String {
+    let digest = sha2::Sha256::new()
+        .chain_update(queue_path.as_bytes())
+        .chain_update(b"/")
+        .chain_update(node.as_bytes())
+        .finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(digest.get(..16).unwrap_or(&[0; 16]));
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let part = |range: std::ops::Range<usize>| hex.get(range).unwrap_or_default().to_owned();
+    format!("{}-{}-{}-{}-{}", part(0..8), part(8..12), part(12..16), part(16..20), part(20..32))
+}
+
 pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
@@ -197,7 +217,7 @@ pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Resu
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
         md5_of_message_attributes,
-        message_id: receipt.message_id.unwrap_or_default(),
+        message_id: receipt.message_id.map(|node| sqs_message_id(queue.path(), &node)).unwrap_or_default(),
     })
 }
 
@@ -313,7 +333,10 @@ pub(super) async fn send_message_batch(
         let messages = unique.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
         match queue.put_many(messages, Duration::ZERO).await {
             Ok(receipts) => {
-                let ids: Vec<Option<String>> = receipts.into_iter().map(|receipt| receipt.message_id).collect();
+                let ids: Vec<Option<String>> = receipts
+                    .into_iter()
+                    .map(|receipt| receipt.message_id.map(|node| sqs_message_id(queue.path(), &node)))
+                    .collect();
                 for (id, body, options, first) in duplicates {
                     successful.push(entry(id, &body, &options, ids.get(first).cloned().flatten()));
                 }
@@ -382,7 +405,7 @@ fn received(
     message: Message,
     grant: &LeaseGrant,
     (wanted, attribute_names): (&HashSet<&str>, &[String]),
-    grouped: bool,
+    (queue_path, grouped): (&str, bool),
 ) -> ReceivedMessage {
     let chosen = requested_attributes(&message.attributes, attribute_names);
     // A body that is not SQS text (a Curator producer's bytes) is delivered base64-encoded, never
@@ -406,7 +429,7 @@ fn received(
         add("MessageGroupId", group.clone());
     }
     ReceivedMessage {
-        message_id: message.message_id,
+        message_id: sqs_message_id(queue_path, &message.message_id),
         receipt_handle: grant.receipt.to_string(),
         md5_of_body: md5_hex(body.as_bytes()),
         body,
@@ -453,8 +476,10 @@ pub(super) async fn receive_message(
     let leased = refuse_binary(ctx, &queue, leased).await;
     let grouped = queue.grouped();
     let names = &input.message_attribute_names;
-    let messages =
-        leased.into_iter().map(|(message, grant)| received(message, &grant, (&wanted, names), grouped)).collect();
+    let messages = leased
+        .into_iter()
+        .map(|(message, grant)| received(message, &grant, (&wanted, names), (queue.path(), grouped)))
+        .collect();
     Ok(ReceiveMessageOutput { messages })
 }
 
