@@ -279,8 +279,10 @@ impl QueueService {
     async fn find_existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         match self.open_only(name) {
             Err(QueueError::NoSuchQueue(_)) => {},
-            // Open here, but its node was not seen live yet (or was seen deleted): ZooKeeper says.
-            Ok(queue) if !queue.declared() && queue.presence() != Some(Presence::Live) => {},
+            // Open here, but its node was seen deleted: ZooKeeper says whether it was made anew.
+            // (Not yet read, or no node yet: served as an open queue is, from its cache, which
+            // waits for the node through an outage too.)
+            Ok(queue) if !queue.declared() && queue.presence() == Some(Presence::Deleted) => {},
             other => return other.map(Some),
         }
         if self.shutdown.is_cancelled() {
