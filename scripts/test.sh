@@ -28,7 +28,8 @@ cargo_test() {
   # Four test threads on two cores: most tests wait on ZooKeeper, not the CPU.
   # The integration tier needs the `integration` feature; ZKQ_INTEGRATION makes the guard in
   # tests/tiers.rs fail should the feature ever be missing.
-  ZKQ_INTEGRATION=1 exec cargo test --locked --features integration "${targets[@]}" "${cargo_args[@]}" \
+  # No backtraces: a failing test's own message is what its report must show.
+  RUST_BACKTRACE=0 ZKQ_INTEGRATION=1 exec cargo test --locked --features integration "${targets[@]}" "${cargo_args[@]}" \
     -- --test-threads="${ZKQ_TEST_THREADS:-4}" "${test_args[@]}"
 }
 if [ $# -gt 0 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$tools_key" ]; then

@@ -13,7 +13,7 @@
 //!
 //! The mark is untrusted input like every node: only its exact bytes mean "deleted".
 
-use crate::zk::{Zk, ZkError};
+use crate::zk::{NodeMode, TxnError, TxnOp, Zk, ZkError};
 
 /// The data of a deleted dynamic queue's node.
 pub(crate) const DELETED_MARK: &[u8] = b"{\"zkq\":\"queue deleted\"}";
@@ -81,17 +81,93 @@ pub(crate) async fn revive(zk: &Zk, path: &str) -> Result<(), ZkError> {
 }
 
 /// Marks the queue at `path` deleted (its node kept), unless it is deleted already or has no
-/// node. Returns what it was before.
-pub(crate) async fn mark_deleted(zk: &Zk, path: &str) -> Result<Presence, ZkError> {
+/// node, and removes its settings node (`settings_path`) in the same transaction: a
+/// `CreateQueue` that makes the queue anew afterwards writes its own, which nothing of this
+/// delete touches. Returns what it was before.
+pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<Presence, ZkError> {
     loop {
-        match read(zk, path).await? {
-            (Presence::Live, version) => match zk.set_data(path, DELETED_MARK, Some(version)).await {
-                Ok(_) => return Ok(Presence::Live),
-                Err(ZkError::BadVersion) => continue,
-                Err(ZkError::NoNode) => return Ok(Presence::Absent),
-                Err(err) => return Err(err),
+        let (presence, version) = read(zk, path).await?;
+        if presence != Presence::Live {
+            return Ok(presence);
+        }
+        let mut ops =
+            vec![TxnOp::SetData { path: path.to_owned(), data: DELETED_MARK.to_vec(), version: Some(version) }];
+        if let Some(stat) = zk.exists(settings_path).await? {
+            ops.push(TxnOp::Delete { path: settings_path.to_owned(), version: Some(stat.version) });
+        }
+        match zk.multi(&ops).await {
+            Ok(_) => return Ok(Presence::Live),
+            // Changed meanwhile (the queue's node or its settings): read again.
+            Err(TxnError { error: ZkError::BadVersion | ZkError::NoNode, .. }) => continue,
+            Err(TxnError { error, .. }) => return Err(error),
+        }
+    }
+}
+
+/// What [`create`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Creation {
+    /// This call made the queue (it had no node, or a deleted one), with the settings it gave.
+    Made,
+    /// The queue exists: the data of its settings node (`None`: it has none), as ZooKeeper
+    /// holds it after a `sync`.
+    Existed(Option<Vec<u8>>),
+}
+
+/// Makes the dynamic queue at `path` exist with `settings` as the data of its settings node at
+/// `settings_path` (`None`: no node), in one transaction: no other client ever sees the queue
+/// without its settings, and a transaction refused leaves nothing behind. Of concurrent calls,
+/// one makes the queue and the others find it existing. An answer lost with the connection is
+/// settled by reading again: the queue then exists, with the settings some call gave it, and
+/// the caller compares them with its own.
+pub(crate) async fn create(
+    zk: &Zk,
+    path: &str,
+    settings_path: &str,
+    settings: Option<&[u8]>,
+) -> Result<Creation, ZkError> {
+    loop {
+        zk.sync(path).await?;
+        let (presence, version) = read(zk, path).await?;
+        let queue_op = match presence {
+            Presence::Live => {
+                return match zk.get_data(settings_path).await {
+                    Ok((data, _)) => Ok(Creation::Existed(Some(data))),
+                    Err(ZkError::NoNode) => Ok(Creation::Existed(None)),
+                    Err(err) => Err(err),
+                };
             },
-            (other, _) => return Ok(other),
+            Presence::Absent => TxnOp::Create { path: path.to_owned(), data: Vec::new(), mode: NodeMode::Persistent },
+            Presence::Deleted => TxnOp::SetData { path: path.to_owned(), data: Vec::new(), version: Some(version) },
+        };
+        // A settings node left without a live queue (another client wrote it) is replaced.
+        let settings_op = match (zk.exists(settings_path).await?, settings) {
+            (None, None) => None,
+            (None, Some(data)) => {
+                Some(TxnOp::Create { path: settings_path.to_owned(), data: data.to_vec(), mode: NodeMode::Persistent })
+            },
+            (Some(stat), Some(data)) => Some(TxnOp::SetData {
+                path: settings_path.to_owned(),
+                data: data.to_vec(),
+                version: Some(stat.version),
+            }),
+            (Some(stat), None) => Some(TxnOp::Delete { path: settings_path.to_owned(), version: Some(stat.version) }),
+        };
+        let ops: Vec<TxnOp> = std::iter::once(queue_op).chain(settings_op).collect();
+        match zk.multi(&ops).await {
+            Ok(_) => return Ok(Creation::Made),
+            // A parent is missing: made, then the transaction again.
+            Err(TxnError { error: ZkError::NoNode, index }) => {
+                let missing = if index == Some(0) { path } else { settings_path };
+                if let Some((parent, _)) = missing.rsplit_once('/')
+                    && !parent.is_empty()
+                {
+                    zk.ensure_path(parent).await?;
+                }
+            },
+            // Another call came first, or the answer was lost: what ZooKeeper holds now says.
+            Err(TxnError { error: ZkError::NodeExists | ZkError::BadVersion | ZkError::OutcomeUnknown, .. }) => {},
+            Err(TxnError { error, .. }) => return Err(error),
         }
     }
 }

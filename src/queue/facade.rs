@@ -275,6 +275,12 @@ impl Queue {
         self.leases.ack(receipt).await
     }
 
+    /// Gives back a lease whose message was not handed out: released in its place, its delivery
+    /// not counted, as if it had never been leased.
+    pub async fn give_back_unhanded(&self, receipt: Receipt) {
+        self.leases.abandon_lease(receipt).await;
+    }
+
     /// Nack: the consumer failed; `delay` postpones the next delivery. Runs to its end whether
     /// or not the caller waits.
     pub async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {

@@ -33,8 +33,8 @@ pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
 pub use names::ItemMeta;
 pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
-pub use service::QueueService;
 pub(crate) use service::queue_layout;
+pub use service::{Created, QueueService};
 pub use settings::DeadLetter;
 pub use settings::{MAX_DELIVERIES_SETTING, QueueSettings};
 

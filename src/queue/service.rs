@@ -80,6 +80,16 @@ fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u3
     }
 }
 
+/// What [`QueueService::create`] found or did.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// Whether this call made the queue; `false`: it existed (a declared queue always does).
+    pub made: bool,
+    /// A dynamic queue's own settings, as ZooKeeper holds them (a declared queue's are its
+    /// configuration: none here).
+    pub settings: QueueSettings,
+}
+
 /// All queues this process serves; dynamic ones are created on first use.
 pub struct QueueService {
     config: Arc<Config>,
@@ -193,16 +203,50 @@ impl QueueService {
         Ok(used)
     }
 
-    /// The queue called `name`, its node created in ZooKeeper if it does not exist yet (an SQS
-    /// `CreateQueue`): opened like a put's, then made to exist, so a read on any sidecar finds it.
-    pub async fn create(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    /// Makes queue `name` exist with `settings` (an SQS `CreateQueue`), or finds it existing:
+    /// a dynamic queue's node and its settings node are written in one transaction
+    /// (`catalog::create`), so nothing is left behind by a call that fails and no sidecar ever
+    /// serves the new queue without its settings. `settings` are checked first (a dead-letter
+    /// queue must exist). What the queue has is returned with whether this call made it; a
+    /// declared queue exists with its configuration.
+    pub async fn create(&self, name: &QueueName, settings: QueueSettings) -> Result<(QueueRef, Created), QueueError> {
         let queue = self.open(name)?;
+        if queue.declared() {
+            return Ok((queue, Created { made: false, settings: QueueSettings::default() }));
+        }
+        settings.check(name).map_err(QueueError::InvalidParameter)?;
+        if let Some(target) = &settings.dead_letter
+            && !self.stored(target).await?
+        {
+            return Err(QueueError::InvalidParameter(format!("the dead-letter queue {target} does not exist")));
+        }
+        let settings_path = Layout::new(&self.config.zookeeper.root).settings(name);
+        let data = (settings != QueueSettings::default()).then(|| serde_json::to_vec(&settings).unwrap_or_default());
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
-        zk.ensure_path(queue.path()).await?;
-        catalog::revive(&zk, queue.path()).await?;
+        let created = match catalog::create(&zk, queue.path(), &settings_path, data.as_deref()).await? {
+            catalog::Creation::Made => Created { made: true, settings },
+            catalog::Creation::Existed(data) => {
+                let settings = match data {
+                    None => QueueSettings::default(),
+                    Some(data) => QueueSettings::read_node(&data, name).unwrap_or_else(|err| {
+                        tracing::warn!(queue = %name, node = %settings_path, error = %err,
+                            "the queue's settings node does not hold valid zkq settings; serving the defaults");
+                        self.metrics.settings_refused.inc();
+                        QueueSettings::default()
+                    }),
+                };
+                Created { made: false, settings }
+            },
+        };
         queue.seen_live();
-        Ok(queue)
+        let dead_letter = created
+            .settings
+            .dead_letter
+            .as_ref()
+            .map(|target| Arc::new(self.dead_letter_of(target, created.settings.max_deliveries)));
+        queue.settings_written(Current { settings: created.settings.clone(), dead_letter });
+        Ok((queue, created))
     }
 
     /// The queue called `name` for a put (zkq's own API, push, a redrive's destination): opened
@@ -646,7 +690,7 @@ impl QueueService {
         // this incarnation is ever named in the next (`catalog`). Then the messages, held or
         // not: the locks, counts, records, tags and settings then describe nothing. A delete
         // cut short by its deadline is finished by the next one.
-        let existed = catalog::mark_deleted(&zk, &layout.path).await? == Presence::Live;
+        let existed = catalog::mark_deleted(&zk, &layout.path, &paths.settings(name)).await? == Presence::Live;
         self.seen_deleted(name);
         let (removed, complete) = zk.delete_below(&layout.path).await?;
         if !complete {
@@ -661,7 +705,8 @@ impl QueueService {
                 return Ok(super::Purged { removed, complete: false });
             }
         }
-        let attached = [paths.deliveries(name), paths.idempotency_of(name), paths.tags(name), paths.settings(name)];
+        // The settings went with the mark.
+        let attached = [paths.deliveries(name), paths.idempotency_of(name), paths.tags(name)];
         for path in attached {
             let (gone, complete) = zk.delete_tree(&path).await?;
             leftovers += gone;

@@ -347,3 +347,102 @@ async fn sqs_message_ids_are_unique_across_queues_and_incarnations_and_the_same_
     assert_eq!(sqs_call(&ea, "CreateQueue", serde_json::json!({ "QueueName": "one" })).await.0, 200);
     assert_ne!(send("one").await, first, "the queue made anew hands out a new id");
 }
+
+/// A refused `CreateQueue` leaves nothing behind: an attribute zkq cannot serve (`DelaySeconds`
+/// 5), a value out of range, or a dead-letter queue that does not exist make no queue, so the
+/// corrected retry makes it with its attributes (it answered `QueueAlreadyExists`: the node was
+/// created before the attributes were checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_create_queue_leaves_nothing_and_the_corrected_retry_makes_the_queue() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-create-refused");
+    let mut config = test_config(zk, &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let zkq = TestZkq::start_ready(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let direct = zk_client(zk).await;
+    let dlq = "arn:aws:sqs:us-east-1:000000000000:missing";
+    let refused = [
+        serde_json::json!({ "DelaySeconds": "5" }),
+        serde_json::json!({ "VisibilityTimeout": "99999" }),
+        serde_json::json!({ "RedrivePolicy": serde_json::json!({ "deadLetterTargetArn": dlq, "maxReceiveCount": 3 }).to_string() }),
+    ];
+    for (n, attributes) in refused.iter().enumerate() {
+        let name = format!("refused-{n}");
+        let create =
+            sqs_call(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
+                .await;
+        assert_eq!(create.0, 400, "{attributes}: {}", create.1);
+        let kind = create.1["__type"].as_str().unwrap_or_default();
+        assert!(
+            kind.contains("InvalidAttributeValue") || kind.contains("InvalidParameterValue"),
+            "{attributes}: {}",
+            create.1
+        );
+        let found = sqs_call(&endpoint, "GetQueueUrl", serde_json::json!({ "QueueName": name })).await;
+        assert_eq!(found.0, 400, "the refused create left queue {name} behind: {}", found.1);
+        let node = direct.check_stat(&format!("{root}/{name}")).await.expect("exists");
+        assert!(node.is_none(), "the refused create left a node behind for {name}");
+        let retry = sqs_call(
+            &endpoint,
+            "CreateQueue",
+            serde_json::json!({ "QueueName": name, "Attributes": { "VisibilityTimeout": "45" } }),
+        )
+        .await;
+        assert_eq!(retry.0, 200, "the corrected retry of {name}: {}", retry.1);
+        let url = retry.1["QueueUrl"].as_str().expect("a url").to_owned();
+        let attributes = sqs_call(
+            &endpoint,
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url, "AttributeNames": ["VisibilityTimeout"] }),
+        )
+        .await;
+        assert_eq!(attributes.1["Attributes"]["VisibilityTimeout"], "45", "{}", attributes.1);
+    }
+}
+
+/// Two `CreateQueue` calls with different attributes on two sidecars at once: one makes the
+/// queue, the other is told it exists with other attributes (`QueueAlreadyExists`), and the
+/// queue has the winner's attributes on both sidecars. Both succeeded, each writing its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_concurrent_create_queue_calls_with_different_attributes_one_makes_the_queue() {
+    let zk = ZkServer::shared();
+    let root = unique_root("sqs-create-race");
+    let start = || {
+        let mut config = test_config(zk, &root);
+        config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        TestZkq::start_ready(config)
+    };
+    let (a, b) = (start().await, start().await);
+    let endpoint = |zkq: &TestZkq| format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let (ea, eb) = (endpoint(&a), endpoint(&b));
+    for n in 0..8 {
+        let name = format!("race-{n}");
+        let create = |endpoint: String, seconds: &'static str| {
+            let body = serde_json::json!({ "QueueName": name, "Attributes": { "VisibilityTimeout": seconds } });
+            async move { sqs_call(&endpoint, "CreateQueue", body).await }
+        };
+        let (one, two) = tokio::join!(create(ea.clone(), "40"), create(eb.clone(), "50"));
+        let winner = match (one.0, two.0) {
+            (200, 400) => "40",
+            (400, 200) => "50",
+            other => panic!("{name}: one create makes the queue, the other is refused: {other:?} {} {}", one.1, two.1),
+        };
+        let loser = if winner == "40" { &two.1 } else { &one.1 };
+        let kind = loser["__type"].as_str().unwrap_or_default();
+        assert!(kind.ends_with("QueueNameExists") || kind.ends_with("QueueAlreadyExists"), "{loser}");
+        for endpoint in [&ea, &eb] {
+            let url = format!("{endpoint}/000000000000/{name}");
+            let attributes = sqs_call(
+                endpoint,
+                "GetQueueAttributes",
+                serde_json::json!({ "QueueUrl": url, "AttributeNames": ["VisibilityTimeout"] }),
+            )
+            .await;
+            assert_eq!(attributes.1["Attributes"]["VisibilityTimeout"], winner, "{name}: {}", attributes.1);
+        }
+        // The same attributes again: the queue exists as asked, so it is no error.
+        let again = create(ea.clone(), if winner == "40" { "40" } else { "50" }).await;
+        assert_eq!(again.0, 200, "{}", again.1);
+    }
+}

@@ -505,6 +505,46 @@ async fn a_body_that_is_not_sqs_text_is_base64_encoded_or_refused_as_its_queue_s
     assert!(refused >= 4.0, "each refusal is counted (two bodies, two deliveries each): {refused}");
 }
 
+/// A refused body (`sqs_binary_bodies = "refuse"`) on a queue without a dead-letter queue does
+/// not end the long-poll: the receive goes on waiting and hands out the text message put
+/// meanwhile, leasing the refused one once, never again while it waits; and refusals do not
+/// count deliveries (zkq's own API then leases it as its first delivery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_body_neither_ends_the_long_poll_nor_counts_deliveries() {
+    let root = unique_root("sqs-refuse-wait");
+    let mut config = test_config(ZkServer::shared(), &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    declare(&mut config, "refusing", zkq::config::QueueKind::Fifo, None, None);
+    config.queues.get_mut("refusing").expect("declared").sqs_binary_bodies = Some(zkq::config::BinaryBodies::Refuse);
+    let zkq = TestZkq::start(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener"));
+    let api = zkq.client();
+    assert_eq!(api.put("refusing", "", b"\xff\xfe binary").await.status, 201);
+    let url = format!("{endpoint}/000000000000/refusing");
+    let request = reqwest::Client::new()
+        .post(&endpoint)
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", "AmazonSQS.ReceiveMessage")
+        .body(serde_json::json!({ "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 20 }).to_string());
+    let receive = tokio::spawn(async move {
+        let answer: serde_json::Value = request.send().await.expect("receive").json().await.expect("json");
+        let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
+        messages.iter().map(|m| m["Body"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
+    });
+    let refused = || async { metric(&zkq.metrics().await, "zkq_sqs_refused_bodies_total") };
+    eventually(Duration::from_secs(10), "the receive met the refused body", || async { refused().await >= 1.0 }).await;
+    assert!(!receive.is_finished(), "the long-poll ended when it met the refused body");
+    assert_eq!(api.put("refusing", "", b"text").await.status, 201);
+    let received = receive.await.expect("the receive");
+    assert_eq!(received, ["text"], "the long-poll waited on and handed out the text message");
+    assert_eq!(refused().await, 1.0, "the refused body was leased once while the long-poll waited");
+    let leased = zkq.http.post(zkq.url("/v1/queues/refusing/leases")).send().await.expect("lease");
+    assert_eq!(leased.status(), 200);
+    let count = leased.headers().get("zkq-delivery-count").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(leased.bytes().await.expect("body").as_ref(), b"\xff\xfe binary");
+    assert_eq!(count.as_deref(), Some("1"), "a refusal is not a delivery");
+}
+
 /// Real Celery workers (`celery[sqs]`: kombu's SQS transport, its long polls through pycurl) take
 /// 200 tasks from zkq, sent by a Celery producer (`tests/sqs/celery_worker.py`); one worker stops
 /// midway, handing back what it held. Each task runs once; zkq ends with nothing waiting or in

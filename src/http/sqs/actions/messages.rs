@@ -472,8 +472,7 @@ pub(super) async fn receive_message(
     }
     .clamp(Duration::from_secs(1), lease.max_visibility);
     let max = usize::try_from(max).unwrap_or(1);
-    let leased = queue.lease_many(wait, visibility, max, usize::MAX).await?;
-    let leased = refuse_binary(ctx, &queue, leased).await;
+    let leased = lease_text(ctx, &queue, wait, visibility, max).await?;
     let grouped = queue.grouped();
     let names = &input.message_attribute_names;
     let messages = leased
@@ -488,32 +487,63 @@ fn sqs_text(body: &[u8]) -> bool {
     std::str::from_utf8(body).is_ok_and(|text| text.chars().all(is_sqs_char))
 }
 
-/// On a queue whose `sqs_binary_bodies` (or `sqs.binary_bodies`) is `refuse`, the leased messages
-/// whose bodies are not SQS text are released at once, in their place, and left out of the
-/// answer: another consumer (zkq's own API, Curator) takes them, or past `max_deliveries` they
-/// move to the dead-letter queue. Counted and logged.
-async fn refuse_binary(
+/// Leases up to `max` messages for a `ReceiveMessage`, waiting up to `wait` for the first.
+///
+/// On a queue whose `sqs_binary_bodies` (or `sqs.binary_bodies`) is `refuse`, a leased message
+/// whose body is not SQS text is never handed out, and it does not end the long-poll: the
+/// receive goes on waiting for a text message. Counted in `zkq_sqs_refused_bodies_total` and
+/// logged. A refused message's lease is held while the receive waits (so the long-poll does not
+/// lease it again), then ended:
+/// - on a queue with a dead-letter queue, released with its delivery counted, one per
+///   `ReceiveMessage` that met it, so that after `max_deliveries` such receives it moves there
+///   (it can never be received over SQS);
+/// - on one without, given back uncounted, in its place, for zkq's own API or a Curator
+///   consumer: refusals never grow its delivery count.
+async fn lease_text(
     ctx: &Ctx<'_>,
     queue: &QueueRef,
-    leased: Vec<(Message, LeaseGrant)>,
-) -> Vec<(Message, LeaseGrant)> {
+    wait: Duration,
+    visibility: Duration,
+    max: usize,
+) -> Result<Vec<(Message, LeaseGrant)>, SqsError> {
     let config = &ctx.state.config;
     let policy = config.queues.get(queue.name()).and_then(|q| q.sqs_binary_bodies).unwrap_or(config.sqs.binary_bodies);
     if policy != BinaryBodies::Refuse {
-        return leased;
+        return Ok(queue.lease_many(wait, visibility, max, usize::MAX).await?);
     }
-    let (text, binary): (Vec<_>, Vec<_>) = leased.into_iter().partition(|(message, _)| sqs_text(&message.body));
-    for (message, grant) in binary {
-        ctx.state.metrics.sqs_refused_bodies.inc();
-        tracing::warn!(queue = %queue.name(), message = %message.message_id, delivery = grant.delivery_count,
-            "a body that is not SQS text was not handed out (sqs_binary_bodies = \"refuse\"); released for other consumers");
-        if let Err(err) = queue.nack(grant.receipt, NackMode::Keep, Duration::ZERO).await {
+    let started = tokio::time::Instant::now();
+    // A held lease must not expire while held (its expiry would count a delivery).
+    let until = started + wait.min(visibility.saturating_sub(Duration::from_secs(1)));
+    let mut held = Vec::new();
+    let result = loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let leased = match queue.lease_many(left, visibility, max, usize::MAX).await {
+            Ok(leased) => leased,
+            Err(err) => break Err(err.into()),
+        };
+        let (text, refused): (Vec<_>, Vec<_>) = leased.into_iter().partition(|(message, _)| sqs_text(&message.body));
+        let none_leased = text.is_empty() && refused.is_empty();
+        for (message, grant) in refused {
+            ctx.state.metrics.sqs_refused_bodies.inc();
+            tracing::warn!(queue = %queue.name(), message = %message.message_id, delivery = grant.delivery_count,
+                "a body that is not SQS text was not handed out (sqs_binary_bodies = \"refuse\")");
+            held.push(grant.receipt);
+        }
+        if !text.is_empty() || none_leased || tokio::time::Instant::now() >= until {
+            break Ok(text);
+        }
+    };
+    let counted = queue.dead_letter().is_some();
+    for receipt in held {
+        if !counted {
+            queue.give_back_unhanded(receipt).await;
+        } else if let Err(err) = queue.nack(receipt, NackMode::Keep, Duration::ZERO).await {
             // Its lease ends by itself at its visibility timeout.
-            tracing::warn!(queue = %queue.name(), message = %message.message_id, error = %err,
+            tracing::warn!(queue = %queue.name(), error = %err,
                 "could not release a refused message; it is released when its lease expires");
         }
     }
-    text
+    result
 }
 
 #[derive(Deserialize)]

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, number, required};
 use crate::http::sqs::error::SqsError;
-use crate::queue::QueueRef;
+use crate::queue::{QueueError, QueueRef, QueueSettings};
 use crate::types::QueueName;
 
 #[derive(Deserialize)]
@@ -48,12 +48,11 @@ pub(super) struct CreateQueueInput {
 const SETTABLE: [&str; 4] =
     ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy", "ContentBasedDeduplication"];
 
-/// The queue's settings as SQS attributes: its own (a dynamic queue's settings node) where it has
-/// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what `CreateQueue`
-/// of an existing queue must say.
-fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
+/// The queue's settings as SQS attributes: `own` (a dynamic queue's settings node) where it has
+/// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what
+/// `CreateQueue` of an existing queue must say.
+fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static str, String)> {
     let config = &ctx.state.config;
-    let own = queue.settings();
     let mut values = vec![
         (
             "VisibilityTimeout",
@@ -68,10 +67,14 @@ fn settings(ctx: &Ctx<'_>, queue: &QueueRef) -> Vec<(&'static str, String)> {
         let content = own.content_deduplication.unwrap_or(false);
         values.push(("ContentBasedDeduplication", content.to_string()));
     }
-    if let Some(dead_letter) = queue.dead_letter() {
+    let dead_letter = match queue.declared() {
+        true => queue.dead_letter().map(|d| (d.name.clone(), d.max_deliveries)),
+        false => own.dead_letter.clone().map(|name| (name, own.max_deliveries)),
+    };
+    if let Some((name, max_deliveries)) = dead_letter {
         let policy = serde_json::json!({
-            "deadLetterTargetArn": ctx.queue_arn(dead_letter.name.as_str()),
-            "maxReceiveCount": dead_letter.max_deliveries,
+            "deadLetterTargetArn": ctx.queue_arn(name.as_str()),
+            "maxReceiveCount": max_deliveries,
         });
         values.push(("RedrivePolicy", policy.to_string()));
     }
@@ -93,36 +96,29 @@ fn same(served: &str, given: &str) -> bool {
             .is_some_and(|(a, b)| a == b)
 }
 
-/// Why attributes are given.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Purpose {
-    /// `CreateQueue`; `made`: the call made the queue (it did not exist).
-    Create { made: bool },
-    /// `SetQueueAttributes`.
-    Set,
+/// Attributes a client gives a queue, sorted: the [`SETTABLE`] ones of a dynamic queue, read
+/// into a change of its settings, and the others, which must say what the queue is.
+struct Given {
+    change: SettingsChange,
+    /// The settable attributes as given, for a `CreateQueue` of a queue that exists already.
+    settable: Vec<(String, String)>,
 }
 
-/// Checks attributes a client gives a queue against what it is: each must be one of its
-/// [`settings`] with the value it has, except a dynamic queue's [`SETTABLE`] ones (on a set, or
-/// a create that made the queue), which are returned to be written. A create that differs from
-/// the queue answers `QueueAlreadyExists`, as SQS does.
-fn check_settings(
-    ctx: &Ctx<'_>,
-    queue: &QueueRef,
-    attributes: &Map<String, Value>,
-    purpose: Purpose,
-) -> Result<Map<String, Value>, SqsError> {
-    let settable = matches!(purpose, Purpose::Set | Purpose::Create { made: true });
-    let settings = settings(ctx, queue);
-    let mut to_write = Map::new();
+/// Sorts and checks attributes for `queue`, before anything is written: an attribute zkq
+/// cannot set must say what the queue is (`InvalidAttributeName` for one zkq takes from its
+/// configuration, `InvalidAttributeValue` for a value it cannot serve), and each settable
+/// value is checked as SQS checks it.
+fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creating: bool) -> Result<Given, SqsError> {
+    let served = served(ctx, queue, &queue.settings());
+    let mut settable = Map::new();
     for (key, value) in attributes {
         let text = text_of(value);
         let fifo_only = key == "ContentBasedDeduplication" && !queue.name().as_str().ends_with(".fifo");
-        if settable && !queue.declared() && SETTABLE.contains(&key.as_str()) && !fifo_only {
-            to_write.insert(key.clone(), value.clone());
+        if !queue.declared() && SETTABLE.contains(&key.as_str()) && !fifo_only {
+            settable.insert(key.clone(), value.clone());
             continue;
         }
-        let served = settings.iter().find(|(name, _)| name == key).map(|(_, served)| served.as_str());
+        let served = served.iter().find(|(name, _)| name == key).map(|(_, served)| served.as_str());
         let Some(served) = served.or((key == "RedrivePolicy").then_some("")) else {
             if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
                 continue;
@@ -135,12 +131,19 @@ fn check_settings(
             )));
         };
         if !same(served, &text) {
-            let whose = if queue.declared() { "in zkq's configuration" } else { "already" };
-            let message = format!("queue {} has {key} = {served} {whose}, not {text}", queue.name());
-            return Err(match purpose {
-                Purpose::Create { .. } => SqsError::queue_exists(message),
-                Purpose::Set => SqsError::invalid_attribute_value(message),
-            });
+            if queue.declared() && creating {
+                // A declared queue exists: as SQS answers a create whose attributes differ.
+                return Err(SqsError::queue_exists(format!(
+                    "queue {} has {key} = {served} in zkq's configuration, not {text}",
+                    queue.name()
+                )));
+            }
+            let whose = if queue.declared() { "in zkq's configuration" } else { "for every queue" };
+            return Err(SqsError::invalid_attribute_value(format!(
+                "queue {} has {key} = {served} {whose}, not {text}; zkq sets only {} of a dynamic queue",
+                queue.name(),
+                SETTABLE.join(", ")
+            )));
         }
     }
     if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
@@ -151,99 +154,130 @@ fn check_settings(
             queue.name()
         )));
     }
-    Ok(to_write)
+    let change = SettingsChange::of(ctx, &settable)?;
+    Ok(Given { change, settable: settable.iter().map(|(key, value)| (key.clone(), text_of(value))).collect() })
 }
 
-/// Writes a dynamic queue's settable attributes to its settings node, each checked as SQS checks
-/// it: `VisibilityTimeout` 0 to 43,200 seconds (within `lease.max_visibility`),
+/// A change of a dynamic queue's settable attributes, each checked as SQS checks it:
+/// `VisibilityTimeout` 0 to 43,200 seconds (within `lease.max_visibility`),
 /// `ReceiveMessageWaitTimeSeconds` 0 to 20, `RedrivePolicy` a JSON object with
-/// `deadLetterTargetArn` (an existing queue) and `maxReceiveCount` (1 to 1,000), or empty to remove.
-async fn write_settings(ctx: &Ctx<'_>, queue: &QueueRef, attributes: Map<String, Value>) -> Result<(), SqsError> {
-    if attributes.is_empty() {
-        return Ok(());
-    }
-    let longest = ctx.state.config.lease.max_visibility.as_secs().min(43_200);
-    let seconds = |key: &str, max: u64| -> Result<Option<Option<u64>>, SqsError> {
-        let Some(value) = attributes.get(key) else { return Ok(None) };
-        let text = text_of(value);
-        match text.trim().parse::<u64>() {
-            Ok(n) if n <= max => Ok(Some(Some(n))),
-            _ => Err(SqsError::invalid_attribute_value(format!("{key} must be 0 to {max} seconds, not {text}"))),
-        }
-    };
-    let visibility = seconds("VisibilityTimeout", longest)?;
-    let wait = seconds("ReceiveMessageWaitTimeSeconds", 20)?;
-    let redrive = match attributes.get("RedrivePolicy").map(text_of) {
-        None => None,
-        Some(text) if text.trim().is_empty() => Some((None, None)),
-        Some(text) => {
-            #[derive(Deserialize)]
-            #[serde(rename_all = "camelCase")]
-            struct Policy {
-                dead_letter_target_arn: String,
-                max_receive_count: Value,
-            }
-            let policy: Policy = serde_json::from_str(&text).map_err(|err| {
-                SqsError::invalid_attribute_value(format!(
-                    "RedrivePolicy must be JSON with deadLetterTargetArn and maxReceiveCount: {err}"
-                ))
-            })?;
-            let target = super::moves::queue_of_arn(&policy.dead_letter_target_arn)?;
-            let max = text_of(&policy.max_receive_count).trim().parse::<u32>().map_err(|_| {
-                SqsError::invalid_attribute_value("maxReceiveCount must be a whole number of 1 to 1000")
-            })?;
-            Some((Some(target), Some(max)))
-        },
-    };
-    let content = match attributes.get("ContentBasedDeduplication").map(text_of) {
-        None => None,
-        Some(text) => match text.trim() {
-            "true" => Some(true),
-            "false" => Some(false),
-            _ => {
-                return Err(SqsError::invalid_attribute_value(format!(
-                    "ContentBasedDeduplication is true or false, not {text}"
-                )));
-            },
-        },
-    };
-    ctx.state
-        .queues
-        .set_settings(queue.name(), |mut settings| {
-            if let Some(content) = content {
-                settings.content_deduplication = Some(content);
-            }
-            if let Some(visibility) = visibility {
-                settings.visibility_seconds = visibility;
-            }
-            if let Some(wait) = wait {
-                settings.receive_wait_seconds = wait;
-            }
-            if let Some((target, max)) = redrive.clone() {
-                settings.dead_letter = target;
-                settings.max_deliveries = max;
-            }
-            Ok(settings)
-        })
-        .await
-        .map_err(|err| match err {
-            crate::queue::QueueError::InvalidParameter(message) => SqsError::invalid_attribute_value(message),
-            other => other.into(),
-        })?;
-    Ok(())
+/// `deadLetterTargetArn` (an existing queue) and `maxReceiveCount` (1 to 1,000), or empty to
+/// remove it, `ContentBasedDeduplication` true or false. `None`: not given.
+#[derive(Clone, Default)]
+struct SettingsChange {
+    visibility: Option<Option<u64>>,
+    wait: Option<Option<u64>>,
+    redrive: Option<(Option<QueueName>, Option<u32>)>,
+    content: Option<bool>,
 }
 
+impl SettingsChange {
+    fn of(ctx: &Ctx<'_>, attributes: &Map<String, Value>) -> Result<SettingsChange, SqsError> {
+        let longest = ctx.state.config.lease.max_visibility.as_secs().min(43_200);
+        let seconds = |key: &str, max: u64| -> Result<Option<Option<u64>>, SqsError> {
+            let Some(value) = attributes.get(key) else { return Ok(None) };
+            let text = text_of(value);
+            match text.trim().parse::<u64>() {
+                Ok(n) if n <= max => Ok(Some(Some(n))),
+                _ => Err(SqsError::invalid_attribute_value(format!("{key} must be 0 to {max} seconds, not {text}"))),
+            }
+        };
+        let visibility = seconds("VisibilityTimeout", longest)?;
+        let wait = seconds("ReceiveMessageWaitTimeSeconds", 20)?;
+        let redrive = match attributes.get("RedrivePolicy").map(text_of) {
+            None => None,
+            Some(text) if text.trim().is_empty() => Some((None, None)),
+            Some(text) => {
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Policy {
+                    dead_letter_target_arn: String,
+                    max_receive_count: Value,
+                }
+                let policy: Policy = serde_json::from_str(&text).map_err(|err| {
+                    SqsError::invalid_attribute_value(format!(
+                        "RedrivePolicy must be JSON with deadLetterTargetArn and maxReceiveCount: {err}"
+                    ))
+                })?;
+                let target = super::moves::queue_of_arn(&policy.dead_letter_target_arn)?;
+                let max = text_of(&policy.max_receive_count).trim().parse::<u32>().map_err(|_| {
+                    SqsError::invalid_attribute_value("maxReceiveCount must be a whole number of 1 to 1000")
+                })?;
+                Some((Some(target), Some(max)))
+            },
+        };
+        let content = match attributes.get("ContentBasedDeduplication").map(text_of) {
+            None => None,
+            Some(text) => match text.trim() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => {
+                    return Err(SqsError::invalid_attribute_value(format!(
+                        "ContentBasedDeduplication is true or false, not {text}"
+                    )));
+                },
+            },
+        };
+        Ok(SettingsChange { visibility, wait, redrive, content })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.visibility.is_none() && self.wait.is_none() && self.redrive.is_none() && self.content.is_none()
+    }
+
+    fn apply(&self, mut settings: QueueSettings) -> QueueSettings {
+        if let Some(content) = self.content {
+            settings.content_deduplication = Some(content);
+        }
+        if let Some(visibility) = self.visibility {
+            settings.visibility_seconds = visibility;
+        }
+        if let Some(wait) = self.wait {
+            settings.receive_wait_seconds = wait;
+        }
+        if let Some((target, max)) = self.redrive.clone() {
+            settings.dead_letter = target;
+            settings.max_deliveries = max;
+        }
+        settings
+    }
+}
+
+/// What a refused setting says in SQS.
+fn settings_error(err: QueueError) -> SqsError {
+    match err {
+        QueueError::InvalidParameter(message) => SqsError::invalid_attribute_value(message),
+        other => other.into(),
+    }
+}
+
+/// Makes the queue, or finds it existing with the attributes given (SQS answers
+/// `QueueAlreadyExists` for one whose attributes differ). Everything is checked before anything
+/// is written, and the queue's node and settings are written in one transaction
+/// (`QueueService::create`): a refused call leaves nothing behind, and of two calls with
+/// different attributes one makes the queue and the other is told it exists.
 pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
     let text = required(input.queue_name, "QueueName")?;
     let name: QueueName = text.parse().map_err(|_| {
         SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
     })?;
-    // A queue made by this call takes the settable attributes; an existing one must already
-    // have them (as SQS answers a CreateQueue whose attributes differ from the queue's).
-    let existed = ctx.state.queues.stored(&name).await?;
-    let queue = ctx.state.queues.create(&name).await?;
-    let to_write = check_settings(ctx, &queue, &input.attributes, Purpose::Create { made: !existed })?;
-    write_settings(ctx, &queue, to_write).await?;
+    super::tags::check_tags(&input.tags)?;
+    let queue = ctx.state.queues.open(&name)?;
+    let given = given(ctx, &queue, &input.attributes, true)?;
+    let (queue, created) =
+        ctx.state.queues.create(&name, given.change.apply(QueueSettings::default())).await.map_err(settings_error)?;
+    if !created.made {
+        let served = served(ctx, &queue, &created.settings);
+        for (key, text) in &given.settable {
+            let now = served.iter().find(|(name, _)| name == key).map_or("", |(_, value)| value.as_str());
+            if !same(now, text) {
+                return Err(SqsError::queue_exists(format!(
+                    "queue {} has {key} = {now} already, not {text}",
+                    queue.name()
+                )));
+            }
+        }
+    }
     super::tags::add_tags(ctx, &name, input.tags).await?;
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
 }
@@ -370,7 +404,7 @@ pub(super) async fn get_queue_attributes(
         ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
         ("QueueArn", ctx.queue_arn(&name)),
     ];
-    values.extend(settings(ctx, &queue));
+    values.extend(served(ctx, &queue, &queue.settings()));
     let attributes = values
         .into_iter()
         .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
@@ -392,8 +426,11 @@ pub(super) struct SetQueueAttributesInput {
 pub(super) async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttributesInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let to_write = check_settings(ctx, &queue, &input.attributes, Purpose::Set)?;
-    write_settings(ctx, &queue, to_write).await?;
+    let change = given(ctx, &queue, &input.attributes, false)?.change;
+    if change.is_empty() {
+        return Ok(Empty {});
+    }
+    ctx.state.queues.set_settings(queue.name(), |settings| Ok(change.apply(settings))).await.map_err(settings_error)?;
     Ok(Empty {})
 }
 

@@ -89,7 +89,7 @@ pub(super) async fn add_tags(ctx: &Ctx<'_>, queue: &QueueName, tags: Tags) -> Re
     change(ctx, queue, |stored| stored.extend(tags.clone())).await
 }
 
-fn check_tags(tags: &Tags) -> Result<(), SqsError> {
+pub(super) fn check_tags(tags: &Tags) -> Result<(), SqsError> {
     for (key, value) in tags {
         if key.is_empty() || key.chars().count() > 128 || key.to_ascii_lowercase().starts_with("aws:") {
             return Err(SqsError::invalid_parameter(format!(
