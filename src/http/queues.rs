@@ -473,10 +473,10 @@ pub async fn purge_queue(
     Ok(Json(PurgedResponse { queue: queue.name().to_string(), removed: purged.removed, complete: purged.complete }))
 }
 
-/// Delete a dynamic queue: every message (held by a consumer or not), its locks, delivery
-/// counts, idempotency records and tags, then its node. A put afterwards creates it anew.
-/// Deleted here at once; another zkq that has it open sees its messages gone at once and closes
-/// it when idle. A message put while the delete runs may be deleted with it.
+/// Delete a dynamic queue: its node marked deleted, then every message (held by a consumer or
+/// not), its locks, delivery counts, idempotency records and tags. A put afterwards creates it
+/// anew; a message put once it was made anew, while the delete still runs, is not deleted.
+/// Every zkq that has it open sees the mark and ends its leases.
 #[utoipa::path(
     delete, path = "/v1/queues/{queue}", tag = "queues",
     params(QueuePath),

@@ -83,20 +83,28 @@ pub(crate) async fn revive(zk: &Zk, path: &str) -> Result<(), ZkError> {
 /// Marks the queue at `path` deleted (its node kept), unless it is deleted already or has no
 /// node, and removes its settings node (`settings_path`) in the same transaction: a
 /// `CreateQueue` that makes the queue anew afterwards writes its own, which nothing of this
-/// delete touches. Returns what it was before.
-pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<Presence, ZkError> {
+/// delete touches. Returns what it was before, and, when this call marked it, the node's
+/// children counter then: the deleted incarnation's messages and locks are the children
+/// numbered below it (`names::created_before`), and a message put once the queue was made anew
+/// while the delete goes on is never one of them.
+pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<(Presence, Option<i32>), ZkError> {
     loop {
-        let (presence, version) = read(zk, path).await?;
+        let (presence, stat) = match zk.get_data(path).await {
+            Ok((data, stat)) => (Presence::of(Some(&data)), stat),
+            Err(ZkError::NoNode) => return Ok((Presence::Absent, None)),
+            Err(err) => return Err(err),
+        };
         if presence != Presence::Live {
-            return Ok(presence);
+            return Ok((presence, None));
         }
         let mut ops =
-            vec![TxnOp::SetData { path: path.to_owned(), data: DELETED_MARK.to_vec(), version: Some(version) }];
-        if let Some(stat) = zk.exists(settings_path).await? {
-            ops.push(TxnOp::Delete { path: settings_path.to_owned(), version: Some(stat.version) });
+            vec![TxnOp::SetData { path: path.to_owned(), data: DELETED_MARK.to_vec(), version: Some(stat.version) }];
+        if let Some(settings) = zk.exists(settings_path).await? {
+            ops.push(TxnOp::Delete { path: settings_path.to_owned(), version: Some(settings.version) });
         }
         match zk.multi(&ops).await {
-            Ok(_) => return Ok(Presence::Live),
+            // A child made between the read and the mark counts as later: kept, never lost.
+            Ok(_) => return Ok((Presence::Live, Some(stat.cversion))),
             // Changed meanwhile (the queue's node or its settings): read again.
             Err(TxnError { error: ZkError::BadVersion | ZkError::NoNode, .. }) => continue,
             Err(TxnError { error, .. }) => return Err(error),

@@ -5,8 +5,6 @@
 //! [`Context`] and the children cache. The facade itself keeps only what decides when an idle
 //! dynamic queue may close.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,10 +25,7 @@ use super::{
 use crate::config::QueueKind;
 use crate::metrics::QueueMetrics;
 use crate::types::QueueName;
-use crate::zk::{WatchEvent, Zk};
-
-/// A one-shot watch kept registered without anyone waiting on it.
-pub(super) type ParkedWatch = Pin<Box<dyn Future<Output = WatchEvent> + Send>>;
+use crate::zk::Zk;
 
 /// The components of a queue, built by the service (`service.rs`).
 pub(super) struct Parts {
@@ -56,10 +51,6 @@ pub struct Queue {
     users: AtomicUsize,
     /// When the last request using it ended.
     last_used: Mutex<Instant>,
-    /// One-shot watches on the queue path that requests opening the queue were still holding
-    /// (see [`QueueService::existing`](super::QueueService::existing)): kept, never polled, until
-    /// the queue closes.
-    parked_watches: Mutex<Vec<ParkedWatch>>,
 }
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
@@ -94,7 +85,6 @@ impl Queue {
             stop,
             users: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
-            parked_watches: Mutex::new(Vec::new()),
         }
     }
 
@@ -115,19 +105,9 @@ impl Queue {
             && self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= idle
     }
 
-    /// Whether a request uses the queue or waits on it.
-    pub(super) fn in_use(&self) -> bool {
-        self.users.load(Ordering::SeqCst) > 0 || self.cache.waiting() > 0
-    }
-
     /// Ends the queue's own tasks (it was closed).
     pub(super) fn close(&self) {
         self.stop.cancel();
-    }
-
-    /// Keeps a one-shot watch registered until the queue closes.
-    pub(super) fn park_watch(&self, watch: ParkedWatch) {
-        self.parked_watches.lock().unwrap_or_else(|p| p.into_inner()).push(watch);
     }
 
     /// Where the records of this queue's idempotency keys live.
@@ -181,6 +161,11 @@ impl Queue {
     /// What this process last saw the queue's node say (`None`: not read since it opened).
     pub(super) fn presence(&self) -> Option<Presence> {
         self.cache.presence()
+    }
+
+    /// What the queue's node says, as the refresher follows it (its persistent watch).
+    pub(super) fn presence_changes(&self) -> tokio::sync::watch::Receiver<Option<Presence>> {
+        self.cache.presence_changes()
     }
 
     /// Whether a list of the queues this process serves shows it: declared, or not seen deleted

@@ -68,6 +68,15 @@ pub(crate) fn fix_id(id: &str) -> String {
     id.replace(['/', '|'], "_")
 }
 
+/// Whether child `name` of a queue's node (a message, or its lock) was created before the node's
+/// children counter stood at `cversion`: ZooKeeper numbers a sequential child with its parent's
+/// `cversion`, so one created later has a sequence of `cversion` or more. A name without a
+/// sequence (a foreign node) counts as before.
+pub(crate) fn created_before(name: &str, cversion: i32) -> bool {
+    let sequence = trailing_sequence(name);
+    sequence == i64::MAX || sequence < i64::from(cversion)
+}
+
 fn trailing_sequence(name: &str) -> i64 {
     // The server appends "%010d" of a signed int: 10 characters, a '-' included after overflow.
     // A node split from a putMulti node carries `-{index}` after it (see `split_name`).
@@ -384,6 +393,14 @@ mod tests {
         assert!(is_valid_id("order 17/é"));
         assert!(!is_valid_id("tab\there"));
         assert!(!is_valid_id(""));
+    }
+
+    #[test]
+    fn children_made_after_a_counter_value_are_told_apart() {
+        assert!(created_before("queue-0000000041", 42));
+        assert!(!created_before("queue-0000000042", 42));
+        assert!(!created_before("queue-0000000050-0001", 42), "a split node is as old as its base");
+        assert!(created_before("foreign", 42));
     }
 
     #[test]

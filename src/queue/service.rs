@@ -15,7 +15,7 @@ use super::cache::{ChildrenCache, Rules};
 use super::catalog::{self, Presence};
 use super::claims::ClaimMarkers;
 use super::context::Context;
-use super::facade::{ParkedWatch, Parts, Queue, QueueRef};
+use super::facade::{Parts, Queue, QueueRef};
 use super::lease::{LeaseMemories, LeaseTable, Leases};
 use super::names;
 use super::put::Puts;
@@ -288,19 +288,17 @@ impl QueueService {
         }
     }
 
-    /// The queue called `name` for a read, a take or a lease: never creates anything. A dynamic
-    /// queue this process has not open is opened only once its node exists in ZooKeeper (another
-    /// sidecar or a Curator producer created it): a `sync`, then one `exists` read (with a watch
-    /// when it may wait) until `wait` passes (`None`: still no such queue).
+    /// The queue called `name` for a read, a take or a lease: never creates anything in
+    /// ZooKeeper. A dynamic queue this process has not open is served once its node exists
+    /// (another sidecar or a Curator producer created it): without a wait, after a `sync` and one
+    /// read; with one, the queue is opened here and every request waiting for it shares its
+    /// refresher's watch until the node appears or `wait` passes (`None`: still no such queue).
     ///
     /// Two rules keep its answers honest:
     /// - "No such queue" is trusted only after a `sync`: a lagging server may not have applied the
     ///   put that created the queue on another sidecar, acknowledged before this request arrived.
-    /// - A one-shot watch on the queue path is never dropped unfired once the queue may be open
-    ///   here: dropping it makes the client send `RemoveWatches`, which ZooKeeper before 3.9
-    ///   applies to every watch on the path (ZOOKEEPER-4466), the cache's persistent one too. An
-    ///   unfired watch is dropped only while the queue is not open (under the map's lock, so its
-    ///   removal reaches ZooKeeper before the cache's watch is added), else kept by the queue.
+    /// - No one-shot watch is ever set on a queue's path: beside the cache's persistent watch it
+    ///   breaks that watch on ZooKeeper before 3.9 (ZOOKEEPER-4466): see [`Self::await_live`].
     pub async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         let queue = self.find_existing(name, wait).await?;
         if let Some(queue) = &queue {
@@ -326,46 +324,70 @@ impl QueueService {
             // Open here, but its node was seen deleted: ZooKeeper says whether it was made anew.
             // (Not yet read, or no node yet: served as an open queue is, from its cache, which
             // waits for the node through an outage too.)
-            Ok(queue) if !queue.declared() && queue.presence() == Some(Presence::Deleted) => {},
+            Ok(queue) if !queue.declared() && queue.presence() == Some(Presence::Deleted) => {
+                return self.await_live(queue, wait, true).await;
+            },
             other => return other.map(Some),
         }
         if self.shutdown.is_cancelled() {
             return Err(QueueError::ShuttingDown);
         }
-        let path = self.layout(name).path;
-        let wait_until = Instant::now() + wait;
-        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
-        loop {
-            let zk = self.session.connected(answer_by).await?;
+        if wait.is_zero() {
+            let path = self.layout(name).path;
+            let zk = self.session.connected(Instant::now() + self.session.request_timeout()).await?;
             let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
             zk.sync(&path).await?;
-            if wait.is_zero() {
-                return match catalog::presence(&zk, &path).await? {
-                    Presence::Live => self.open_live(name).map(Some),
-                    Presence::Absent | Presence::Deleted => Ok(None),
-                };
+            return match catalog::presence(&zk, &path).await? {
+                Presence::Live => self.open_live(name).map(Some),
+                Presence::Absent | Presence::Deleted => Ok(None),
+            };
+        }
+        // Requests that wait for a queue not made yet share one watch: the queue is opened, and
+        // its refresher's persistent watch sees the node appear (or its mark go) for all of
+        // them at once; a put then wakes one waiter, in the queue's own order, not every one.
+        let queue = self.open(name)?;
+        self.await_live(queue, wait, false).await
+    }
+
+    /// An open queue served once it is live, waiting up to `wait`: as its refresher follows the
+    /// node (its persistent watch), and after a `sync` and a read of its own first when
+    /// `read_first` (a queue seen deleted) and once more when the wait is over (an answer "no
+    /// such queue" is trusted only then). It never adds a watch of its own: a one-shot watch
+    /// beside the refresher's persistent watch on the same path makes ZooKeeper before 3.9 drop
+    /// the persistent watch's data part (ZOOKEEPER-4466), and with it every later creation
+    /// event of the queue's messages.
+    async fn await_live(
+        &self,
+        queue: QueueRef,
+        wait: Duration,
+        read_first: bool,
+    ) -> Result<Option<QueueRef>, QueueError> {
+        let wait_until = Instant::now() + wait;
+        let answer_by = wait_until.max(Instant::now() + self.session.request_timeout());
+        let mut changes = queue.presence_changes();
+        let (mut read, mut last) = (read_first || wait.is_zero(), wait.is_zero());
+        loop {
+            if read {
+                let zk = self.session.connected(answer_by).await?;
+                let zk = zk.with_deadline(Instant::now() + self.session.request_timeout());
+                zk.sync(queue.path()).await?;
+                if catalog::presence(&zk, queue.path()).await?.is_live() {
+                    queue.seen_live();
+                    return Ok(Some(queue));
+                }
+                if last {
+                    return Ok(None);
+                }
+                read = false;
             }
-            // An existence watch fires on the node's creation, deletion and data change: a
-            // deleted queue made anew clears its mark, which wakes it too.
-            let (stat, watch) = zk.watch_exists(&path).await?;
-            let mut changed: ParkedWatch = Box::pin(watch.changed());
-            if stat.is_some() && catalog::presence(&zk, &path).await?.is_live() {
-                self.release_watch(name, changed);
-                return self.open_live(name).map(Some);
+            if changes.borrow_and_update().is_some_and(Presence::is_live) {
+                return Ok(Some(queue));
             }
             tokio::select! {
-                _ = &mut changed => {},
-                _ = tokio::time::sleep_until(wait_until) => {
-                    self.release_watch(name, changed);
-                    return Ok(None);
-                },
-                _ = self.shutdown.cancelled() => {
-                    self.release_watch(name, changed);
-                    return Err(QueueError::ShuttingDown);
-                },
-            }
-            if Instant::now() >= wait_until {
-                return Ok(None);
+                changed = changes.changed() => if changed.is_err() { return Err(QueueError::ShuttingDown) },
+                // Its wait is over: one more read says, whatever the refresher saw.
+                _ = tokio::time::sleep_until(wait_until) => (read, last) = (true, true),
+                _ = self.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
             }
         }
     }
@@ -375,18 +397,6 @@ impl QueueService {
         let queue = self.open(name)?;
         queue.seen_live();
         Ok(queue)
-    }
-
-    /// Lets go of a one-shot watch on the path of queue `name` (see [`QueueService::existing`]):
-    /// dropped while the queue is not open here, else kept by the queue until it closes.
-    fn release_watch(&self, name: &str, watch: ParkedWatch) {
-        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        match queues.get(name) {
-            Some(queue) => queue.park_watch(watch),
-            // Dropped under the map's lock: no queue can be opened (and its cache add its
-            // persistent watch) before the removal is on its way.
-            None => drop(watch),
-        }
     }
 
     /// Builds a queue and starts its tasks (the caller inserts it into the map).
@@ -666,13 +676,14 @@ impl QueueService {
         Ok(catalog::presence(&zk, &path).await?.is_live())
     }
 
-    /// Deletes dynamic queue `name` (SQS's `DeleteQueue`): its messages, held or not, its lock
-    /// directory, its delivery counts, its idempotency records and its tags, then its node, so
-    /// a retried put with an old idempotency key stores anew and a stale receipt is refused.
-    /// Closed here at once when no request uses it; on other sidecars it closes when idle. A
-    /// put to it afterwards creates it anew (a message put while the delete runs may be deleted
-    /// with it). `complete: false` when the request's deadline came first: deleting again goes
-    /// on. A declared queue is refused; a queue whose node does not exist is no such queue.
+    /// Deletes dynamic queue `name` (SQS's `DeleteQueue`): its node marked deleted (and kept),
+    /// then its messages, held or not, their locks, its delivery counts, its idempotency records
+    /// and its tags, so a retried put with an old idempotency key stores anew and a stale
+    /// receipt is refused. Closed here once nothing uses it; on other sidecars it closes when
+    /// idle. A put to it afterwards creates it anew; a message such a put stores while the
+    /// delete still runs is not deleted, nor its lock (only children numbered before the mark
+    /// are). `complete: false` when the request's deadline came first: deleting again goes on.
+    /// A declared queue is refused; a queue whose node does not exist is no such queue.
     pub async fn delete(&self, name: &QueueName) -> Result<super::Purged, QueueError> {
         if self.config.queues.contains_key(name) {
             return Err(QueueError::Declared(name.clone()));
@@ -690,23 +701,35 @@ impl QueueService {
         // this incarnation is ever named in the next (`catalog`). Then the messages, held or
         // not: the locks, counts, records, tags and settings then describe nothing. A delete
         // cut short by its deadline is finished by the next one.
-        let existed = catalog::mark_deleted(&zk, &layout.path, &paths.settings(name)).await? == Presence::Live;
+        let (was, counter) = catalog::mark_deleted(&zk, &layout.path, &paths.settings(name)).await?;
+        let existed = was == Presence::Live;
         self.seen_deleted(name);
-        let (removed, complete) = zk.delete_below(&layout.path).await?;
+        // Only the deleted incarnation's messages and locks: a put may make the queue anew while
+        // this runs, and its message and a lease's lock are no part of this delete. (A delete
+        // going on with one cut short, the queue still marked, removes every child.)
+        let doomed = |child: &str| counter.is_none_or(|counter| names::created_before(child, counter));
+        let (removed, complete) = zk.delete_below_where(&layout.path, &doomed).await?;
         if !complete {
             return Ok(super::Purged { removed, complete });
         }
         let mut leftovers = 0;
         if let Some(lock_path) = &layout.lock_path {
             // The lock directory stays, as the queue's node does: claims expect it.
-            let (gone, complete) = zk.delete_below(lock_path).await?;
+            let (gone, complete) = zk.delete_below_where(lock_path, &doomed).await?;
             leftovers += gone;
             if !complete {
                 return Ok(super::Purged { removed, complete: false });
             }
         }
+        // The delivery counts of the deleted incarnation's messages (named as they are): a
+        // lease of a message of the queue made anew acks with its count, which must stay.
+        let (gone, complete) = zk.delete_below_where(&paths.deliveries(name), &doomed).await?;
+        leftovers += gone;
+        if !complete {
+            return Ok(super::Purged { removed, complete: false });
+        }
         // The settings went with the mark.
-        let attached = [paths.deliveries(name), paths.idempotency_of(name), paths.tags(name)];
+        let attached = [paths.idempotency_of(name), paths.tags(name)];
         for path in attached {
             let (gone, complete) = zk.delete_tree(&path).await?;
             leftovers += gone;
@@ -731,12 +754,13 @@ impl QueueService {
         }
     }
 
-    /// Closes deleted queue `name` here unless a request is using it (a long-poll: it stays open
-    /// until idle). Its leases end with it, and its lease memory is forgotten: a receipt of the
-    /// deleted queue is never taken for one of a queue made anew under its name.
+    /// Closes deleted queue `name` here when nothing uses it any more: no request (a long-poll),
+    /// and no lease. A lease still out may be one of the queue made anew by a put while the
+    /// delete ran: closed with it, its lock would hold its message for as long as the session
+    /// lives. Such a queue closes when idle. Its lease memory is forgotten with it.
     fn close_deleted(&self, name: &QueueName) {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if queues.get(name).is_some_and(|q| !q.in_use()) {
+        if queues.get(name).is_some_and(|q| q.idle_for(Duration::ZERO)) {
             self.close_locked(&mut queues, name);
             self.lease_memories.forget(name);
         }

@@ -143,7 +143,13 @@ impl ZkTreeWatch {
         if self.ended {
             return std::future::pending().await;
         }
-        let event = self.watcher.changed().await;
+        // The crate's receiver panics (an `unwrap` on a closed channel) when the client goes
+        // away without a session event, e.g. closed while this waits: that is the end too.
+        let changed = std::panic::AssertUnwindSafe(self.watcher.changed());
+        let Ok(event) = futures::FutureExt::catch_unwind(changed).await else {
+            self.ended = true;
+            return TreeEvent::ConnectionLost;
+        };
         match event.event_type {
             zkc::EventType::NodeCreated => TreeEvent::Created(event.path),
             zkc::EventType::NodeDeleted => TreeEvent::Deleted(event.path),
@@ -376,16 +382,31 @@ impl Zk {
     /// whether `path` is gone: `false` when the handle's deadline came first (what was deleted
     /// stays deleted; calling again goes on). A missing `path` is gone already.
     pub async fn delete_tree(&self, path: &str) -> Result<(usize, bool), ZkError> {
-        self.delete_tree_as(path, true).await
+        self.delete_tree_as(path, true, &|_| true).await
     }
 
     /// As [`Zk::delete_tree`], but `path` itself stays (emptied): a queue's node, which keeps
     /// its sequence across a delete (`queue::catalog`). `true` once it has no child left.
     pub async fn delete_below(&self, path: &str) -> Result<(usize, bool), ZkError> {
-        self.delete_tree_as(path, false).await
+        self.delete_tree_as(path, false, &|_| true).await
     }
 
-    async fn delete_tree_as(&self, path: &str, with_root: bool) -> Result<(usize, bool), ZkError> {
+    /// As [`Zk::delete_below`], for the children of `path` whose names `doomed` picks (and
+    /// everything under them); `true` once none of those is left.
+    pub async fn delete_below_where(
+        &self,
+        path: &str,
+        doomed: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(usize, bool), ZkError> {
+        self.delete_tree_as(path, false, doomed).await
+    }
+
+    async fn delete_tree_as(
+        &self,
+        path: &str,
+        with_root: bool,
+        doomed: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(usize, bool), ZkError> {
         /// At most this many deletes per transaction (and within the request limit).
         const PER_TXN: usize = 500;
         let mut deleted = 0;
@@ -406,7 +427,12 @@ impl Zk {
                 Err(err) => return Err(err),
             };
             let prefix = node.trim_end_matches('/');
-            let children = children.into_iter().map(|child| format!("{prefix}/{child}")).collect();
+            let at_root = stack.len() == 1;
+            let children = children
+                .into_iter()
+                .filter(|child| !at_root || doomed(child))
+                .map(|child| format!("{prefix}/{child}"))
+                .collect();
             let (gone, parents) = match self.delete_leaves(children, PER_TXN).await {
                 Ok(done) => done,
                 // Out of time: what was sent may or may not be applied; deleting again goes on.

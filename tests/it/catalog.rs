@@ -381,7 +381,7 @@ async fn a_refused_create_queue_leaves_nothing_and_the_corrected_retry_makes_the
         );
         let found = sqs_call(&endpoint, "GetQueueUrl", serde_json::json!({ "QueueName": name })).await;
         assert_eq!(found.0, 400, "the refused create left queue {name} behind: {}", found.1);
-        let node = direct.check_stat(&format!("{root}/{name}")).await.expect("exists");
+        let node = direct.check_stat(&format!("{root}/queues/{name}")).await.expect("exists");
         assert!(node.is_none(), "the refused create left a node behind for {name}");
         let retry = sqs_call(
             &endpoint,
@@ -445,4 +445,178 @@ async fn of_two_concurrent_create_queue_calls_with_different_attributes_one_make
         let again = create(ea.clone(), if winner == "40" { "40" } else { "50" }).await;
         assert_eq!(again.0, 200, "{}", again.1);
     }
+}
+
+/// What the churn's consumers saw, shared between them.
+#[derive(Default)]
+struct Churn {
+    /// Every body leased, each time it was leased.
+    leased: Vec<String>,
+    /// Bodies leased with a short visibility (their lease may expire and they come again), or
+    /// while a delete ran.
+    may_repeat: std::collections::HashSet<String>,
+    /// Acks of a lease no delete ran across that were refused: its message was lost to a stale
+    /// receipt or expiry of another incarnation.
+    refused_without_delete: Vec<String>,
+    /// Stale acks (after a delete had answered) that deleted something.
+    stale_acked: Vec<String>,
+}
+
+/// Three sidecars share one dynamic queue while it is deleted and made anew (by puts) again and
+/// again through any of them, with leases out on all three: some acked at once, some held across
+/// a delete and acked afterwards with their stale receipt, some left to expire after it. No stale
+/// receipt acks anything (no 204), no ack of a lease that no delete crossed is refused (nothing
+/// of it was freed or deleted by a stale step), no message leased with no delete running is
+/// leased again while held, and afterwards nothing stays locked and one sidecar drains what
+/// is left (its cache followed every message of every incarnation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_and_new_incarnations_under_leases_on_three_sidecars_never_ack_or_free_the_wrong_message() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let zk = ZkServer::shared();
+    let root = unique_root("catalog-churn");
+    let sidecars = Arc::new(vec![
+        TestZkq::start_ready(test_config(zk, &root)).await,
+        TestZkq::start_ready(test_config(zk, &root)).await,
+        TestZkq::start_ready(test_config(zk, &root)).await,
+    ]);
+    // Deletes started, and deletes answered: a lease granted at start count s and acked while
+    // it is still s crossed no delete.
+    let (started, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Churn::default()));
+    let put = Arc::new(AtomicUsize::new(0));
+
+    let mut workers = tokio::task::JoinSet::new();
+    for p in 0..2 {
+        let (sidecars, stop, put) = (sidecars.clone(), stop.clone(), put.clone());
+        workers.spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let api = sidecars[(p + i) % 3].client();
+                if api.put("churn", "", format!("p{p}-{i}").as_bytes()).await.status == 201 {
+                    put.fetch_add(1, Ordering::SeqCst);
+                }
+                i += 1;
+            }
+        });
+    }
+    for c in 0..6 {
+        let (sidecars, stop, seen) = (sidecars.clone(), stop.clone(), seen.clone());
+        let (started, answered) = (started.clone(), answered.clone());
+        workers.spawn(async move {
+            let api = sidecars[c % 3].client();
+            let mut round = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                round += 1;
+                let style = (c + round) % 4;
+                // No delete runs when the lease is asked for (a message put while one runs
+                // may be deleted with it, as documented), and none starts before it is granted.
+                let before = started.load(Ordering::SeqCst);
+                let quiet = answered.load(Ordering::SeqCst) == before;
+                let visibility = if style == 3 { "1s" } else { "60s" };
+                let lease = api.lease("churn", &format!("wait=1s&visibility={visibility}")).await;
+                if lease.status != 200 {
+                    continue;
+                }
+                // Granted before delete `before + 1` started, when none started meanwhile.
+                let granted_before_next = quiet && started.load(Ordering::SeqCst) == before;
+                let body = String::from_utf8_lossy(&lease.body).into_owned();
+                {
+                    let mut seen = seen.lock().expect("lock");
+                    seen.leased.push(body.clone());
+                    // A lease that may expire, or one granted while a delete ran: such a lease
+                    // may lose its lock, and its message comes again.
+                    if style == 3 || !granted_before_next {
+                        seen.may_repeat.insert(body.clone());
+                    }
+                }
+                match style {
+                    // Held until a delete answered, then acked with the stale receipt.
+                    2 if granted_before_next => {
+                        let waited = std::time::Instant::now();
+                        while answered.load(Ordering::SeqCst) <= before
+                            && !stop.load(Ordering::SeqCst)
+                            && waited.elapsed() < Duration::from_secs(20)
+                        {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        if answered.load(Ordering::SeqCst) > before {
+                            let ack = api.ack("churn", &lease.receipt).await;
+                            if ack.status == 204 {
+                                seen.lock().expect("lock").stale_acked.push(body);
+                            }
+                        } else {
+                            // No delete came: not stale, so acked as any.
+                            api.ack("churn", &lease.receipt).await;
+                        }
+                    },
+                    // Left to expire (after a delete, or not).
+                    3 => {},
+                    _ => {
+                        let ack = api.ack("churn", &lease.receipt).await;
+                        if ack.status != 204 && granted_before_next && started.load(Ordering::SeqCst) == before {
+                            let what = format!("{body}: {} {}", ack.status, ack.text());
+                            seen.lock().expect("lock").refused_without_delete.push(what);
+                        }
+                    },
+                }
+            }
+        });
+    }
+    let mut last = 0;
+    for d in 0..8 {
+        // A delete once some messages went in since the last.
+        eventually(Duration::from_secs(30), "puts between deletes", || async {
+            put.load(Ordering::SeqCst) >= last + 20
+        })
+        .await;
+        last = put.load(Ordering::SeqCst);
+        started.fetch_add(1, Ordering::SeqCst);
+        let deleted = sidecars[d % 3].client().send(DELETE, "/v1/queues/churn", None).await;
+        assert!(matches!(deleted.status, 200 | 404), "delete {d}: {} {}", deleted.status, deleted.text());
+        answered.fetch_add(1, Ordering::SeqCst);
+    }
+    eventually(Duration::from_secs(30), "puts after the last delete", || async {
+        put.load(Ordering::SeqCst) >= last + 20
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    while let Some(worker) = workers.join_next().await {
+        worker.expect("a worker");
+    }
+    // Every lease ends (acked, its message deleted, or expired): nothing stays locked, and what
+    // is left drains. A lease ended here without its lock deleted would hold its message for
+    // as long as its sidecar's session lives.
+    let direct = zk_client(zk).await;
+    let api = sidecars[0].client();
+    eventually(Duration::from_secs(30), "the queue drains and no lock is left", || async {
+        loop {
+            let lease = api.lease("churn", "wait=0").await;
+            if lease.status != 200 {
+                break;
+            }
+            seen.lock().expect("lock").leased.push(String::from_utf8_lossy(&lease.body).into_owned());
+            assert_eq!(api.ack("churn", &lease.receipt).await.status, 204);
+        }
+        let messages = direct.list_children(&format!("{root}/queues/churn")).await.expect("the queue's node");
+        let locks = direct.list_children(&format!("{root}/locks/churn")).await.unwrap_or_default();
+        messages.is_empty() && locks.is_empty()
+    })
+    .await;
+    let seen = seen.lock().expect("lock");
+    assert!(seen.stale_acked.is_empty(), "stale receipts acked: {:?}", seen.stale_acked);
+    assert!(
+        seen.refused_without_delete.is_empty(),
+        "acks refused with no delete between: {:?}",
+        seen.refused_without_delete
+    );
+    let mut counts = std::collections::HashMap::new();
+    for body in &seen.leased {
+        *counts.entry(body.as_str()).or_insert(0) += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(body, n)| **n > 1 && !seen.may_repeat.contains(**body)).collect();
+    assert!(twice.is_empty(), "leased twice while held: {twice:?}");
+    assert!(seen.leased.len() > 50, "the churn leased too little to say anything: {}", seen.leased.len());
 }

@@ -56,7 +56,7 @@ impl Leases {
                     }
                     let now = *presence.borrow_and_update();
                     if matches!(now, Some(Presence::Deleted)) {
-                        self.forget_deleted();
+                        self.forget_deleted().await;
                     }
                     continue;
                 },
@@ -161,14 +161,33 @@ impl Leases {
         }
     }
 
-    /// Ends every live lease of a queue seen deleted (on any sidecar): its messages and locks are
-    /// gone with it, and a receipt of it answers that the lease is no longer held. Nothing is
-    /// written: no name of the deleted incarnation is ever one of a later one (`queue::catalog`).
-    fn forget_deleted(&self) {
-        let mut state = self.table.lock();
-        let ended = state.live.len();
-        state.live.clear();
-        drop(state);
+    /// Ends the leases of a queue seen deleted (on any sidecar) whose messages went with it: a
+    /// receipt of one then answers that the lease is no longer held. Nothing is written, and
+    /// only evidence ends a lease: one whose message node still exists is kept. No name of a
+    /// deleted incarnation is ever one of a later one (`queue::catalog`), so an existing node of
+    /// a lease's name is its own message: leased after the queue was made anew (the mark seen
+    /// here may be older than the put that revived the queue), or not yet removed by a delete
+    /// still running, which then removes it and its lock.
+    async fn forget_deleted(&self) {
+        let Some(zk) = self.ctx.session.current() else { return };
+        let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
+        let leased: Vec<(u128, String)> = {
+            let state = self.table.lock();
+            state.live.iter().map(|(token, lease)| (*token, format!("{}/{}", self.ctx.path, lease.item.name))).collect()
+        };
+        if leased.is_empty() {
+            return;
+        }
+        zk.sync(&self.ctx.path).await.ok();
+        let mut ended = 0usize;
+        for (token, path) in leased {
+            // A failed read proves nothing: the lease stays, to expire or be settled as any.
+            if let Ok(None) = zk.exists(&path).await
+                && self.table.lock().live.remove(&token).is_some()
+            {
+                ended += 1;
+            }
+        }
         if ended > 0 {
             self.ctx.qm.leases_in_flight.sub(i64::try_from(ended).unwrap_or(0));
             tracing::info!(queue = %self.ctx.name, leases = ended, "queue deleted: its leases ended");
