@@ -48,15 +48,18 @@ impl ClaimOutcome {
 pub enum ForeignNode {
     /// An SQS queue's tags node (`{root}/sqs/tags/{queue}`).
     Tags,
+    /// A source queue's message move task node (`{root}/moves/{source}`).
+    MoveTask,
 }
 
 impl ForeignNode {
     /// Every kind, in the order of the label's series.
-    pub const ALL: [ForeignNode; 1] = [ForeignNode::Tags];
+    pub const ALL: [ForeignNode; 2] = [ForeignNode::Tags, ForeignNode::MoveTask];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ForeignNode::Tags => "tags",
+            ForeignNode::MoveTask => "move_task",
         }
     }
 }
@@ -307,7 +310,8 @@ impl Metrics {
                 Opts::new(
                     "zkq_foreign_nodes_total",
                     "Reads of a node zkq keeps that held what zkq cannot read (written by another client), by node: \
-                     tags (an SQS queue's tags, listed as none and written over by the next TagQueue or UntagQueue).",
+                     tags (an SQS queue's tags, listed as none and written over by the next TagQueue or UntagQueue), \
+                     move_task (a source queue's move task node, replaced by the next task started for it).",
                 ),
                 &["node"],
             )?)?,

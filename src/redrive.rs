@@ -16,7 +16,8 @@
 //! only once the task has ended: a cancel on another zkq marks it (`cancel_requested`), the task sees
 //! that at once through a data watch, stops, writes how it ended, and the canceller deletes it;
 //! so a cancel answers once the task has stopped, and a task never writes over another's node. A
-//! node the next task finds there that a task left as it ended is replaced. The task runs in the zkq that started it and ends with that zkq's
+//! node the next task finds there that is no running task's (one that ended, or one another
+//! client wrote) is replaced. The task runs in the zkq that started it and ends with that zkq's
 //! session or shutdown (its leases are released then). Each zkq remembers the last
 //! [`FINISHED_REMEMBERED`] tasks it ran, for listing.
 
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, QueueKind};
+use crate::metrics::{ForeignNode, Metrics};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError, QueueRef, QueueService};
 use crate::types::{Backoff, Layout, QueueName, Retries, now_epoch_ms};
 use crate::zk::{NodeMode, NodeStat, WatchEvent, Zk, ZkError, ZkSession};
@@ -143,6 +145,7 @@ pub struct Redrives {
     config: Arc<Config>,
     queues: Arc<QueueService>,
     session: ZkSession,
+    metrics: Arc<Metrics>,
     layout: Layout,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -185,6 +188,7 @@ impl Redrives {
         config: Arc<Config>,
         queues: Arc<QueueService>,
         session: ZkSession,
+        metrics: Arc<Metrics>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Arc<Redrives> {
@@ -193,6 +197,7 @@ impl Redrives {
             config,
             queues,
             session,
+            metrics,
             layout,
             tasks,
             shutdown,
@@ -294,8 +299,9 @@ impl Redrives {
         Ok(report)
     }
 
-    /// Creates the task's node at `node`: the transaction that created it. A node a task left as
-    /// it ended is replaced; a running task's is not, nor one no task wrote.
+    /// Creates the task's node at `node`: the transaction that created it. A node there that is no
+    /// running task's (one that ended, or one another client wrote: logged and counted) is
+    /// replaced; a running task's is not.
     async fn claim(&self, zk: &Zk, node: &str, data: &[u8], source: &QueueName) -> Result<i64, RedriveError> {
         for _ in 0..ATTEMPTS {
             let existing = match zk.create_stat(node, data, NodeMode::Ephemeral).await {
@@ -318,14 +324,17 @@ impl Redrives {
             };
             let (data, stat) = existing;
             match judge(&data, &stat) {
-                Found::Task(task) if task.report.status != TaskStatus::Running => {
+                Found::Task(task) if task.report.status == TaskStatus::Running => {
+                    return Err(RedriveError::Running(source.to_string()));
+                },
+                Found::Task(task) => {
                     tracing::debug!(source = %source, handle = %task.report.handle,
                         "replacing the node of a message move task that ended");
                 },
-                Found::Task(_) => return Err(RedriveError::Running(source.to_string())),
                 Found::Foreign(why) => {
-                    tracing::debug!(node, reason = %why, "the message move task node of this queue holds no task");
-                    return Err(RedriveError::Running(source.to_string()));
+                    self.metrics.foreign_node(ForeignNode::MoveTask).inc();
+                    tracing::warn!(node, reason = %why,
+                        "the message move task node of this queue holds no task (another client wrote it): replacing it");
                 },
             }
             match zk.delete(node, Some(stat.version)).await {

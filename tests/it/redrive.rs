@@ -1,6 +1,7 @@
 //! Message move tasks across sidecars: a cancel from another sidecar stops the task before it
-//! answers, a task never writes over another task's node, and a destination that could store a
-//! message twice is refused.
+//! answers, a task never writes over another task's node, a destination that could store a
+//! message twice is refused, and a node another client left at `{root}/moves/{source}` does not
+//! block the source for ever.
 
 use std::time::Duration;
 
@@ -147,4 +148,29 @@ async fn a_destination_whose_idempotency_window_could_forget_a_move_is_refused()
         "{refused}"
     );
     assert_eq!(drain(&api, "orders-dlq").await.len(), 1, "nothing moved");
+}
+
+/// A node another client wrote at `{root}/moves/orders-dlq` (not a task's) answered every
+/// `StartMessageMoveTask` "a task is already running", and no cancel could clear it. Now the next
+/// start replaces it, logged and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_node_at_a_sources_moves_node_is_replaced_by_the_next_task() {
+    let zk = ZkServer::shared();
+    let root = unique_root("redrive-foreign");
+    let zkq = TestZkq::start_ready(configure(zk, &root)).await;
+    let api = zkq.client();
+    put_dead(&api, 5).await;
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    direct.mkdir(&format!("{root}/moves"), &options).await.expect("moves directory");
+    direct.create(&format!("{root}/moves/orders-dlq"), b"\x00not a task", &options).await.expect("a foreign node");
+
+    let input = serde_json::json!({ "SourceArn": arn("orders-dlq"), "DestinationArn": arn("orders") });
+    let (status, started) = sqs_call(&sqs_endpoint(&zkq), "StartMessageMoveTask", input).await;
+    assert_eq!(status, 200, "{started}");
+    let handle = started["TaskHandle"].as_str().expect("a handle").to_owned();
+    assert_eq!(ended_task(&zkq, &handle).await["status"], "COMPLETED");
+    assert_eq!(drain(&api, "orders").await.len(), 5, "every message moved");
+    let metrics = zkq.metrics().await;
+    assert_eq!(metric_value(&metrics, "zkq_foreign_nodes_total{node=\"move_task\"}"), Some(1.0), "counted once");
 }
