@@ -112,6 +112,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             config.clone(),
             queues.clone(),
             session.clone(),
+            metrics.clone(),
             tasks.clone(),
             draining.clone(),
         ),

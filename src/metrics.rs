@@ -43,6 +43,27 @@ impl ClaimOutcome {
     }
 }
 
+/// The `node` label of `zkq_foreign_nodes_total`: which kind of node held what zkq cannot read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForeignNode {
+    /// An SQS queue's tags node (`{root}/sqs/tags/{queue}`).
+    Tags,
+    /// A source queue's message move task node (`{root}/moves/{source}`).
+    MoveTask,
+}
+
+impl ForeignNode {
+    /// Every kind, in the order of the label's series.
+    pub const ALL: [ForeignNode; 2] = [ForeignNode::Tags, ForeignNode::MoveTask];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForeignNode::Tags => "tags",
+            ForeignNode::MoveTask => "move_task",
+        }
+    }
+}
+
 /// Buckets for ZooKeeper round trips and HTTP handling, in seconds.
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -65,6 +86,7 @@ pub struct Metrics {
     pub sqs_requests: IntCounterVec,
     pub sqs_refused_bodies: IntCounter,
     pub settings_refused: IntCounter,
+    foreign_nodes: IntCounterVec,
 
     pub puts_in_flight: IntGaugeVec,
     pub queue_children: IntGaugeVec,
@@ -284,6 +306,15 @@ impl Metrics {
                 "Reads of a dynamic queue's settings node that did not hold valid settings (written by another \
                  client); the queue was served with the defaults meanwhile.",
             )?)?,
+            foreign_nodes: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_foreign_nodes_total",
+                    "Reads of a node zkq keeps that held what zkq cannot read (written by another client), by node: \
+                     tags (an SQS queue's tags, listed as none and written over by the next TagQueue or UntagQueue), \
+                     move_task (a source queue's move task node, replaced by the next task started for it).",
+                ),
+                &["node"],
+            )?)?,
             puts_in_flight: reg.add(IntGaugeVec::new(
                 Opts::new("zkq_puts_in_flight", "Curator's putCount: puts started and not yet confirmed by ZooKeeper."),
                 &["queue"],
@@ -488,7 +519,15 @@ impl Metrics {
             catalogue: reg.catalogue.take(),
             registry,
         };
+        for node in ForeignNode::ALL {
+            metrics.foreign_node(node);
+        }
         Ok(metrics)
+    }
+
+    /// `zkq_foreign_nodes_total` of `node`.
+    pub fn foreign_node(&self, node: ForeignNode) -> IntCounter {
+        self.foreign_nodes.with_label_values(&[node.as_str()])
     }
 
     /// The series of `queue`, resolved once when the queue opens; each exists (at 0) from then

@@ -83,7 +83,7 @@ pub struct MoveTasks {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CancelledTask {
     pub handle: String,
-    /// Messages it had moved.
+    /// Messages it had moved (when it stopped, or at its last report if it had not confirmed).
     pub moved: u64,
 }
 
@@ -102,14 +102,15 @@ impl From<RedriveError> for ApiError {
 /// `max_per_second`. Each message leaves only once its copy is stored there (keyed, so none is
 /// stored twice), with its body, attributes and traceparent. One task per queue on the whole
 /// ensemble; it runs in this zkq until the queue has no message left to lease, a cancel, or
-/// shutdown.
+/// shutdown. A destination whose idempotency window is under 3 minutes (three times a move's
+/// lease) is refused: it could store a message twice.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/redrive", tag = "queues",
     params(QueuePath),
     request_body = RedriveRequest,
     responses(
         (status = 202, description = "Started", body = MoveTask),
-        (status = 400, description = "Bad queue name or rate, no destination given where none is implied, or the queue itself", body = ErrorBody),
+        (status = 400, description = "Bad queue name or rate, no destination given where none is implied, the queue itself, or a destination whose idempotency window is under 3 minutes (`invalid_parameter`)", body = ErrorBody),
         (status = 404, description = "No such queue (the source, or the destination)", body = ErrorBody),
         (status = 409, description = "A task already runs for this queue (`move_task_running`), or the queue has no lock path (`parameter_not_for_kind`)", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
@@ -144,8 +145,9 @@ pub async fn list_redrives(
     Ok(Json(MoveTasks { tasks: tasks.into_iter().map(MoveTask::from).collect() }))
 }
 
-/// Cancel the task running for this queue (on any zkq): it stops within a second; what it moved
-/// stays moved, the rest stays here.
+/// Cancel the task running for this queue (on any zkq): answers once the task has stopped (or,
+/// if the zkq running it has not confirmed by the request's deadline, once it was asked), with
+/// what it moved; that stays moved, the rest stays here.
 #[utoipa::path(
     delete, path = "/v1/queues/{queue}/redrive", tag = "queues",
     params(QueuePath),

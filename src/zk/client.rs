@@ -319,6 +319,15 @@ impl Zk {
         Ok(if mode == NodeMode::PersistentSequential { format!("{path}{sequence}") } else { path.to_owned() })
     }
 
+    /// Creates a node; returns its stat, which says who it is (`czxid`): a node deleted and made
+    /// anew at the same path starts at version 0 again, its creation never repeats. A server
+    /// older than 3.5 answers no stat (all zeros).
+    pub async fn create_stat(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<NodeStat, ZkError> {
+        let options = mode.options(&self.acl);
+        let (stat, _) = self.call("create", self.client.create(path, data, &options)).await?;
+        Ok(NodeStat::from(&stat))
+    }
+
     /// Makes the server this session is connected to catch up with the leader, so a read that
     /// follows sees every write committed before it (a lost answer is judged on current data).
     pub async fn sync(&self, path: &str) -> Result<(), ZkError> {

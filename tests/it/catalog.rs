@@ -620,3 +620,41 @@ async fn deletes_and_new_incarnations_under_leases_on_three_sidecars_never_ack_o
     assert!(twice.is_empty(), "leased twice while held: {twice:?}");
     assert!(seen.leased.len() > 50, "the churn leased too little to say anything: {}", seen.leased.len());
 }
+
+/// A tags node another client wrote that is not a JSON object of strings made `TagQueue`,
+/// `UntagQueue` and `ListQueueTags` fail for ever, with no way through the API to repair it. Now
+/// it is logged and counted, listed as no tags, and the next tag change writes over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tags_node_another_client_wrote_is_read_as_no_tags_and_the_next_change_repairs_it() {
+    let zk = ZkServer::shared();
+    let root = unique_root("tags-foreign");
+    let mut config = test_config(zk, &root);
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let zkq = TestZkq::start_ready(config).await;
+    let endpoint = format!("http://{}", zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("bound"));
+    let url = format!("{endpoint}/000000000000/tagged");
+    assert_eq!(sqs_call(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "tagged" })).await.0, 200);
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let node = format!("{root}/sqs/tags/tagged");
+    direct.mkdir(&format!("{root}/sqs/tags"), &options).await.expect("tags directory");
+    direct.create(&node, b"[1, 2]", &options).await.expect("a foreign tags node");
+
+    let listed = sqs_call(&endpoint, "ListQueueTags", serde_json::json!({ "QueueUrl": url })).await;
+    assert_eq!(listed.0, 200, "{}", listed.1);
+    assert!(listed.1.get("Tags").is_none(), "read as no tags: {}", listed.1);
+    let tagged =
+        sqs_call(&endpoint, "TagQueue", serde_json::json!({ "QueueUrl": url, "Tags": { "team": "payments" } })).await;
+    assert_eq!(tagged.0, 200, "{}", tagged.1);
+    let listed = sqs_call(&endpoint, "ListQueueTags", serde_json::json!({ "QueueUrl": url })).await;
+    assert_eq!(listed.1["Tags"], serde_json::json!({ "team": "payments" }), "{}", listed.1);
+
+    direct.set_data(&node, b"{\"team\": 7}", None).await.expect("foreign again");
+    let untagged =
+        sqs_call(&endpoint, "UntagQueue", serde_json::json!({ "QueueUrl": url, "TagKeys": ["other"] })).await;
+    assert_eq!(untagged.0, 200, "{}", untagged.1);
+    let (data, _) = direct.get_data(&node).await.expect("the tags node");
+    assert_eq!(data, b"{}", "written over with no tags");
+    let metrics = zkq.metrics().await;
+    assert_eq!(metric_value(&metrics, "zkq_foreign_nodes_total{node=\"tags\"}"), Some(3.0), "each read counted");
+}

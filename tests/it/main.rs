@@ -32,6 +32,7 @@ mod leases;
 mod opskit;
 mod push;
 mod queues;
+mod redrive;
 mod request_limit;
 mod secure;
 mod session;

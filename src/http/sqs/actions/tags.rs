@@ -1,7 +1,8 @@
 //! Queue tags (`TagQueue`, `UntagQueue`, `ListQueueTags`, and `CreateQueue`'s tags): stored in
 //! ZooKeeper, one node per queue at `{zookeeper.root}/sqs/tags/{queue}` holding a JSON object, so
 //! every sidecar lists the same tags. A change is a read and a version-checked write, tried again
-//! when another sidecar changed them meanwhile. Limits are SQS's: 50 tags, keys of 1 to 128
+//! when another sidecar changed them meanwhile. A node that is not a JSON object of strings
+//! (another client wrote it) is listed as no tags and written over by the next change. Limits are SQS's: 50 tags, keys of 1 to 128
 //! characters not starting `aws:`, values of up to 256.
 
 use std::collections::BTreeMap;
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Empty, required};
 use crate::http::sqs::error::SqsError;
+use crate::metrics::ForeignNode;
 use crate::types::QueueName;
 use crate::zk::{NodeMode, Zk, ZkError};
 
@@ -76,7 +78,7 @@ pub(super) async fn untag_queue(ctx: &Ctx<'_>, input: UntagQueueInput) -> Result
 pub(super) async fn list_queue_tags(ctx: &Ctx<'_>, input: ListQueueTagsInput) -> Result<ListQueueTagsOutput, SqsError> {
     let queue = ctx.existing(&required(input.queue_url, "QueueUrl")?).await?;
     let zk = session(ctx)?;
-    let (tags, _) = read(&zk, &path(ctx, queue.name())).await?;
+    let (tags, _) = read(ctx, &zk, &path(ctx, queue.name())).await?;
     Ok(ListQueueTagsOutput { tags })
 }
 
@@ -113,16 +115,19 @@ fn session(ctx: &Ctx<'_>) -> Result<Zk, SqsError> {
     Ok(zk.with_deadline(tokio::time::Instant::now() + session.request_timeout()))
 }
 
-/// The queue's tags and their node's version (`None`: no node). A node that another client wrote
-/// and is not a JSON object of strings is an error, never read as "no tags".
-async fn read(zk: &Zk, path: &str) -> Result<(Tags, Option<i32>), SqsError> {
+/// The queue's tags and their node's version (`None`: no node). A node another client wrote
+/// that is not a JSON object of strings is logged, counted and read as no tags: the next change
+/// writes over it at the version read, so `TagQueue` or `UntagQueue` repairs it.
+async fn read(ctx: &Ctx<'_>, zk: &Zk, path: &str) -> Result<(Tags, Option<i32>), SqsError> {
     match zk.get_data(path).await {
         Ok((data, stat)) => {
-            let tags = serde_json::from_slice(&data).map_err(|err| {
-                SqsError::from(crate::queue::QueueError::Zk(ZkError::Rejected(format!(
-                    "the tags node {path} does not hold a JSON object of strings: {err}"
-                ))))
-            })?;
+            let tags = serde_json::from_slice(&data).unwrap_or_else(|err| {
+                tracing::warn!(node = path, error = %err,
+                    "a tags node does not hold a JSON object of strings (another client wrote it): read as no tags; \
+                     the next TagQueue or UntagQueue writes over it");
+                ctx.state.metrics.foreign_node(ForeignNode::Tags).inc();
+                Tags::new()
+            });
             Ok((tags, Some(stat.version)))
         },
         Err(ZkError::NoNode) => Ok((Tags::new(), None)),
@@ -136,7 +141,7 @@ async fn change(ctx: &Ctx<'_>, queue: &QueueName, edit: impl Fn(&mut Tags)) -> R
     let path = path(ctx, queue);
     let zk_error = |err: ZkError| SqsError::from(crate::queue::QueueError::Zk(err));
     for _ in 0..ATTEMPTS {
-        let (mut tags, version) = read(&zk, &path).await?;
+        let (mut tags, version) = read(ctx, &zk, &path).await?;
         edit(&mut tags);
         if tags.len() > MAX_TAGS {
             return Err(SqsError::invalid_parameter(format!(
