@@ -83,10 +83,10 @@ pub(crate) async fn revive(zk: &Zk, path: &str) -> Result<(), ZkError> {
 /// Marks the queue at `path` deleted (its node kept), unless it is deleted already or has no
 /// node, and removes its settings node (`settings_path`) in the same transaction: a
 /// `CreateQueue` that makes the queue anew afterwards writes its own, which nothing of this
-/// delete touches. Returns what it was before, and, when this call marked it, the node's
-/// children counter then: the deleted incarnation's messages and locks are the children
-/// numbered below it (`names::created_before`), and a message put once the queue was made anew
-/// while the delete goes on is never one of them.
+/// delete touches. Returns what it was before, and the node's children counter when this call
+/// marked it (or, marked already, when it read the mark): the deleted incarnation's messages
+/// and locks are the children numbered below it (`names::created_before`), and a message put
+/// once the queue was made anew while the delete goes on is never one of them.
 pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<(Presence, Option<i32>), ZkError> {
     loop {
         let (presence, stat) = match zk.get_data(path).await {
@@ -94,6 +94,12 @@ pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Re
             Err(ZkError::NoNode) => return Ok((Presence::Absent, None)),
             Err(err) => return Err(err),
         };
+        if presence == Presence::Deleted {
+            // Marked already (a delete cut short, or two at once): what is there now is the
+            // deleted incarnation's; a put that makes the queue anew from here on numbers its
+            // message from this counter up, and it is no part of this delete.
+            return Ok((presence, Some(stat.cversion)));
+        }
         if presence != Presence::Live {
             return Ok((presence, None));
         }

@@ -705,8 +705,7 @@ impl QueueService {
         let existed = was == Presence::Live;
         self.seen_deleted(name);
         // Only the deleted incarnation's messages and locks: a put may make the queue anew while
-        // this runs, and its message and a lease's lock are no part of this delete. (A delete
-        // going on with one cut short, the queue still marked, removes every child.)
+        // this runs, and its message and a lease's lock are no part of this delete.
         let doomed = |child: &str| counter.is_none_or(|counter| names::created_before(child, counter));
         let (removed, complete) = zk.delete_below_where(&layout.path, &doomed).await?;
         if !complete {
