@@ -14,8 +14,17 @@
 //! machine's cores. Then 8 Curator lock-safe consumers (8 sessions in one JVM) drain the same number
 //! of messages from the same kind of queue, as the anchor.
 //!
+//! Before the drain, the trickle: the same K sidecars, two consumers per consuming sidecar each
+//! waiting in a long-poll (`wait=2s`, a lease acked at once, or a take), and one producer putting
+//! `ZKQ_BENCH_TRICKLE_MESSAGES` (default 200) messages at 20 msg/s round-robin over every sidecar;
+//! once with every sidecar consuming and once with one of the K consuming. Per message it prints
+//! ZooKeeper requests (zkq's `zkq_zookeeper_requests_total`), transactions ZooKeeper logged (the
+//! advance of its zxid, failed claims included), packets ZooKeeper sent (`mntr` `zk_packets_sent`:
+//! replies and watch events), failed claims, put→delivery p50 and p99, and exactly-once.
+//!
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
+//! `ZKQ_BENCH_SUITES` (default `trickle,drain`),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
 
@@ -202,6 +211,165 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
     }
 }
 
+/// What one trickle run measured, per message.
+struct Trickle {
+    requests: f64,
+    transactions: f64,
+    packets_sent: f64,
+    failed_claims: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    exactly_once: String,
+}
+
+/// One trickle consumer: waits in long-polls until `stop`, and records when each body arrived
+/// (a lease counts once acked).
+async fn trickle_consumer(
+    http: reqwest::Client,
+    api: String,
+    mode: Mode,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<(Vec<u8>, Instant)> {
+    let mut got = Vec::new();
+    let url = match mode {
+        Mode::Lease => format!("{api}/v1/queues/{QUEUE}/leases?wait=2s"),
+        Mode::Take => format!("{api}/v1/queues/{QUEUE}/take?wait=2s"),
+    };
+    while !stop.is_cancelled() {
+        let response = tokio::select! {
+            r = http.post(&url).send() => r,
+            _ = stop.cancelled() => break,
+        };
+        let Ok(response) = response else { continue };
+        if response.status() != 200 {
+            continue;
+        }
+        let at = Instant::now();
+        let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let Ok(body) = response.bytes().await else { continue };
+        if let Some(receipt) = receipt {
+            let acked = http.delete(format!("{api}/v1/queues/{QUEUE}/leases/{receipt}")).send().await;
+            if !acked.is_ok_and(|a| a.status() == 204) {
+                continue;
+            }
+        }
+        got.push((body.to_vec(), at));
+    }
+    got
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// K sidecars, `consuming` of them with two waiting consumers each, `n` messages put at 20 msg/s
+/// round-robin over all K.
+async fn run_trickle(zk: &ZkServer, binary: &Path, k: usize, consuming: usize, mode: Mode, n: usize) -> Trickle {
+    let root = unique_root("sidecars-trickle");
+    let path = format!("{root}/queues/{QUEUE}");
+    let lock_path = format!("{root}/locks/{QUEUE}");
+    let env = [
+        ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
+        ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
+        ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
+    ];
+    let mut sidecars = Vec::with_capacity(k);
+    for _ in 0..k {
+        sidecars.push(ChildZkq::start_binary(binary, zk, &root, &env).await);
+    }
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client");
+    // Every sidecar opens the queue (a producer-only one does with its first put).
+    for sidecar in &sidecars {
+        let url = format!("{}/v1/queues/{QUEUE}/messages", sidecar.api);
+        assert_eq!(http.post(&url).body("warm-up").send().await.expect("put").status(), 201);
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut consumers = tokio::task::JoinSet::new();
+    for sidecar in sidecars.iter().take(consuming) {
+        for _ in 0..2 {
+            consumers.spawn(trickle_consumer(http.clone(), sidecar.api.clone(), mode, stop.clone()));
+        }
+    }
+    // The warm-up messages drained, and the consumers' fleet known (builds without one: 10 s).
+    let settled = Instant::now();
+    loop {
+        let text = scrape(&http, &sidecars).await;
+        let members = metric_sum(&text, "zkq_queue_fleet_members", &[], &[]);
+        let children = metric_sum(&text, "zkq_queue_children", &[], &[]);
+        let fleet_known = consuming == 1 || members == (consuming * consuming) as f64;
+        if (fleet_known && children == 0.0) || settled.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = scrape(&http, &sidecars).await;
+    let (packets_before, zxid_before) = (zk.mntr("zk_packets_sent"), zk.zxid());
+    let mut put_at: HashMap<Vec<u8>, Instant> = HashMap::with_capacity(n);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    for i in 0..n {
+        tick.tick().await;
+        let url = format!("{}/v1/queues/{QUEUE}/messages", sidecars[i % k].api);
+        put_at.insert(body(i), Instant::now());
+        assert_eq!(http.post(&url).body(body(i)).send().await.expect("put").status(), 201, "put");
+    }
+    // Until every message is delivered (or 30 s after the last put).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let text = scrape(&http, &sidecars).await;
+        let done = ["zkq_messages_acked_total", "zkq_messages_taken_total"]
+            .iter()
+            .map(|name| metric_sum(&text, name, &[], &[]) - metric_sum(&before, name, &[], &[]))
+            .sum::<f64>();
+        if done >= n as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = scrape(&http, &sidecars).await;
+    let (packets, zxids) = (zk.mntr("zk_packets_sent") - packets_before, zk.zxid() - zxid_before);
+    stop.cancel();
+    let mut got = Vec::new();
+    while let Some(done) = consumers.join_next().await {
+        got.extend(done.expect("consumer"));
+    }
+    let delta = |name: &str, with: &[&str], without: &[&str]| {
+        metric_sum(&after, name, with, without) - metric_sum(&before, name, with, without)
+    };
+    let failed = ["lost", "gone", "locked"]
+        .iter()
+        .map(|o| delta("zkq_claim_attempts_total", &[&format!("outcome=\"{o}\"")], &[]))
+        .sum::<f64>();
+    let mut latencies = Vec::with_capacity(n);
+    let mut counts: HashMap<Vec<u8>, usize> = HashMap::with_capacity(n);
+    for (b, at) in &got {
+        let Some(put) = put_at.get(b) else { continue }; // a warm-up message
+        *counts.entry(b.clone()).or_default() += 1;
+        latencies.push(at.saturating_duration_since(*put).as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let missing = (0..n).filter(|i| !counts.contains_key(&body(*i))).count();
+    let duplicated = counts.values().filter(|c| **c > 1).count();
+    let exactly_once = if missing == 0 && duplicated == 0 {
+        "yes".to_owned()
+    } else {
+        format!("NO: {missing} missing, {duplicated} duplicated")
+    };
+    drop(sidecars);
+    Trickle {
+        requests: delta("zkq_zookeeper_requests_total", &[], &[]) / n as f64,
+        transactions: zxids as f64 / n as f64,
+        packets_sent: packets / n as f64,
+        failed_claims: failed / n as f64,
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+        exactly_once,
+    }
+}
+
 /// 8 Curator lock-safe consumers (8 sessions) drain `n` messages put through zkq.
 async fn curator_anchor(zk: &ZkServer, binary: &Path, n: usize) -> (String, f64) {
     let root = unique_root("sidecars-curator");
@@ -253,6 +421,56 @@ async fn main() {
     }
 
     let zk = ZkServer::start();
+    let suites = env_or("ZKQ_BENCH_SUITES", "trickle,drain");
+    if suites.contains("trickle") {
+        let n: usize = env_or("ZKQ_BENCH_TRICKLE_MESSAGES", "200").parse().expect("ZKQ_BENCH_TRICKLE_MESSAGES");
+        println!(
+            "zkq sidecars trickle: {n} messages at 20 msg/s round-robin over K sidecars, two consumers waiting \
+             (wait=2s) on each consuming sidecar; per message (ZooKeeper 3.8 standalone on loopback)"
+        );
+        println!(
+            "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>12}",
+            "build",
+            "mode",
+            "K",
+            "consuming",
+            "requests",
+            "txns",
+            "packets out",
+            "failed",
+            "p50 ms",
+            "p99 ms",
+            "exactly-once"
+        );
+        for mode in &modes {
+            for &k in &ks {
+                let consuming: Vec<usize> = if k == 1 { vec![1] } else { vec![k, 1] };
+                for c in consuming {
+                    for (label, binary) in &builds {
+                        let t = run_trickle(&zk, binary, k, c, *mode, n).await;
+                        println!(
+                            "{:<10} {:<6} {:>2} {:>9} {:>9.2} {:>9.2} {:>11.2} {:>9.3} {:>8.1} {:>8.1} {:>12}",
+                            label,
+                            if *mode == Mode::Lease { "lease" } else { "take" },
+                            k,
+                            c,
+                            t.requests,
+                            t.transactions,
+                            t.packets_sent,
+                            t.failed_claims,
+                            t.p50_ms,
+                            t.p99_ms,
+                            t.exactly_once
+                        );
+                    }
+                }
+            }
+        }
+        println!();
+    }
+    if !suites.contains("drain") {
+        return;
+    }
     println!(
         "zkq sidecars benchmark: {n} messages of 100 B, {CONSUMERS} HTTP consumers round-robin over K sidecars, wait=1s \
          (ZooKeeper 3.8 standalone on loopback)"

@@ -104,6 +104,7 @@ pub struct Metrics {
     pub messages_dead_lettered: IntCounterVec,
     pub leases_extended: IntCounterVec,
     pub leases_in_flight: IntGaugeVec,
+    pub fleet_members: IntGaugeVec,
     pub children_reads: IntCounterVec,
     pub watch_events: IntCounterVec,
     pub children_bytes: IntGaugeVec,
@@ -139,6 +140,7 @@ pub struct QueueMetrics {
     pub children_bytes: IntGauge,
     pub waiting_takers: IntGauge,
     pub leases_in_flight: IntGauge,
+    pub fleet_members: IntGauge,
     pub messages_put: IntCounter,
     pub messages_taken: IntCounter,
     pub undecodable_messages: IntCounter,
@@ -406,6 +408,15 @@ impl Metrics {
                 Opts::new("zkq_leases_in_flight", "Leases held by this zkq: messages being processed."),
                 &["queue"],
             )?)?,
+            fleet_members: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_fleet_members",
+                    "Sidecars taking from the queue, as this zkq sees them, while it is one of them: each new \
+                     message is claimed first by one of them (its owner), the others only after a grace. 0 while \
+                     this zkq has no taker there, or is the only one.",
+                ),
+                &["queue"],
+            )?)?,
             children_reads: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_children_reads_total",
@@ -542,6 +553,7 @@ impl Metrics {
             children_bytes: self.children_bytes.with_label_values(q),
             waiting_takers: self.waiting_takers.with_label_values(q),
             leases_in_flight: self.leases_in_flight.with_label_values(q),
+            fleet_members: self.fleet_members.with_label_values(q),
             messages_put: self.messages_put.with_label_values(q),
             messages_taken: self.messages_taken.with_label_values(q),
             undecodable_messages: self.undecodable_messages.with_label_values(q),
@@ -573,6 +585,7 @@ impl Metrics {
             &self.queue_children,
             &self.waiting_takers,
             &self.leases_in_flight,
+            &self.fleet_members,
             &self.children_bytes,
             &self.idempotency_records,
             &self.groups_in_flight,

@@ -487,6 +487,11 @@ impl QueueService {
                 move || cache.clone().run(session.clone(), marker_dir.clone(), lock_path.clone(), stop.clone())
             },
         ));
+        self.tasks.spawn(supervise::until_shutdown(Task::FleetMember, owner.clone(), metrics.clone(), stop.clone(), {
+            let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
+            let dir = Layout::new(&self.config.zookeeper.root).members(name);
+            move || cache.clone().run_membership(session.clone(), dir.clone(), stop.clone())
+        }));
         if !declared {
             // A dynamic queue follows its settings node (a declared one has its configuration).
             let resolve = {

@@ -41,6 +41,11 @@ impl Layout {
         format!("{}/locks/{queue}", self.root)
     }
 
+    /// The sidecars taking from a queue now: one ephemeral node each (`queue/cache/fleet.rs`).
+    pub fn members(&self, queue: &str) -> String {
+        format!("{}/members/{queue}", self.root)
+    }
+
     pub fn deliveries(&self, queue: &str) -> String {
         format!("{}/deliveries/{queue}", self.root)
     }

@@ -12,11 +12,12 @@ pub enum Task {
     PushWorker,
     PushReadiness,
     IdempotencySweeper,
+    FleetMember,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 9] = [
+    pub const ALL: [Task; 10] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
@@ -26,6 +27,7 @@ impl Task {
         Task::PushWorker,
         Task::PushReadiness,
         Task::IdempotencySweeper,
+        Task::FleetMember,
     ];
 
     /// The metric label.
@@ -40,6 +42,7 @@ impl Task {
             Task::PushWorker => "push_worker",
             Task::PushReadiness => "push_readiness",
             Task::IdempotencySweeper => "idempotency_sweeper",
+            Task::FleetMember => "fleet_member",
         }
     }
 }

@@ -199,6 +199,16 @@ impl ZkServer {
             .unwrap_or(0.0)
     }
 
+    /// The server's last zxid (`srvr`'s `Zxid:`): its advance counts the transactions it logged,
+    /// refused multis included.
+    pub fn zxid(&self) -> u64 {
+        four_letter(self.port, "srvr")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix("Zxid: 0x").and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
+            .unwrap_or(0)
+    }
+
     fn pid(&self) -> Option<u32> {
         self.child.lock().expect("child lock").as_ref().map(Child::id)
     }

@@ -195,7 +195,7 @@ impl Claims {
         let mut delivered = vec![first];
         while delivered.len() < max && bytes < max_bytes {
             // The rest: the candidates there now, claimed together in one transaction.
-            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, caller)).await {
+            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, wait_until, caller)).await {
                 Ok(more) if !more.is_empty() => {
                     bytes += more.iter().map(|(message, _)| message.body.len()).sum::<usize>();
                     delivered.extend(more);
@@ -207,12 +207,14 @@ impl Claims {
     }
 
     /// Claims up to `want` of the candidates there now (and about `byte_budget` of bodies)
-    /// without waiting: empty when there is none, or none could be claimed.
+    /// without waiting: empty when there is none, or none could be claimed. Another fleet
+    /// member's candidates are claimed as by a taker waiting until `wait_until`.
     async fn claim_more(
         self: &Arc<Self>,
         want: usize,
         byte_budget: usize,
         how: Acquire,
+        wait_until: Instant,
         caller: &Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
         if self.ctx.shutdown.is_cancelled() {
@@ -222,7 +224,7 @@ impl Claims {
         let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
         let mut candidates = Vec::new();
         while candidates.len() < want
-            && let Some(candidate) = self.cache.pop()
+            && let Some(candidate) = self.cache.pop(wait_until)
         {
             candidates.push(candidate);
         }
@@ -260,6 +262,8 @@ impl Claims {
         let answer_by = wait_until.max(Instant::now() + self.ctx.session.request_timeout());
         // The queue is watched while a taker is here (and a while after).
         let _demand = self.cache.demand();
+        // And this process is a member of the queue's fleet: each new message has one owner.
+        let _taking = self.cache.taking();
         let gone = CancellationToken::new();
         let mut first_wait = true;
         // Whether a barrier after the request arrived found the snapshot without a candidate.
@@ -271,7 +275,7 @@ impl Claims {
             if self.ctx.shutdown.is_cancelled() {
                 return Err(QueueError::ShuttingDown);
             }
-            let Some(candidate) = self.cache.pop() else {
+            let Some(candidate) = self.cache.pop(wait_until) else {
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
                     let _waiting = GaugeGuard::new(self.ctx.qm.waiting_takers.clone());

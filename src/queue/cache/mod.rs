@@ -23,6 +23,7 @@
 //! the task that reads and watches ZooKeeper, and the lock watches. This file is the face the
 //! rest of `queue/` uses; every change of the state goes through its one lock.
 
+mod fleet;
 mod refresher;
 mod state;
 mod waiters;
@@ -78,6 +79,9 @@ pub(super) struct ChildrenCache {
     /// Since when nobody needs it (`None` while somebody does).
     idle_since: Mutex<Option<tokio::time::Instant>>,
     watch_always: bool,
+    /// How many takers wait in the acquire loop here now (`fleet.rs`: this process is a member
+    /// of the queue's fleet while any do, and a while after).
+    takers: watch::Sender<usize>,
 }
 
 /// How long the refresher keeps watching a queue after its last demand ended: a consumer's loop
@@ -143,6 +147,7 @@ impl ChildrenCache {
             demand: watch::channel(0).0,
             idle_since: Mutex::new(Some(tokio::time::Instant::now())),
             watch_always: rules.watch_always,
+            takers: watch::channel(0).0,
         })
     }
 
@@ -230,10 +235,12 @@ impl ChildrenCache {
         }
     }
 
-    /// The next candidate to claim, if the snapshot has one.
-    pub(super) fn pop(&self) -> Option<ItemName> {
+    /// The next candidate for a taker waiting until `wait_until` to claim, if the snapshot has
+    /// one (`state/owners.rs`: another member's waits for its grace, unless the taker's wait
+    /// ends first).
+    pub(super) fn pop(&self, wait_until: tokio::time::Instant) -> Option<ItemName> {
         let mut state = self.lock();
-        let (item, reread) = state.pop();
+        let (item, reread) = state.pop(wait_until);
         if reread {
             self.refresh.notify_one();
         }
@@ -396,6 +403,12 @@ impl ChildrenCache {
     }
 }
 
+/// A taker's wait that outlasts any grace: it claims only the candidates this process owns.
+#[cfg(test)]
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
+
 #[cfg(test)]
 fn test_cache(kind: QueueKind) -> Arc<ChildrenCache> {
     test_cache_grouped(kind, false)
@@ -433,9 +446,9 @@ mod tests {
         cache.apply_snapshot(fifo_names(0..8), 8, None);
         assert!(cache.refresh.notified().now_or_never().is_none(), "fresh: nothing asked");
         assert!(!cache.mark_dirty(), "nobody waits, so no re-read right now");
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(0));
+        assert_eq!(cache.pop(far()).map(|i| i.sequence), Some(0));
         assert!(cache.refresh.notified().now_or_never().is_none(), "1 of 8 taken: not yet");
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
+        assert_eq!(cache.pop(far()).map(|i| i.sequence), Some(1));
         assert!(cache.refresh.notified().now_or_never().is_some(), "2 of 8 taken: re-read asked");
     }
 
@@ -467,8 +480,8 @@ mod tests {
         let due = format!("queue-|{:08X}|0000000001", now - 1000);
         let later = format!("queue-|{:08X}|0000000000", now + 3_600_000);
         cache.apply_snapshot(vec![later.clone(), due.clone()], 2, Some(Vec::new()));
-        assert_eq!(cache.pop().map(|i| i.name), Some(due));
-        assert_eq!(cache.pop(), None, "the other is not due for an hour");
+        assert_eq!(cache.pop(far()).map(|i| i.name), Some(due));
+        assert_eq!(cache.pop(far()), None, "the other is not due for an hour");
         let next = cache.next_due().expect("a delayed item");
         let wait = next - Instant::now();
         assert!(wait > Duration::from_secs(3500) && wait <= Duration::from_secs(3600), "{wait:?}");
@@ -480,7 +493,7 @@ mod tests {
     }
 
     fn popped(cache: &ChildrenCache) -> Vec<String> {
-        std::iter::from_fn(|| cache.pop().map(|item| item.name)).collect()
+        std::iter::from_fn(|| cache.pop(far()).map(|item| item.name)).collect()
     }
 
     #[tokio::test(start_paused = true)]
@@ -493,7 +506,7 @@ mod tests {
         assert_eq!(popped(&cache), [a0.clone(), b1.clone(), plain.clone()], "heads, and the message without a group");
         // a0 is claimed (its lock appears), then acked (deleted): a2 is next, not before.
         let _ = cache.lock().lock_created(&a0);
-        assert_eq!(cache.pop(), None);
+        assert_eq!(cache.pop(far()), None);
         let stats = cache.group_stats().expect("grouped and live");
         assert_eq!((stats.groups, stats.in_flight, stats.blocked), (2, 2, 2), "a0 locked, b1 being claimed");
         let _ = cache.lock().child_deleted(&a0);
@@ -514,7 +527,7 @@ mod tests {
         cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
         let (a0, a1) = (grouped("a", 0), grouped("a", 1));
         cache.insert_local(names::parse(QueueKind::Id, &a1).expect("an item"));
-        assert_eq!(cache.pop(), None, "a1 is not offered ahead of a0's event");
+        assert_eq!(cache.pop(far()), None, "a1 is not offered ahead of a0's event");
         let _ = cache.lock().child_created(&a0);
         let _ = cache.lock().child_created(&a1);
         assert_eq!(popped(&cache), std::slice::from_ref(&a0));
@@ -531,5 +544,62 @@ mod tests {
         assert!(cache.mark_undecodable(&a0));
         cache.claim_ended(&a0);
         assert_eq!(popped(&cache), [a1]);
+    }
+
+    /// Pops candidates for a taker waiting until `wait_until`, their sequence numbers.
+    fn drain_until(cache: &ChildrenCache, wait_until: Instant) -> Vec<i64> {
+        std::iter::from_fn(|| cache.pop(wait_until).map(|i| i.sequence)).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fleet_member_claims_what_it_owns_at_once_and_the_rest_only_after_their_grace() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..40), 40, Some(Vec::new()));
+        let members = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let fleet = state::Fleet::new("a", members.clone()).expect("a member");
+        cache.set_fleet(Some(fleet.clone()));
+        let rank = |n: i64| fleet.rank(&format!("queue-{n:010}"));
+        let owned: Vec<i64> = (0..40).filter(|n| rank(*n) == 0).collect();
+        assert!(!owned.is_empty() && owned.len() < 40, "owns some: {owned:?}");
+        // A patient taker gets what this member owns, in order, and nothing else yet.
+        assert_eq!(drain_until(&cache, far()), owned);
+        // A message put now that another member owns waits too; one this member owns does not.
+        let (theirs, mine) = {
+            let mut next = (40..).map(|n| (n, rank(n)));
+            let theirs = next.find(|(_, r)| *r > 0).expect("one of theirs").0;
+            let mine = (40..).find(|n| rank(*n) == 0).expect("one of mine");
+            (theirs, mine)
+        };
+        let _ = cache.lock().child_created(&format!("queue-{theirs:010}"));
+        let _ = cache.lock().child_created(&format!("queue-{mine:010}"));
+        assert_eq!(drain_until(&cache, far()), [mine]);
+        // Once the second in their order waited one grace, it claims those it comes second for.
+        tokio::time::advance(state::CLAIM_GRACE).await;
+        let second: Vec<i64> = (0..40).chain([theirs]).filter(|n| rank(*n) == 1).collect();
+        let mut got = drain_until(&cache, far());
+        got.sort_unstable();
+        let mut want = second.clone();
+        want.sort_unstable();
+        assert_eq!(got, want, "second in line after one grace");
+        // A taker whose wait ends before their grace does claims them now: never "empty" while
+        // a candidate is known.
+        let rest = drain_until(&cache, Instant::now());
+        assert_eq!(rest.len(), 41 - owned.len() - second.len());
+        assert_eq!(cache.pop(Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_leaves_hands_its_candidates_to_the_others_at_once() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..20), 20, Some(Vec::new()));
+        let both = vec!["a".to_owned(), "b".to_owned()];
+        cache.set_fleet(state::Fleet::new("a", both));
+        let mine = drain_until(&cache, far());
+        assert!(mine.len() < 20);
+        // b's session ended (or it stopped taking): a alone claims every candidate at once.
+        cache.set_fleet(state::Fleet::new("a", vec!["a".to_owned()]));
+        let rest = drain_until(&cache, far());
+        assert_eq!(mine.len() + rest.len(), 20);
+        assert!(rest.windows(2).all(|w| w[0] < w[1]), "in order: {rest:?}");
     }
 }

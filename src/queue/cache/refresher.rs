@@ -462,7 +462,7 @@ impl ChildrenCache {
                         self.snapshots.send_modify(|n| *n += 1);
                     },
                     _ = async { match due { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
-                        self.lock().promote_due();
+                        self.lock().fall_due();
                     },
                     // Nobody here needed the queue for a while: let go of its watches.
                     _ = async { match unwatch_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
@@ -567,7 +567,7 @@ impl ChildrenCache {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{fifo_names, test_cache};
+    use super::super::{far, fifo_names, test_cache};
     use super::*;
     use crate::config::QueueKind;
 
@@ -575,19 +575,19 @@ mod tests {
     async fn an_item_this_process_released_is_the_head_again_before_the_lock_event_says_so() {
         let cache = test_cache(QueueKind::Fifo);
         cache.apply_snapshot(fifo_names(0..3), 3, Some(Vec::new()));
-        let head = cache.pop().expect("the head");
+        let head = cache.pop(far()).expect("the head");
         assert_eq!(head.sequence, 0);
         cache.claim_ended(&head.name);
         // The lock this process created is seen; it deletes it (a release) and offers the item at
         // once, while the event of the lock's deletion is still on its way.
         cache.on_lock_event("/locks", &TreeEvent::Created("/locks/queue-0000000000".into()));
         cache.released_local(head);
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(0), "a single consumer does not overtake it");
+        assert_eq!(cache.pop(far()).map(|i| i.sequence), Some(0), "a single consumer does not overtake it");
         // The late deletion event does not offer it twice.
         cache.on_lock_event("/locks", &TreeEvent::Deleted("/locks/queue-0000000000".into()));
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(1));
-        assert_eq!(cache.pop().map(|i| i.sequence), Some(2));
-        assert_eq!(cache.pop(), None);
+        assert_eq!(cache.pop(far()).map(|i| i.sequence), Some(1));
+        assert_eq!(cache.pop(far()).map(|i| i.sequence), Some(2));
+        assert_eq!(cache.pop(far()), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -595,7 +595,7 @@ mod tests {
         let cache = test_cache(QueueKind::Fifo);
         cache.apply_snapshot(fifo_names(0..4), 4, Some(Vec::new()));
         let drain = |c: &ChildrenCache| {
-            let mut got: Vec<i64> = std::iter::from_fn(|| c.pop().map(|i| i.sequence)).collect();
+            let mut got: Vec<i64> = std::iter::from_fn(|| c.pop(far()).map(|i| i.sequence)).collect();
             got.sort_unstable();
             got
         };

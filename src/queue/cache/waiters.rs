@@ -161,7 +161,7 @@ impl ChildrenCache {
         let id = {
             let mut state = self.lock();
             state.promote_due();
-            if state.has_candidates() {
+            if state.has_candidates_for(deadline) {
                 return true;
             }
             state.add_waiter(tx, first)

@@ -17,10 +17,14 @@ use crate::types::now_epoch_ms;
 use crate::zk::ZkError;
 
 mod groups;
+mod owners;
 mod reports;
 
 pub use groups::GroupStats;
 use groups::Groups;
+#[cfg(test)]
+pub(super) use owners::CLAIM_GRACE;
+pub(super) use owners::Fleet;
 pub(super) use reports::Snapshot;
 
 /// How many of the first candidates a contended queue picks from at random.
@@ -170,6 +174,11 @@ pub(super) struct State {
     known_bytes: HashMap<String, usize>,
     /// Grouped queues only: the present members of each group; only a group's head is offered.
     groups: Option<Groups>,
+    /// The members of the queue's fleet, while this process is one of them and not alone
+    /// (`owners.rs`): `candidates` then holds only those it owns (or whose grace is over).
+    fleet: Option<Fleet>,
+    /// Candidates another member claims first.
+    others: owners::Others,
 }
 
 impl State {
@@ -202,6 +211,8 @@ impl State {
             unchecked: Vec::new(),
             refused: None,
             known_bytes: HashMap::new(),
+            fleet: None,
+            others: owners::Others::default(),
         }
     }
 
@@ -221,12 +232,18 @@ impl State {
         self.read_once
     }
 
-    pub(super) fn has_candidates(&self) -> bool {
-        !self.candidates.is_empty()
+    /// Whether a taker waiting until `wait_until` has a candidate to claim now.
+    pub(super) fn has_candidates_for(&self, wait_until: Instant) -> bool {
+        !self.candidates.is_empty() || self.has_deferred_for(wait_until)
     }
 
+    /// The first candidate in delivery order, whoever claims it first.
     pub(super) fn head(&self) -> Option<&ItemName> {
-        self.candidates.front()
+        match (self.candidates.front(), self.others.front()) {
+            (Some(mine), Some(other)) if names::compare(self.kind, other, mine).is_lt() => Some(other),
+            (Some(mine), _) => Some(mine),
+            (None, other) => other,
+        }
     }
 
     pub(super) fn child_count(&self) -> i64 {
@@ -245,9 +262,11 @@ impl State {
         self.refused.clone()
     }
 
-    /// The next candidate to claim, and whether to ask the refresher for a re-read now (the
-    /// snapshot is dirty and either empty or a quarter consumed).
-    pub(super) fn pop(&mut self) -> (Option<ItemName>, bool) {
+    /// The next candidate for a taker waiting until `wait_until` to claim, and whether to ask
+    /// the refresher for a re-read now (the snapshot is dirty and either empty or a quarter
+    /// consumed). Candidates this process owns come first; then those whose owner's grace is
+    /// over, or would be over only after the taker's wait (`owners.rs`).
+    pub(super) fn pop(&mut self, wait_until: Instant) -> (Option<ItemName>, bool) {
         self.promote_due();
         let contended = self.contended_at.is_some_and(|at| at.elapsed() < CONTENTION_MEMORY);
         let item = if contended && self.candidates.len() > 1 {
@@ -256,6 +275,7 @@ impl State {
         } else {
             self.candidates.pop_front()
         };
+        let item = item.or_else(|| self.pop_deferred(wait_until));
         if let Some(item) = &item {
             self.taken_since_read += 1;
             self.claiming.insert(item.name.clone());
@@ -358,9 +378,7 @@ impl State {
             effects.refresh = true; // the refresher re-arms its timer
             return effects;
         }
-        let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
-        self.candidates.insert(pos, item);
-        self.waiters.wake(1);
+        effects.refresh = self.place(item);
         effects
     }
 
@@ -373,12 +391,8 @@ impl State {
         if self.groups.as_ref().is_some_and(|groups| !groups.is_head(&item)) {
             return;
         }
-        if self.candidates.iter().any(|c| c.name == item.name) {
-            return;
-        }
-        let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
-        self.candidates.insert(pos, item);
-        self.waiters.wake(1);
+        // A duplicate is found (and kept once) by its place in the order.
+        let _deferred = self.place(item);
     }
 
     /// Forgets that `name` is locked (this process has just deleted the lock itself).
@@ -480,18 +494,29 @@ impl State {
             return;
         }
         for item in self.delayed.drain(..due).collect::<Vec<_>>() {
-            let pos = self.candidates.partition_point(|c| names::compare(self.kind, c, &item).is_lt());
-            self.candidates.insert(pos, item);
+            let _deferred = self.place(item);
         }
         let n = self.candidates.len();
         self.waiters.wake(n);
     }
 
-    /// When the first delayed item is due.
+    /// Makes due what is due: delay-queue items whose time has come, and candidates whose
+    /// owner's grace is over (their waiters are woken).
+    pub(super) fn fall_due(&mut self) {
+        self.promote_due();
+        self.wake_deferred_due();
+    }
+
+    /// When the first delayed item is due, or the next deferred candidate's grace ends.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        let first = self.delayed.first()?;
-        let wait_ms = (names::due_time(first) - now_epoch_ms()).max(0);
-        Some(Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
+        let delayed = self.delayed.first().map(|first| {
+            let wait_ms = (names::due_time(first) - now_epoch_ms()).max(0);
+            Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0))
+        });
+        match (delayed, self.next_deferred_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Removes `name` from the candidates (and delayed items); true if it was one.
@@ -505,6 +530,9 @@ impl State {
         let kind = self.kind;
         if let Ok(index) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
             self.candidates.remove(index);
+            return true;
+        }
+        if self.others.remove(kind, &item) {
             return true;
         }
         if let Some(index) = self.delayed.iter().position(|d| d.name == name) {
@@ -531,21 +559,6 @@ impl State {
             }
             return false;
         }
-        let kind = self.kind;
-        // A new message of a fifo queue sorts after every candidate (once when this process put
-        // it, once more when its event comes): one comparison with the last, not a search of a
-        // deep queue's candidates.
-        let place = match self.candidates.back().map(|last| names::compare(kind, last, &item)) {
-            None | Some(std::cmp::Ordering::Less) => Err(self.candidates.len()),
-            Some(std::cmp::Ordering::Equal) => Ok(()),
-            Some(std::cmp::Ordering::Greater) => {
-                self.candidates.binary_search_by(|c| names::compare(kind, c, &item)).map(|_| ())
-            },
-        };
-        if let Err(pos) = place {
-            self.candidates.insert(pos, item);
-            self.waiters.wake(1);
-        }
-        false
+        self.place(item)
     }
 }

@@ -73,6 +73,13 @@ impl State {
         }
         self.snapshot_len = candidates.len();
         self.candidates = candidates.into();
+        if self.fleet.is_some() {
+            // Those another member owns wait for its grace, counted from when they were first
+            // offered here: a re-read does not restart it.
+            self.defer_others();
+        } else {
+            self.others.clear();
+        }
         self.delayed = delayed;
         self.taken_since_read = 0;
         self.dirty = false;
@@ -206,6 +213,7 @@ impl State {
         self.dirty = true;
         self.live = false;
         self.candidates.clear();
+        self.others.clear();
         self.delayed.clear();
     }
 }
