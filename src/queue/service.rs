@@ -291,8 +291,9 @@ impl QueueService {
     /// The queue called `name` for a read, a take or a lease: never creates anything in
     /// ZooKeeper. A dynamic queue this process has not open is served once its node exists
     /// (another sidecar or a Curator producer created it): without a wait, after a `sync` and one
-    /// read; with one, the queue is opened here and every request waiting for it shares its
-    /// refresher's watch until the node appears or `wait` passes (`None`: still no such queue).
+    /// read (`None`: no such queue); with one (a take or lease that waits), the queue is opened
+    /// here and served at once: its takers wait in its cache, which follows the node's
+    /// appearance with the refresher's one watch, and to whom a queue not made yet is empty.
     ///
     /// Two rules keep its answers honest:
     /// - "No such queue" is trusted only after a `sync`: a lagging server may not have applied the
@@ -342,11 +343,11 @@ impl QueueService {
                 Presence::Absent | Presence::Deleted => Ok(None),
             };
         }
-        // Requests that wait for a queue not made yet share one watch: the queue is opened, and
-        // its refresher's persistent watch sees the node appear (or its mark go) for all of
-        // them at once; a put then wakes one waiter, in the queue's own order, not every one.
-        let queue = self.open(name)?;
-        self.await_live(queue, wait, false).await
+        // A taker that waits for a queue not made yet waits in the queue's own cache: it is
+        // opened here, its refresher's one persistent watch sees the node and its first message
+        // appear for every such taker at once, and the put wakes the longest-waiting one, first
+        // come first served, not every one. To a taker a queue not made yet is empty.
+        self.open(name).map(Some)
     }
 
     /// An open queue served once it is live, waiting up to `wait`: as its refresher follows the

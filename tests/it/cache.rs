@@ -186,3 +186,40 @@ async fn a_child_list_past_javas_default_limit_is_measured_and_still_served() {
     assert_eq!(response.headers()["zkq-message-id"], first.as_str());
     zkq.stop().await;
 }
+
+/// A single consumer keeps Curator's order after a message it did not claim is deleted: by
+/// zkq's own `DELETE …/messages/{id}`, or by a lone foreign consumer taking it straight from
+/// ZooKeeper. Such a deletion raced no claim of ours; it used to switch the cache to a random
+/// pick among the first candidates for 5 s (put 7, delete one, take 6: c-4, c-6, c-3, …).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_consumer_keeps_curators_order_after_a_delete_by_id_or_a_foreign_take() {
+    let zk = ZkServer::shared();
+    let root = unique_root("order-after-delete");
+    let zkq = TestZkq::start_ready(test_config(zk, &root)).await;
+    let api = zkq.client();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(zkq.put_ok("q", format!("c-{i}").as_bytes()).await);
+    }
+    // The cache holds all seven before the deletions.
+    eventually(Duration::from_secs(10), "the cache sees the seven", || async {
+        metric(&zkq.metrics().await, r#"zkq_queue_children{queue="q"}"#) == 7.0
+    })
+    .await;
+    let deleted = api.send(reqwest::Method::DELETE, &format!("/v1/queues/q/messages/{}", ids[1]), None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text());
+    // A foreign consumer takes c-3 from ZooKeeper itself.
+    let direct = zk_client(zk).await;
+    let mut children = children(&direct, &format!("{root}/queues/q")).await;
+    children.sort();
+    direct.delete(&format!("{root}/queues/q/{}", children[2]), None).await.expect("a foreign take of c-3");
+    eventually(Duration::from_secs(10), "the cache sees both deletions", || async {
+        metric(&zkq.metrics().await, r#"zkq_queue_children{queue="q"}"#) == 5.0
+    })
+    .await;
+    let mut taken = Vec::new();
+    while let Some(body) = zkq.take_body("q", "0s").await {
+        taken.push(String::from_utf8(body).expect("utf-8"));
+    }
+    assert_eq!(taken, ["c-0", "c-2", "c-4", "c-5", "c-6"], "Curator's order");
+}

@@ -195,7 +195,7 @@ impl Claims {
         let mut delivered = vec![first];
         while delivered.len() < max && bytes < max_bytes {
             // The rest: the candidates there now, claimed together in one transaction.
-            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, wait_until, caller)).await {
+            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, caller)).await {
                 Ok(more) if !more.is_empty() => {
                     bytes += more.iter().map(|(message, _)| message.body.len()).sum::<usize>();
                     delivered.extend(more);
@@ -207,14 +207,13 @@ impl Claims {
     }
 
     /// Claims up to `want` of the candidates there now (and about `byte_budget` of bodies)
-    /// without waiting: empty when there is none, or none could be claimed. Another fleet
-    /// member's candidates are claimed as by a taker waiting until `wait_until`.
+    /// without waiting: empty when there is none, or none could be claimed. Those this process
+    /// owns come first, then those another fleet member owns: a batch takes what is there.
     async fn claim_more(
         self: &Arc<Self>,
         want: usize,
         byte_budget: usize,
         how: Acquire,
-        wait_until: Instant,
         caller: &Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
         if self.ctx.shutdown.is_cancelled() {
@@ -224,7 +223,7 @@ impl Claims {
         let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
         let mut candidates = Vec::new();
         while candidates.len() < want
-            && let Some(candidate) = self.cache.pop(wait_until)
+            && let Some(candidate) = self.cache.pop(Instant::now())
         {
             candidates.push(candidate);
         }

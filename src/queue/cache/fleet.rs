@@ -25,7 +25,7 @@ use crate::zk::{ConnectionState, NodeMode, TreeEvent, Zk, ZkError, ZkSession, Zk
 
 /// How long this process stays a member after its last taker left: a consumer's loop of
 /// long-polls keeps one membership, not one per request.
-pub(super) const MEMBER_LINGER: Duration = Duration::from_secs(30);
+pub(super) const MEMBER_LINGER: Duration = Duration::from_secs(10);
 
 /// Held by a taker while it waits in the acquire loop (see [`ChildrenCache::taking`]).
 pub(crate) struct Taking<'a>(&'a ChildrenCache);
