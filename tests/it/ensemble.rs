@@ -31,7 +31,13 @@ impl ZkEnsemble {
 
     /// Starts three servers and waits until each answers `srvr` with a mode (leader/follower).
     pub(crate) fn start() -> ZkEnsemble {
-        ZkEnsemble::start_inner(false)
+        ZkEnsemble::start_inner(false, 0)
+    }
+
+    /// Three voting servers and one observer (`peerType=observer`, server 4): it votes in
+    /// nothing, serves its clients' reads and watches, and forwards their writes to the leader.
+    pub(crate) fn start_with_observer() -> ZkEnsemble {
+        ZkEnsemble::start_inner(false, 1)
     }
 
     /// Like [`ZkEnsemble::start`], but every server reaches the others' quorum ports through a
@@ -39,15 +45,15 @@ impl ZkEnsemble {
     /// the leader while it still serves its clients. `syncLimit` is 10 ticks (10 s): a link may be
     /// held for a few seconds before the leader drops that follower.
     pub(crate) fn start_with_quorum_links() -> ZkEnsemble {
-        ZkEnsemble::start_inner(true)
+        ZkEnsemble::start_inner(true, 0)
     }
 
-    fn start_inner(relayed: bool) -> ZkEnsemble {
+    fn start_inner(relayed: bool, observers: usize) -> ZkEnsemble {
         let dir = tempfile::Builder::new().prefix("zkq-ensemble-").tempdir().expect("temp dir");
-        let ports: Vec<(u16, u16, u16)> =
-            (0..Self::SIZE).map(|_| (stable_port(), stable_port(), stable_port())).collect();
-        let links: Vec<Vec<Option<QuorumLink>>> = (0..Self::SIZE)
-            .map(|i| (0..Self::SIZE).map(|j| (relayed && i != j).then(|| QuorumLink::start(ports[j].1))).collect())
+        let all = Self::SIZE + observers;
+        let ports: Vec<(u16, u16, u16)> = (0..all).map(|_| (stable_port(), stable_port(), stable_port())).collect();
+        let links: Vec<Vec<Option<QuorumLink>>> = (0..all)
+            .map(|i| (0..all).map(|j| (relayed && i != j).then(|| QuorumLink::start(ports[j].1))).collect())
             .collect();
         let sync_limit = if relayed { 10 } else { 2 };
         let mut servers = Vec::new();
@@ -58,9 +64,11 @@ impl ZkEnsemble {
                 .enumerate()
                 .map(|(j, (_, quorum, election))| {
                     let quorum = links[i][j].as_ref().map_or(*quorum, |link| link.port);
-                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
+                    let role = if j >= Self::SIZE { ":observer" } else { "" };
+                    format!("server.{}=127.0.0.1:{quorum}:{election}{role}\n", j + 1)
                 })
                 .collect();
+            let peer_type = if i >= Self::SIZE { "peerType=observer\n" } else { "" };
             let home = dir.path().join(format!("s{}", i + 1));
             let data = home.join("data");
             std::fs::create_dir_all(&data).expect("data dir");
@@ -68,18 +76,30 @@ impl ZkEnsemble {
             let config = format!(
                 "tickTime=1000\ninitLimit=5\nsyncLimit={sync_limit}\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\n\
                  admin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n\
-                 maxClientCnxns=0\n{peers}",
+                 maxClientCnxns=0\n{peer_type}{peers}",
                 data.display()
             );
             std::fs::write(home.join("zoo.cfg"), config).expect("zoo.cfg");
             servers.push(Server { id: i + 1, client_port: *client, child: Mutex::new(None) });
         }
         let ensemble = ZkEnsemble { dir, servers, links };
-        for i in 0..Self::SIZE {
+        for i in 0..all {
             ensemble.launch(i);
         }
         ensemble.wait_quorum();
+        for i in Self::SIZE..all {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while ensemble.mode(i).as_deref() != Some("observer") {
+                assert!(Instant::now() < deadline, "the observer (server {}) did not join within 60 s", i + 1);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
         ensemble
+    }
+
+    /// `127.0.0.1:PORT` of the observer (with [`ZkEnsemble::start_with_observer`]).
+    pub(crate) fn observer_address(&self) -> String {
+        self.address(Self::SIZE)
     }
 
     fn home(&self, i: usize) -> std::path::PathBuf {
@@ -364,7 +384,7 @@ impl ConnectTarget for ZkEnsemble {
 
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
-        for i in 0..Self::SIZE {
+        for i in 0..self.servers.len() {
             self.resume(i);
             self.kill(i);
         }

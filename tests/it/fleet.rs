@@ -248,3 +248,57 @@ async fn a_killed_member_strands_nothing_its_messages_go_to_the_next_member() {
     want.sort();
     assert_eq!(bodies, want, "every message put after the kill delivered once, by the survivors");
 }
+
+/// Sidecars pointed at an observer only (`zookeeper.connect` naming just the observer of a
+/// three-server ensemble) serve a queue as usual: a put on one, leases acked on the other. Every
+/// reply and watch event they get is sent by the observer; the voting servers send them nothing,
+/// so the fan-out of a fleet's events can be moved off the servers that vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_connected_to_an_observer_get_every_event_from_it_and_none_from_the_voters() {
+    const N: usize = 20;
+    let ensemble = tokio::task::block_in_place(crate::ensemble::ZkEnsemble::start_with_observer);
+    let root = unique_root("fleet-observer");
+    let observer = ensemble.observer_address();
+    let producer = TestZkq::start_ready(test_config(&observer, &root)).await;
+    let consumer = TestZkq::start_ready(test_config(&observer, &root)).await;
+    producer.put_ok("q", b"first").await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut consumers = lease_consumers(&consumer.client(), 2, &stop, &acked);
+    eventually(Duration::from_secs(20), "the first message is acked", || async {
+        acked.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let sent = |port: u16| {
+        four_letter(port, "mntr")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("zk_packets_sent").and_then(|v| v.trim().parse::<f64>().ok()))
+            .unwrap_or(0.0)
+    };
+    let ports: Vec<u16> = (0..4).map(|i| ensemble.client_port(i)).collect();
+    let before: Vec<f64> = ports.iter().map(|p| sent(*p)).collect();
+    for i in 0..N {
+        producer.put_ok("q", format!("m{i}").as_bytes()).await;
+        eventually(Duration::from_secs(20), "the message is leased and acked", || async {
+            acked.load(std::sync::atomic::Ordering::SeqCst) == i + 2
+        })
+        .await;
+    }
+    let after: Vec<f64> = ports.iter().map(|p| sent(*p)).collect();
+    // What a `mntr` answer itself counts (ZooKeeper counts a four-letter answer as packets).
+    let again: Vec<f64> = ports.iter().map(|p| sent(*p)).collect();
+    stop.cancel();
+    let mut bodies = Vec::new();
+    while let Some(got) = consumers.join_next().await {
+        bodies.extend(got.expect("a consumer"));
+    }
+    assert_eq!(bodies.len(), N + 1, "every message leased and acked once");
+    let observer_sent = after[3] - before[3];
+    assert!(observer_sent >= (N * 5) as f64, "the observer sent {observer_sent} packets for {N} messages");
+    for voter in 0..3 {
+        // Beside the answer to this test's own `mntr`, a voting server sent the sidecars nothing.
+        let own_mntr = again[voter] - after[voter];
+        assert_eq!(after[voter] - before[voter], own_mntr, "voting server {} sent packets to the sidecars", voter + 1);
+    }
+}
