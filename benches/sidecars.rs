@@ -301,9 +301,8 @@ async fn run_trickle(zk: &ZkServer, binary: &Path, k: usize, consuming: usize, m
         let members = metric_sum(&text, "zkq_queue_fleet_members", &[], &[]);
         let children = metric_sum(&text, "zkq_queue_children", &[], &[]);
         // A build without fleets has no such series.
-        let fleet_known = consuming == 1
-            || members == (consuming * consuming) as f64
-            || !text.contains("zkq_queue_fleet_members");
+        let fleet_known =
+            consuming == 1 || members == (consuming * consuming) as f64 || !text.contains("zkq_queue_fleet_members");
         if (fleet_known && children == 0.0) || settled.elapsed() > Duration::from_secs(10) {
             break;
         }

@@ -302,3 +302,24 @@ async fn sidecars_connected_to_an_observer_get_every_event_from_it_and_none_from
         assert_eq!(after[voter] - before[voter], own_mntr, "voting server {} sent packets to the sidecars", voter + 1);
     }
 }
+
+/// With `queues_watch_on_demand`, a sidecar that only put to a queue holds a stale snapshot of
+/// it; its own next put must not make that message the first candidate. A take on that sidecar
+/// used to answer the second message before the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_watching_on_demand_hands_out_its_own_puts_in_order() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fleet-on-demand-order");
+    let mut config = test_config(zk, &root);
+    config.queues_watch_on_demand = true;
+    let zkq = TestZkq::start_ready(config).await;
+    zkq.put_ok("q", b"first").await;
+    // The queue opened unwatched: its size is read once, and the snapshot is let go.
+    eventually(Duration::from_secs(10), "the unwatched queue's size is read", || async {
+        metric(&zkq.metrics().await, r#"zkq_queue_children_reads_total{queue="q"}"#) >= 1.0
+    })
+    .await;
+    zkq.put_ok("q", b"second").await;
+    assert_eq!(zkq.take_body("q", "5s").await.as_deref(), Some(b"first".as_slice()));
+    assert_eq!(zkq.take_body("q", "5s").await.as_deref(), Some(b"second".as_slice()));
+}

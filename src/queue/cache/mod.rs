@@ -602,4 +602,17 @@ mod tests {
         assert_eq!(mine.len() + rest.len(), 20);
         assert!(rest.windows(2).all(|w| w[0] < w[1]), "in order: {rest:?}");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_put_while_the_snapshot_is_stale_is_not_handed_out_ahead_of_older_messages() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(fifo_names(0..1), 1, Some(Vec::new()));
+        // The watches let go (nobody here took for a while): the snapshot is stale.
+        cache.lock().invalidate();
+        // This process puts message 1; message 0 is still there, unknown to the empty candidates.
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000001").expect("an item"));
+        assert_eq!(cache.pop(far()), None, "nothing is offered from a stale snapshot");
+        cache.apply_snapshot(fifo_names(0..2), 2, Some(Vec::new()));
+        assert_eq!(drain_until(&cache, far()), [0, 1], "the older message first");
+    }
 }

@@ -367,9 +367,10 @@ impl State {
         if self.eager {
             self.known.insert(item.name.clone());
         }
-        if !self.read_once {
-            // Before the first snapshot the candidates would hold only this item, and a take
-            // would hand it out ahead of older ones; the first read (or the watch it arms) has it.
+        if !self.read_once || self.dirty {
+            // Before the first snapshot, or once the snapshot is stale (the watches were let go, or
+            // the connection lost), the candidates would hold only this item, and a take would
+            // hand it out ahead of older ones; the next read (or the watch it arms) has it.
             return effects;
         }
         if names::due_time(&item) > now_epoch_ms() {
