@@ -16,6 +16,7 @@ mounted from Secrets, and only their paths are written here.
 queues_dynamic = {{ $c.queues_dynamic }}
 queues_dynamic_grouped = {{ $c.queues_dynamic_grouped }}
 max_dynamic_queues = {{ int64 $c.max_dynamic_queues }}
+queues_watch_on_demand = {{ $c.queues_watch_on_demand }}
 counters_dynamic = {{ $c.counters_dynamic }}
 
 [zookeeper]

@@ -172,6 +172,7 @@ config:
   queues_dynamic: true
   queues_dynamic_grouped: false
   max_dynamic_queues: 1000
+  queues_watch_on_demand: false
   counters_dynamic: true
   queues: {}
   counters: {}
