@@ -174,27 +174,21 @@ impl State {
         self.fleet = fleet;
         let now = Instant::now();
         let kind = self.kind;
-        let mut mine: Vec<ItemName> = Vec::with_capacity(self.candidates.len());
-        let previously_mine: Vec<ItemName> = self.candidates.drain(..).collect();
-        let deferred = self.others.drain();
-        for item in previously_mine {
+        // Every candidate, in delivery order (its own and the deferred ones, each sorted: one
+        // sort of both), with when this process first deferred it (now, for its own).
+        let mut all: Vec<(ItemName, Instant)> = self.candidates.drain(..).map(|item| (item, now)).collect();
+        all.extend(self.others.drain().into_iter().map(|d| (d.item, d.seen)));
+        all.sort_by(|a, b| names::compare(kind, &a.0, &b.0));
+        let mut mine: Vec<ItemName> = Vec::with_capacity(all.len());
+        for (item, seen) in all {
             match self.fleet.as_ref().map_or(0, |f| f.rank(&item.name)) {
                 0 => mine.push(item),
-                // Its new owner gets its grace from now.
-                rank => {
-                    self.others.insert(kind, item, now, rank);
-                },
-            }
-        }
-        for Deferred { item, seen, .. } in deferred {
-            match self.fleet.as_ref().map_or(0, |f| f.rank(&item.name)) {
-                0 => mine.push(item),
+                // In order: each insert is a push at the back.
                 rank => {
                     self.others.insert(kind, item, seen, rank);
                 },
             }
         }
-        mine.sort_by(|a, b| names::compare(kind, a, b));
         self.candidates = mine.into();
         let n = self.candidates.len();
         self.waiters.wake(n);
