@@ -193,6 +193,13 @@ async fn a_take_of_many_claims_them_in_one_transaction() {
     let calls = |text: &str, op: &str| {
         metric_value(text, &format!("zkq_zookeeper_requests_total{{operation=\"{op}\",outcome=\"ok\"}}")).unwrap_or(0.0)
     };
+    // The put made the queue's node; the cache reads that node once when its creation event
+    // comes (to see whether it carries a delete mark). That read is not the take's: wait for it
+    // (under load it can come after the put's answer).
+    eventually(std::time::Duration::from_secs(30), "the cache read the new queue node", || async {
+        calls(&zkq.metrics().await, "get_data") >= 1.0
+    })
+    .await;
     let before = zkq.metrics().await;
     let response = zkq.client().take("q", "max=50").await;
     assert_eq!(response.status, 200);
