@@ -449,7 +449,7 @@ impl Claims {
             (Ready::Take { candidate, items, annex, splits, .. }, _) => {
                 self.cache.removed_local();
                 for item in splits {
-                    self.cache.insert_local(item);
+                    self.cache.insert_split(item);
                 }
                 self.ctx.qm.messages_taken.inc();
                 (take::first_message(&candidate, items, annex), None)

@@ -111,7 +111,7 @@ impl Claims {
                     tracing::info!(queue = %self.ctx.name, node = %name, moved = split.len(), left = items.len() - split.len(),
                         "moved items of a large putMulti node into nodes of their own");
                     for item in split {
-                        self.cache.insert_local(item);
+                        self.cache.insert_split(item);
                     }
                 },
                 Err(err) if err.error == ZkError::NodeExists && err.index == Some(0) && lock.is_some() => {

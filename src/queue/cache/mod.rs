@@ -42,7 +42,7 @@ use crate::types::QueueName;
 pub use state::GroupStats;
 #[cfg(test)]
 use state::KNOWN_BYTES_SLACK;
-use state::{Effects, JUTE_MAXBUFFER, State};
+use state::{Effects, JUTE_MAXBUFFER, Joins, State};
 use waiters::Barriers;
 
 /// Shared between the refresher task and the takers.
@@ -55,6 +55,9 @@ pub(super) struct ChildrenCache {
     state: Mutex<State>,
     /// Asks the refresher for a new snapshot.
     refresh: Notify,
+    /// Asks the refresher to let the items put here join the candidates
+    /// ([`ChildrenCache::insert_local`]).
+    settle: Notify,
     /// Counts snapshots; takers wait on it after asking for a refresh.
     snapshots: watch::Sender<u64>,
     /// Counts refused refresh attempts (see [`ChildrenCache::refreshed`]).
@@ -143,6 +146,7 @@ impl ChildrenCache {
             tasks,
             full_reads: tokio::sync::Semaphore::new(1),
             barriers: Barriers::new(),
+            settle: Notify::new(),
             presence: watch::channel(None).0,
             demand: watch::channel(0).0,
             idle_since: Mutex::new(Some(tokio::time::Instant::now())),
@@ -214,6 +218,9 @@ impl ChildrenCache {
         if effects.refresh {
             self.refresh.notify_one(); // the refresher re-arms its timer
         }
+        if effects.settle {
+            self.settle.notify_one();
+        }
         if effects.pruned {
             self.qm.candidates_pruned.inc();
         }
@@ -267,10 +274,28 @@ impl ChildrenCache {
         self.lock().push_front(item);
     }
 
-    /// Adds an item this process just created, so local takers see it without a re-read.
+    /// Adds an item this process just created, so local takers see it without a re-read. While
+    /// the queue is watched it joins the candidates once the refresher has applied the events it
+    /// received before (older items first), at once or at a taker's barrier.
     pub(super) fn insert_local(&self, item: ItemName) {
         let mut state = self.lock();
-        let effects = state.insert_local(item);
+        let effects = state.insert_local(item, Joins::AfterEvents);
+        self.apply(&mut state, effects);
+    }
+
+    /// Adds an item split out of a node this process claims: offered at once, in that node's
+    /// place (a `?max=` claim goes on with it).
+    pub(super) fn insert_split(&self, item: ItemName) {
+        let mut state = self.lock();
+        let effects = state.insert_local(item, Joins::Now);
+        self.apply(&mut state, effects);
+    }
+
+    /// Lets the items put here join the candidates: every event received before their puts'
+    /// answers is applied (the refresher's part, `refresher.rs`).
+    fn settle_local(&self) {
+        let mut state = self.lock();
+        let effects = state.settle_local();
         self.apply(&mut state, effects);
     }
 
@@ -601,6 +626,38 @@ mod tests {
         let rest = drain_until(&cache, far());
         assert_eq!(mine.len() + rest.len(), 20);
         assert!(rest.windows(2).all(|w| w[0] < w[1]), "in order: {rest:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_put_answered_before_an_older_messages_event_is_applied_waits_for_it() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
+        // Message 0's creation event is received but not applied yet (the refresher is busy)
+        // when this process's put of message 1 is answered.
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000001").expect("an item"));
+        assert_eq!(cache.pop(far()), None, "not offered ahead of what the refresher has yet to apply");
+        let _ = cache.lock().child_created("queue-0000000000");
+        cache.settle_local();
+        assert_eq!(drain_until(&cache, far()), [0, 1], "the older message first");
+        assert_eq!(cache.lock().child_count(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_put_whose_own_event_came_first_is_offered_and_counted_once() {
+        let cache = test_cache(QueueKind::Fifo);
+        cache.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
+        let _ = cache.lock().child_created("queue-0000000000");
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000000").expect("an item"));
+        cache.settle_local();
+        assert_eq!(drain_until(&cache, far()), [0]);
+        assert_eq!(cache.lock().child_count(), 1);
+        // Taken and deleted before the refresher settles a later put of the same name: not back.
+        cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000000").expect("an item"));
+        let _ = cache.lock().child_deleted("queue-0000000000");
+        cache.claim_ended("queue-0000000000");
+        cache.settle_local();
+        assert_eq!(cache.pop(far()), None);
+        assert_eq!(cache.lock().child_count(), 0);
     }
 
     #[tokio::test(start_paused = true)]

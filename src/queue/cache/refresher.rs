@@ -122,12 +122,8 @@ impl ChildrenCache {
             tracing::debug!(queue = %self.label, error = %err, "barrier sync failed; asked again once reconnected");
             return false;
         }
-        while let Some(event) = queue_watch.ready() {
-            if event == TreeEvent::ConnectionLost {
-                self.invalidate();
-                return false;
-            }
-            self.on_queue_event(&event);
+        if !self.apply_received(queue_watch) {
+            return false;
         }
         if let Some((dir, watch)) = locks {
             while let Some(event) = watch.ready() {
@@ -138,6 +134,21 @@ impl ChildrenCache {
                 self.on_lock_event(dir, &event);
             }
         }
+        true
+    }
+
+    /// Applies the queue's events received so far, then lets the items put here join the
+    /// candidates: their puts' answers came after those events. False when the connection was
+    /// lost (the snapshot is invalidated).
+    fn apply_received(&self, queue_watch: &mut ZkTreeWatch) -> bool {
+        while let Some(event) = queue_watch.ready() {
+            if event == TreeEvent::ConnectionLost {
+                self.invalidate();
+                return false;
+            }
+            self.on_queue_event(&event);
+        }
+        self.settle_local();
         true
     }
 
@@ -452,6 +463,11 @@ impl ChildrenCache {
                             if self.barriers.pending() {
                                 self.barriers.ask();
                             }
+                        }
+                    },
+                    _ = self.settle.notified() => {
+                        if !self.apply_received(&mut queue_watch) {
+                            break;
                         }
                     },
                     _ = self.refresh.notified() => {

@@ -203,12 +203,14 @@ mod tests {
             }
         }
         cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000001").expect("item"));
+        cache.settle_local();
         let first = waiters.remove(0);
         assert!(first.await.expect("join"), "the first waiter is woken");
         tokio::task::yield_now().await;
         assert_eq!(cache.waiting(), 2, "one item wakes one waiter");
         assert!(waiters.iter().all(|w| !w.is_finished()));
         cache.insert_local(names::parse(QueueKind::Fifo, "queue-0000000002").expect("item"));
+        cache.settle_local();
         assert!(waiters.remove(0).await.expect("join"), "then the second");
         // The last one gives up at its deadline.
         tokio::time::advance(Duration::from_secs(61)).await;

@@ -231,7 +231,7 @@ impl Leases {
         } = prepared;
         let uncount = uncount_op(&counter, count, counter_version);
         for item in split_items {
-            self.cache.insert_local(item);
+            self.cache.insert_split(item);
         }
         let expires_at_ms = epoch_ms_after(visibility);
         let token = self.table.issue(zk.session_id());

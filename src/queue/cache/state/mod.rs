@@ -52,6 +52,16 @@ fn reply_bytes(name: &str) -> i64 {
     4 + i64::try_from(name.len()).unwrap_or(i64::MAX / 2)
 }
 
+/// When an item this process created joins a live cache's candidates ([`State::insert_local`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Joins {
+    /// Once the events received before it are applied: a new message, which must not be handed
+    /// out ahead of older ones whose events are still to be applied.
+    AfterEvents,
+    /// At once: an item split out of a node this process claims, in that node's place.
+    Now,
+}
+
 /// What a change of the state asks of the cache around it.
 #[must_use]
 #[derive(Debug, Default, Clone, Copy)]
@@ -66,6 +76,9 @@ pub(super) struct Effects {
     pub(super) unchecked: bool,
     /// The child count may have dropped (puts wait on `max_items`).
     pub(super) room: bool,
+    /// Items put here wait to join the candidates: the refresher applies the events it has
+    /// received, then [`State::settle_local`].
+    pub(super) settle: bool,
 }
 
 struct Waiter {
@@ -179,6 +192,9 @@ pub(super) struct State {
     fleet: Option<Fleet>,
     /// Candidates another member claims first.
     others: owners::Others,
+    /// Items this process created while live that are not candidates yet: older items'
+    /// creation events may still wait to be applied ([`State::settle_local`]).
+    settling: Vec<ItemName>,
 }
 
 impl State {
@@ -213,6 +229,7 @@ impl State {
             known_bytes: HashMap::new(),
             fleet: None,
             others: owners::Others::default(),
+            settling: Vec::new(),
         }
     }
 
@@ -333,8 +350,10 @@ impl State {
         self.known_bytes.get(name).copied()
     }
 
-    /// Adds an item this process just created.
-    pub(super) fn insert_local(&mut self, item: ItemName) -> Effects {
+    /// Adds an item this process just created: a new message, after every older one, joins once
+    /// the events received before its put's answer are applied (`Joins::AfterEvents`); an item
+    /// split out of a node this process claims takes that node's place at once (`Joins::Now`).
+    pub(super) fn insert_local(&mut self, item: ItemName, joins: Joins) -> Effects {
         let mut effects = Effects::default();
         if self.groups.is_some() && names::group_of(&item).is_some() {
             // A grouped message joins its group only by its event or a full read, which come
@@ -346,9 +365,17 @@ impl State {
             return effects;
         }
         if self.live {
-            // Now, so that this process's next take sees it (its creation event may not have been
-            // handled yet; the name is counted once either way). A name already deleted by the
-            // time its creator gets here is not brought back.
+            // Not a candidate yet. ZooKeeper sends a session's watch events in order with its
+            // replies, so every older item's creation event arrived before this put's answer,
+            // but the refresher may not have applied them yet (it may be waiting on a read):
+            // offered now, this item would be handed out ahead of them. It joins once the
+            // refresher has applied what it received (`settle_local`): at once when it is idle,
+            // else when it is done, or at a taker's barrier.
+            if self.eager {
+                self.known.insert(item.name.clone());
+            }
+            // Counted now (a put waiting for room under `max_items` must see it); its event
+            // counts it no second time.
             if self.recently_deleted.contains(&item.name) {
                 return effects;
             }
@@ -357,10 +384,13 @@ impl State {
                 self.children_bytes += reply_bytes(&item.name);
                 effects.size_changed = true;
             }
-            if self.eager {
-                self.known.insert(item.name.clone());
+            match joins {
+                Joins::AfterEvents => {
+                    self.settling.push(item);
+                    effects.settle = true;
+                },
+                Joins::Now => effects.refresh = self.add_candidate(&item.name),
             }
-            effects.refresh = self.add_candidate(&item.name);
             return effects;
         }
         self.child_count += 1;
@@ -380,6 +410,24 @@ impl State {
             return effects;
         }
         effects.refresh = self.place(item);
+        effects
+    }
+
+    /// The refresher has applied every event it received: the items this process created before
+    /// now join the candidates in their places (one already deleted is not brought back).
+    pub(super) fn settle_local(&mut self) -> Effects {
+        let mut effects = Effects::default();
+        if !self.live {
+            // Not watched any more: the next read has them.
+            self.settling.clear();
+            return effects;
+        }
+        for item in std::mem::take(&mut self.settling) {
+            // Not if it was deleted meanwhile (taken here, or by another consumer).
+            if self.present.contains(&item.name) && !self.recently_deleted.contains(&item.name) {
+                effects.refresh |= self.add_candidate(&item.name);
+            }
+        }
         effects
     }
 

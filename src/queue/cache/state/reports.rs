@@ -215,5 +215,6 @@ impl State {
         self.candidates.clear();
         self.others.clear();
         self.delayed.clear();
+        self.settling.clear();
     }
 }
