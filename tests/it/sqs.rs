@@ -942,3 +942,81 @@ async fn run_rust_client(endpoint: String, queue: &'static str) {
     let checks: usize = stdout.trim().strip_prefix("ok ").and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(output.status.success() && checks >= 13, "{stdout}{}", String::from_utf8_lossy(&output.stderr));
 }
+
+/// Peak resident set size of a process in KiB (`VmHWM` of /proc/PID/status): what a request
+/// made the process hold at its worst, even if it was freed since.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A query-protocol body of about 1 MiB made of multi-part parameter names (52,000 parameters,
+/// `0.b.c.d.e.f.g.h=&1.b.c.…`), three at once, is refused with an SQS error without zkq's memory
+/// growing by more than a few MiB; SQS's largest legitimate request, a batch of 10 entries with 10
+/// message attributes each, is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_query_body_is_refused_before_it_costs_memory_and_a_large_batch_still_works() {
+    let sqs = zkq_testkit::process::free_addr();
+    let zkq =
+        ChildZkq::start(ZkServer::shared(), &unique_root("sqs-hostile"), &[("ZKQ__SQS__LISTEN", sqs.as_str())]).await;
+    let endpoint = format!("http://{sqs}");
+    let http = reqwest::Client::new();
+    let form = |body: String| {
+        http.post(format!("{endpoint}/"))
+            .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
+            .body(body)
+            .send()
+    };
+    let created = form("Action=CreateQueue&QueueName=hostile".to_owned()).await.expect("create");
+    assert_eq!(created.status(), 200);
+    let url = format!("http://{sqs}/000000000000/hostile");
+
+    let mut hostile = format!("Action=SendMessage&QueueUrl={url}&MessageBody=x");
+    let mut i = 0;
+    while hostile.len() < 1_000_000 - 32 {
+        hostile.push_str(&format!("&{i}.b.c.d.e.f.g.h="));
+        i += 1;
+    }
+    let before = peak_rss_kib(zkq.pid());
+    let answers = futures::future::join_all((0..3).map(|_| form(hostile.clone())))
+        .await
+        .into_iter()
+        .map(|a| a.expect("answered"));
+    for answer in answers {
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap_or_default();
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains("<Code>InvalidParameterValue</Code>") && text.contains("parameters"), "{text}");
+    }
+    let after = peak_rss_kib(zkq.pid());
+    println!("3 hostile bodies of {} parameters each: peak RSS {before} KiB before, {after} KiB after", i + 3);
+    assert!(after < before + 8 * 1024, "peak RSS grew from {before} KiB to {after} KiB");
+
+    let mut batch = vec!["Action=SendMessageBatch".to_owned(), format!("QueueUrl={url}")];
+    for e in 1..=10 {
+        let entry = format!("SendMessageBatchRequestEntry.{e}");
+        batch.push(format!("{entry}.Id=e{e}&{entry}.MessageBody=body{e}"));
+        for a in 1..=10 {
+            let attribute = format!("{entry}.MessageAttribute.{a}");
+            batch.push(format!(
+                "{attribute}.Name=n{a}&{attribute}.Value.DataType=String&{attribute}.Value.StringValue=v{a}"
+            ));
+        }
+    }
+    let sent = form(batch.join("&")).await.expect("batch");
+    let status = sent.status().as_u16();
+    let text = sent.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text.matches("<SendMessageBatchResultEntry>").count(), 10, "{text}");
+    let received = form(format!(
+        "Action=ReceiveMessage&QueueUrl={url}&MaxNumberOfMessages=10&MessageAttributeName.1=All&WaitTimeSeconds=1"
+    ))
+    .await
+    .expect("receive");
+    let text = received.text().await.unwrap_or_default();
+    assert!(text.matches("<MessageAttribute>").count() >= 10, "the attributes came back: {text}");
+}
