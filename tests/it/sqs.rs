@@ -386,21 +386,27 @@ async fn runs_ok(mut command: std::process::Command, what: &str) {
 /// the configured key pair: boto3 in both protocols, the JavaScript SDK and the AWS CLI work when
 /// they sign with it; a wrong secret, another key id and an unsigned request are refused with
 /// SQS's codes, and store nothing. zkq's own API still asks for its token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
+/// A zkq whose API asks for a token and whose SQS listener verifies signatures made with
+/// `(key_id, secret)`; its SQS endpoint.
+async fn zkq_with_key_pair(root: &str, (key_id, secret): (&str, &str)) -> (TestZkq, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (token_file, secret_file) = (dir.path().join("token"), dir.path().join("sqs-secret"));
     std::fs::write(&token_file, "api-token-0123456789\n").expect("write");
-    let (key_id, secret) = ("AKIAZKQTEST0001", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzkqEXAMPLE");
     std::fs::write(&secret_file, format!("{secret}\n")).expect("write");
-    let mut config = test_config(ZkServer::shared(), &unique_root("sqs-signed"));
+    let mut config = test_config(ZkServer::shared(), root);
     config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
     config.api.token_file = Some(token_file);
     config.sqs.access_key_id = Some(key_id.to_owned());
     config.sqs.secret_access_key_file = Some(secret_file);
     let zkq = TestZkq::start(config).await;
     let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
-    let endpoint = format!("http://{addr}");
+    (zkq, format!("http://{addr}"), dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
+    let (key_id, secret) = ("AKIAZKQTEST0001", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzkqEXAMPLE");
+    let (zkq, endpoint, _dir) = zkq_with_key_pair(&unique_root("sqs-signed"), (key_id, secret)).await;
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/signed.py");
     for (python, protocol) in pythons() {
@@ -434,6 +440,93 @@ async fn with_a_key_pair_configured_only_requests_signed_with_it_are_served() {
         "zkq_sqs_requests_total{action=\"other\",code=\"SignatureDoesNotMatch\"}",
     );
     assert!(refused.unwrap_or(0.0) >= 5.0, "refusals are counted: {refused:?}");
+}
+
+/// A JSON-protocol request as botocore signs it (`tests/sqs/capture.py`), over every header
+/// (`full`) or over `host` and `x-amz-date` alone (`narrow`): what a listener on the pod network
+/// could capture.
+async fn captured(endpoint: &str, key: (&str, &str), action: &str, input: serde_json::Value, mode: &str) -> Captured {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/capture.py");
+    let mut command = std::process::Command::new("/usr/bin/python3");
+    command.arg(script).args([endpoint, key.0, key.1, action, &input.to_string(), mode]);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("python3 runs")).await.expect("join");
+    assert!(output.status.success(), "capture.py: {}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let headers = json["headers"]
+        .as_object()
+        .expect("headers")
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    Captured { endpoint: endpoint.to_owned(), headers, body: json["body"].as_str().unwrap_or_default().to_owned() }
+}
+
+struct Captured {
+    endpoint: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Captured {
+    /// Sends the request again, with `X-Amz-Target` naming `action` instead (if given); the
+    /// status and the error code (`__type` without its namespace) or the answer.
+    async fn send(&self, action: Option<&str>) -> (u16, serde_json::Value) {
+        let mut request = reqwest::Client::new().post(format!("{}/", self.endpoint)).body(self.body.clone());
+        for (name, value) in &self.headers {
+            let value = match action {
+                Some(action) if name == "x-amz-target" => format!("AmazonSQS.{action}"),
+                _ => value.clone(),
+            };
+            request = request.header(name, value);
+        }
+        let answer = request.send().await.expect("sent");
+        (answer.status().as_u16(), answer.json().await.unwrap_or_default())
+    }
+}
+
+/// A signed SendMessage captured on the network and sent again with its `X-Amz-Target` changed to
+/// `PurgeQueue` or `DeleteQueue` is refused: signed as SDKs sign it, its signature no longer
+/// matches; signed over `host` and `x-amz-date` alone, it is refused for not signing the action.
+/// The queue and its message are still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_signed_request_cannot_be_turned_into_another_action() {
+    let key = ("AKIAZKQTEST0002", "retarget/K7MDENG+bPxRfiCYzkqEXAMPLE");
+    let (_zkq, endpoint, _dir) = zkq_with_key_pair(&unique_root("sqs-retarget"), key).await;
+    let create = captured(&endpoint, key, "CreateQueue", serde_json::json!({"QueueName": "retarget"}), "full").await;
+    let (status, created) = create.send(None).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().expect("a queue URL").to_owned();
+    let send = serde_json::json!({"QueueUrl": url, "MessageBody": "kept"});
+    let full = captured(&endpoint, key, "SendMessage", send.clone(), "full").await;
+    assert_eq!(full.send(None).await.0, 200, "the SDK-signed request is served");
+    let narrow = captured(&endpoint, key, "SendMessage", send, "narrow").await;
+    for action in ["PurgeQueue", "DeleteQueue"] {
+        let (status, answer) = full.send(Some(action)).await;
+        assert_eq!((status, answer["__type"].as_str()), (403, Some("com.amazonaws.sqs#SignatureDoesNotMatch")));
+        let (status, answer) = narrow.send(Some(action)).await;
+        assert_eq!(
+            (status, answer["__type"].as_str()),
+            (400, Some("com.amazonaws.sqs#IncompleteSignature")),
+            "{action} in a request that signs only host and x-amz-date: {answer}"
+        );
+        assert!(answer["message"].as_str().unwrap_or_default().contains("x-amz-target"), "{answer}");
+    }
+    let (status, answer) = narrow.send(None).await;
+    assert_eq!(status, 400, "unchanged, it is refused too: {answer}");
+    let receive = serde_json::json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1});
+    let (status, received) = captured(&endpoint, key, "ReceiveMessage", receive, "full").await.send(None).await;
+    assert_eq!(status, 200, "{received}");
+    let bodies: Vec<&str> =
+        received["Messages"].as_array().into_iter().flatten().filter_map(|m| m["Body"].as_str()).collect();
+    assert_eq!(bodies, ["kept"], "the queue and its message are still there");
+}
+
+/// The Rust AWS SDK's session passes against a listener that verifies signatures (the pair it
+/// signs with, `any`/`any`, is configured): it signs every header zkq requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_aws_sdk_signs_every_header_zkq_requires() {
+    let (_zkq, endpoint, _dir) = zkq_with_key_pair(&unique_root("sqs-rust-signed"), ("any", "any")).await;
+    run_rust_client(endpoint, "rust-signed").await;
 }
 
 /// Bodies a Curator producer may write that are not SQS text: bytes that are not UTF-8, and UTF-8
@@ -830,11 +923,16 @@ async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar()
 async fn the_rust_aws_sdk_sends_receives_and_deletes() {
     let root = unique_root("sqs-rust");
     let (_zkq, endpoint) = zkq_with_sqs(&root).await;
+    run_rust_client(endpoint, "rust-orders").await;
+}
+
+/// Runs the Rust SDK's session (`tests/sqs/rust`) against `endpoint` on `queue`; it must pass.
+async fn run_rust_client(endpoint: String, queue: &'static str) {
     let client = std::env::var_os("ZKQ_SQS_RUST_CLIENT")
         .map_or_else(|| repo_file("target/sqs-rust/debug/zkq-sqs-rust-client"), std::path::PathBuf::from);
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(&client)
-            .args([&endpoint, "rust-orders"])
+            .args([endpoint.as_str(), queue])
             .output()
             .unwrap_or_else(|err| panic!("{} runs (scripts/test.sh builds it): {err}", client.display()))
     })
@@ -843,4 +941,82 @@ async fn the_rust_aws_sdk_sends_receives_and_deletes() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let checks: usize = stdout.trim().strip_prefix("ok ").and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(output.status.success() && checks >= 13, "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// Peak resident set size of a process in KiB (`VmHWM` of /proc/PID/status): what a request
+/// made the process hold at its worst, even if it was freed since.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A query-protocol body of about 1 MiB made of multi-part parameter names (52,000 parameters,
+/// `0.b.c.d.e.f.g.h=&1.b.c.…`), three at once, is refused with an SQS error without zkq's memory
+/// growing by more than a few MiB; SQS's largest legitimate request, a batch of 10 entries with 10
+/// message attributes each, is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_query_body_is_refused_before_it_costs_memory_and_a_large_batch_still_works() {
+    let sqs = zkq_testkit::process::free_addr();
+    let zkq =
+        ChildZkq::start(ZkServer::shared(), &unique_root("sqs-hostile"), &[("ZKQ__SQS__LISTEN", sqs.as_str())]).await;
+    let endpoint = format!("http://{sqs}");
+    let http = reqwest::Client::new();
+    let form = |body: String| {
+        http.post(format!("{endpoint}/"))
+            .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
+            .body(body)
+            .send()
+    };
+    let created = form("Action=CreateQueue&QueueName=hostile".to_owned()).await.expect("create");
+    assert_eq!(created.status(), 200);
+    let url = format!("http://{sqs}/000000000000/hostile");
+
+    let mut hostile = format!("Action=SendMessage&QueueUrl={url}&MessageBody=x");
+    let mut i = 0;
+    while hostile.len() < 1_000_000 - 32 {
+        hostile.push_str(&format!("&{i}.b.c.d.e.f.g.h="));
+        i += 1;
+    }
+    let before = peak_rss_kib(zkq.pid());
+    let answers = futures::future::join_all((0..3).map(|_| form(hostile.clone())))
+        .await
+        .into_iter()
+        .map(|a| a.expect("answered"));
+    for answer in answers {
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap_or_default();
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains("<Code>InvalidParameterValue</Code>") && text.contains("parameters"), "{text}");
+    }
+    let after = peak_rss_kib(zkq.pid());
+    println!("3 hostile bodies of {} parameters each: peak RSS {before} KiB before, {after} KiB after", i + 3);
+    assert!(after < before + 8 * 1024, "peak RSS grew from {before} KiB to {after} KiB");
+
+    let mut batch = vec!["Action=SendMessageBatch".to_owned(), format!("QueueUrl={url}")];
+    for e in 1..=10 {
+        let entry = format!("SendMessageBatchRequestEntry.{e}");
+        batch.push(format!("{entry}.Id=e{e}&{entry}.MessageBody=body{e}"));
+        for a in 1..=10 {
+            let attribute = format!("{entry}.MessageAttribute.{a}");
+            batch.push(format!(
+                "{attribute}.Name=n{a}&{attribute}.Value.DataType=String&{attribute}.Value.StringValue=v{a}"
+            ));
+        }
+    }
+    let sent = form(batch.join("&")).await.expect("batch");
+    let status = sent.status().as_u16();
+    let text = sent.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text.matches("<SendMessageBatchResultEntry>").count(), 10, "{text}");
+    let received = form(format!(
+        "Action=ReceiveMessage&QueueUrl={url}&MaxNumberOfMessages=10&MessageAttributeName.1=All&WaitTimeSeconds=1"
+    ))
+    .await
+    .expect("receive");
+    let text = received.text().await.unwrap_or_default();
+    assert!(text.matches("<MessageAttribute>").count() >= 10, "the attributes came back: {text}");
 }

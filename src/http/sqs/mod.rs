@@ -51,11 +51,16 @@ async fn handle(State(state): State<AppState>, method: Method, headers: HeaderMa
     }
     let decoded = match protocol {
         Protocol::Json => protocol::decode_json(&headers, &body),
-        Protocol::Query => protocol::decode_query(uri.query(), &body),
+        Protocol::Query => protocol::decode_query(uri.query(), &body, |action| {
+            actions::SERVED.contains(&action) || matches!(action, "AddPermission" | "RemovePermission")
+        }),
     };
     let decoded = match decoded {
         Ok(decoded) => decoded,
-        Err(err) => return protocol::encode_error(protocol, err, &request_id),
+        Err(err) => {
+            state.metrics.sqs_requests.with_label_values(&["other", err.code]).inc();
+            return protocol::encode_error(protocol, err, &request_id);
+        },
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
     let ctx = actions::Ctx { state: &state, origin: format!("http://{host}") };

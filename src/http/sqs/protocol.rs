@@ -26,6 +26,17 @@ const TARGET_PREFIX: &str = "AmazonSQS.";
 /// The most dot-separated parts a query parameter's name may have.
 const MAX_KEY_PARTS: usize = 8;
 
+/// The most parameters a query-protocol request may have (the URL's and the body's together).
+/// SQS's largest request, a `SendMessageBatch` of 10 entries with 10 message attributes each and a
+/// trace header, has about 400.
+pub(super) const MAX_QUERY_PARAMETERS: usize = 1_000;
+
+/// The most distinct names one level of a query request's parameters may have: the names at the
+/// top, or the members of one list or map (`Tag.1` … `Tag.50`, `SendMessageBatchRequestEntry.1` …
+/// `.10`). With [`MAX_QUERY_PARAMETERS`] and [`MAX_KEY_PARTS`] it bounds the tree a request is
+/// decoded into.
+pub(super) const MAX_NAMES_PER_LEVEL: usize = 100;
+
 /// Which protocol a request came in, and so which its answer goes out in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Protocol {
@@ -72,16 +83,44 @@ pub(super) fn decode_json(headers: &HeaderMap, body: &[u8]) -> Result<Decoded, S
 }
 
 /// Decodes a query-protocol request: `Action=…` and its parameters, from the form body and the
-/// URL's query string (the body wins).
-pub(super) fn decode_query(uri_query: Option<&str>, body: &[u8]) -> Result<Decoded, SqsError> {
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for source in [uri_query.unwrap_or("").as_bytes(), body] {
+/// URL's query string (the body wins). `is_action` tells the actions zkq knows.
+///
+/// What a request can make zkq hold is bounded before anything is built: at most
+/// [`MAX_QUERY_PARAMETERS`] parameters (counted on the raw bytes, before decoding), each name of
+/// at most [`MAX_KEY_PARTS`] parts; the action is looked at before the parameters are; and at most
+/// [`MAX_NAMES_PER_LEVEL`] names per level of the tree. Past a bound the request answers
+/// `InvalidParameterValue`, an unknown action `InvalidAction`.
+pub(super) fn decode_query(
+    uri_query: Option<&str>,
+    body: &[u8],
+    is_action: impl Fn(&str) -> bool,
+) -> Result<Decoded, SqsError> {
+    let sources = [uri_query.unwrap_or("").as_bytes(), body];
+    let count: usize =
+        sources.iter().map(|source| source.split(|b| *b == b'&').filter(|part| !part.is_empty()).count()).sum();
+    if count > MAX_QUERY_PARAMETERS {
+        return Err(SqsError::invalid_parameter(format!(
+            "the request has {count} parameters; zkq's SQS API accepts at most {MAX_QUERY_PARAMETERS}"
+        )));
+    }
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(count);
+    for source in sources {
         let parsed: Vec<(String, String)> = serde_urlencoded::from_bytes(source)
             .map_err(|err| SqsError::invalid_parameter(format!("the form is not URL-encoded: {err}")))?;
         pairs.extend(parsed);
     }
+    // The body's `Action` wins over the URL's.
+    let action = pairs.iter().rev().find(|(key, _)| key == "Action").map(|(_, value)| value.clone());
+    let Some(action) = action.filter(|a| !a.is_empty()) else {
+        return Err(SqsError::missing_action());
+    };
+    if !is_action(&action) {
+        return Err(SqsError::invalid_action(format!(
+            "{:?} is not an SQS action",
+            action.chars().take(100).collect::<String>()
+        )));
+    }
     let mut tree = Tree::default();
-    let mut action = None;
     for (key, value) in pairs {
         // The deepest SQS parameter is `SendMessageBatchRequestEntry.N.MessageAttribute.N.Value.StringValue`.
         if key.split('.').count() > MAX_KEY_PARTS {
@@ -91,16 +130,12 @@ pub(super) fn decode_query(uri_query: Option<&str>, body: &[u8]) -> Result<Decod
             )));
         }
         match key.as_str() {
-            "Action" => action = Some(value),
             // Where the request came from, not what it asks: not part of any input.
-            "Version" | "AWSAccessKeyId" | "Signature" | "SignatureMethod" | "SignatureVersion" | "Timestamp"
-            | "Expires" | "SecurityToken" => {},
-            _ => tree.insert(&key, value),
+            "Action" | "Version" | "AWSAccessKeyId" | "Signature" | "SignatureMethod" | "SignatureVersion"
+            | "Timestamp" | "Expires" | "SecurityToken" => {},
+            _ => tree.insert(&key, value)?,
         }
     }
-    let Some(action) = action.filter(|a| !a.is_empty()) else {
-        return Err(SqsError::missing_action());
-    };
     Ok(Decoded { action, input: Value::Object(tree.into_input()?) })
 }
 
@@ -115,18 +150,31 @@ enum Node {
 }
 
 impl Tree {
-    fn insert(&mut self, key: &str, value: String) {
-        match key.split_once('.') {
+    /// Adds the parameter `key`; refused when a level would hold more than [`MAX_NAMES_PER_LEVEL`] names.
+    fn insert(&mut self, key: &str, value: String) -> Result<(), SqsError> {
+        let (first, rest) = match key.split_once('.') {
+            None => (key, None),
+            Some((first, rest)) => (first, Some(rest)),
+        };
+        if !self.0.contains_key(first) && self.0.len() >= MAX_NAMES_PER_LEVEL {
+            return Err(SqsError::invalid_parameter(format!(
+                "parameter {:?}: a level of a request's parameters holds at most {MAX_NAMES_PER_LEVEL} names",
+                key.chars().take(100).collect::<String>()
+            )));
+        }
+        match rest {
             None => {
-                self.0.insert(key.to_owned(), Node::Leaf(value));
+                self.0.insert(first.to_owned(), Node::Leaf(value));
+                Ok(())
             },
-            Some((first, rest)) => {
+            Some(rest) => {
                 let node = self.0.entry(first.to_owned()).or_insert_with(|| Node::Branch(Tree::default()));
                 if let Node::Leaf(_) = node {
                     *node = Node::Branch(Tree::default());
                 }
-                if let Node::Branch(tree) = node {
-                    tree.insert(rest, value);
+                match node {
+                    Node::Branch(tree) => tree.insert(rest, value),
+                    Node::Leaf(_) => Ok(()),
                 }
             },
         }
@@ -396,7 +444,7 @@ mod tests {
                     &SendMessageBatchRequestEntry.1.MessageAttribute.1.Name=k\
                     &SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue=v\
                     &SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.DataType=String";
-        let decoded = decode_query(None, body.as_bytes()).expect("decodes");
+        let decoded = decode_query(None, body.as_bytes(), |_| true).expect("decodes");
         assert_eq!(decoded.action, "SendMessageBatch");
         assert_eq!(
             decoded.input,
@@ -409,18 +457,49 @@ mod tests {
             })
         );
         let decoded =
-            decode_query(Some("Action=GetQueueAttributes&AttributeName.2=B&AttributeName.1=A"), b"").expect("decodes");
+            decode_query(Some("Action=GetQueueAttributes&AttributeName.2=B&AttributeName.1=A"), b"", |_| true)
+                .expect("decodes");
         assert_eq!(decoded.input, serde_json::json!({ "AttributeNames": ["A", "B"] }));
         let decoded = decode_query(
             None,
             b"Action=CreateQueue&QueueName=q&Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=5",
+            |_| true,
         )
         .expect("decodes");
         assert_eq!(decoded.input, serde_json::json!({ "QueueName": "q", "Attributes": { "VisibilityTimeout": "5" } }));
-        assert!(decode_query(None, b"QueueName=q").is_err(), "no action");
-        assert!(decode_query(None, b"Action=X&AttributeName.x=A").is_err(), "not an index");
+        assert!(decode_query(None, b"QueueName=q", |_| true).is_err(), "no action");
+        assert!(decode_query(None, b"Action=X&AttributeName.x=A", |_| true).is_err(), "not an index");
         let deep = format!("Action=X&{}=1", vec!["a"; 100_000].join("."));
-        assert!(decode_query(None, deep.as_bytes()).is_err(), "a name too deep is refused, not recursed into");
+        assert!(
+            decode_query(None, deep.as_bytes(), |_| true).is_err(),
+            "a name too deep is refused, not recursed into"
+        );
+        // Bounded before anything is built: the parameters, the action, the names per level.
+        let many = (0..=MAX_QUERY_PARAMETERS).map(|i| format!("{i}.b=")).collect::<Vec<_>>().join("&");
+        let err = decode_query(None, format!("Action=SendMessage&{many}").as_bytes(), |_| true).expect_err("refused");
+        assert_eq!(err.code, "InvalidParameterValue");
+        assert!(err.message.contains("parameters"), "{}", err.message);
+        let err = decode_query(None, b"Action=Nope&A.1=x", |a| a == "SendMessage").expect_err("refused");
+        assert_eq!(err.code, "InvalidAction");
+        let wide = (0..=MAX_NAMES_PER_LEVEL).map(|i| format!("Tag.{i}.Key=k")).collect::<Vec<_>>().join("&");
+        let err = decode_query(None, format!("Action=TagQueue&{wide}").as_bytes(), |_| true).expect_err("refused");
+        assert!(err.message.contains("names"), "{}", err.message);
+        // SQS's largest request still decodes: 10 entries with 10 message attributes each.
+        let mut batch = vec!["Action=SendMessageBatch".to_owned(), "QueueUrl=http://h/0/q".to_owned()];
+        for e in 1..=10 {
+            let entry = format!("SendMessageBatchRequestEntry.{e}");
+            batch.push(format!("{entry}.Id=e{e}&{entry}.MessageBody=b"));
+            for a in 1..=10 {
+                let attribute = format!("{entry}.MessageAttribute.{a}");
+                batch.push(format!(
+                    "{attribute}.Name=n{a}&{attribute}.Value.DataType=String&{attribute}.Value.StringValue=v"
+                ));
+            }
+        }
+        let decoded = decode_query(None, batch.join("&").as_bytes(), |_| true).expect("decodes");
+        let entries = decoded.input["Entries"].as_array().expect("entries");
+        assert_eq!(entries.len(), 10);
+        assert!(entries.iter().all(|e| e["MessageAttributes"].as_object().is_some_and(|m| m.len() == 10)));
     }
 
     #[test]

@@ -5,10 +5,14 @@
 //! The check follows AWS's published algorithm: the canonical request (method, path, query,
 //! signed headers, the body's SHA-256), the string to sign with the request's `X-Amz-Date` and
 //! credential scope, and the signing key derived from the secret for that scope's date, region
-//! and service. The scope's region is the client's (a client configured for any region can use
+//! and service. `host`, `x-amz-date`, and when the request has them `content-type` and every
+//! `x-amz-*` header (`x-amz-target`, the JSON protocol's action, among them) must be signed, and
+//! a declared `x-amz-content-sha256` must be the body's (the payload is always signed): otherwise a
+//! captured request could be sent again as another action. The scope's region is the client's (a client configured for any region can use
 //! the sidecar); its service must be `sqs`. A request dated more than 15 minutes from zkq's clock
 //! is refused, as AWS refuses it. Answers, in SQS's shapes: no `Authorization` header, 403
-//! `MissingAuthenticationToken`; one that cannot be read, 400 `IncompleteSignature`; another key
+//! `MissingAuthenticationToken`; one that cannot be read or leaves a required header unsigned,
+//! 400 `IncompleteSignature`; another key
 //! id, 403 `InvalidClientTokenId`; a wrong signature, 403 `SignatureDoesNotMatch`; too old or too
 //! new, 400 `RequestExpired`.
 
@@ -129,8 +133,18 @@ pub(super) fn verify(
         ));
     }
     let signed: Vec<&str> = auth.signed_headers.split(';').collect();
-    if !signed.contains(&"host") {
-        return Err(incomplete("SignedHeaders must include host"));
+    if let Some(unsigned) = unsigned_required_header(headers, &signed) {
+        return Err(incomplete(&format!(
+            "SignedHeaders must include {unsigned}: zkq requires host, content-type, x-amz-date, x-amz-target \
+             and every other x-amz-* header the request has to be signed, so that none can be changed"
+        )));
+    }
+    if let Some(declared) = headers.get("x-amz-content-sha256")
+        && !declared.as_bytes().eq_ignore_ascii_case(hex::encode(Sha256::digest(body)).as_bytes())
+    {
+        return Err(incomplete(
+            "X-Amz-Content-SHA256 is not the SHA-256 of the body: zkq requires the payload to be signed",
+        ));
     }
     let canonical = canonical_request(method, uri, headers, &signed, auth.signed_headers, body).ok_or_else(mismatch)?;
     let to_sign = format!("{ALGORITHM}\n{amz_date}\n{}\n{}", auth.scope, hex::encode(Sha256::digest(canonical)));
@@ -144,6 +158,23 @@ pub(super) fn verify(
     } else {
         Err(mismatch())
     }
+}
+
+/// The first header that must be signed and is not: `host` and `x-amz-date` always;
+/// `content-type` and every `x-amz-*` header (`x-amz-target`, which names the JSON protocol's
+/// action, among them) when the request has it. Every AWS SDK and the CLI sign all of these, and
+/// unsigned, they could be changed in a captured request: its `X-Amz-Target` turned from
+/// `SendMessage` into `PurgeQueue`.
+fn unsigned_required_header<'h>(headers: &'h HeaderMap, signed: &[&str]) -> Option<&'h str> {
+    const ALWAYS: [&str; 2] = ["host", "x-amz-date"];
+    if let Some(missing) = ALWAYS.iter().find(|name| !signed.contains(name)) {
+        return Some(missing);
+    }
+    headers
+        .keys()
+        .map(axum::http::HeaderName::as_str)
+        .filter(|name| *name == "content-type" || name.starts_with("x-amz-"))
+        .find(|name| !signed.contains(name))
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -322,5 +353,45 @@ mod tests {
         assert_eq!(code(&headers), Some("SignatureDoesNotMatch"));
         headers.insert("x-amz-date", "20150830T125600Z".parse().expect("value"));
         assert_eq!(code(&headers), Some("RequestExpired"));
+    }
+
+    #[test]
+    fn the_action_the_content_type_and_every_amz_header_must_be_signed() {
+        let credentials = SqsKeyPair { access_key_id: "AKIDEXAMPLE".to_owned(), secret: Secret::new("secret") };
+        let uri: Uri = "/".parse().expect("uri");
+        let now = UNIX_EPOCH + Duration::from_secs(1_440_938_160);
+        let refusal = |signed: &str, extra: &[(&'static str, &str)]| {
+            let mut headers = HeaderMap::new();
+            let auth = format!(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/sqs/aws4_request, \
+                 SignedHeaders={signed}, Signature=00"
+            );
+            headers.insert("authorization", auth.parse().expect("value"));
+            headers.insert("host", "localhost".parse().expect("value"));
+            headers.insert("x-amz-date", "20150830T123600Z".parse().expect("value"));
+            for (name, value) in extra {
+                headers.insert(axum::http::HeaderName::from_static(name), value.parse().expect("value"));
+            }
+            verify(&credentials, &Method::POST, &uri, &headers, b"{}", now).err().map(|e| (e.code, e.message))
+        };
+        let target = [("x-amz-target", "AmazonSQS.PurgeQueue")];
+        for (signed, extra, missing) in [
+            ("host", &[][..], "x-amz-date"),
+            ("x-amz-date", &[][..], "host"),
+            ("host;x-amz-date", &target[..], "x-amz-target"),
+            ("host;x-amz-date;x-amz-target", &[("content-type", "application/x-amz-json-1.0")][..], "content-type"),
+            ("host;x-amz-date", &[("x-amz-security-token", "t")][..], "x-amz-security-token"),
+        ] {
+            let (code, message) = refusal(signed, extra).expect("refused");
+            assert_eq!(code, "IncompleteSignature", "{signed}");
+            assert!(message.contains(&format!("include {missing}")), "{signed}: {message}");
+        }
+        // Signed as required, the signature is what is checked.
+        assert_eq!(refusal("host;x-amz-date;x-amz-target", &target).map(|r| r.0), Some("SignatureDoesNotMatch"));
+        // The payload must be signed: a declared hash must be the body's.
+        let unsigned = [("x-amz-content-sha256", "UNSIGNED-PAYLOAD")];
+        let (code, message) = refusal("host;x-amz-content-sha256;x-amz-date", &unsigned).expect("refused");
+        assert_eq!(code, "IncompleteSignature");
+        assert!(message.contains("payload"), "{message}");
     }
 }
