@@ -13,7 +13,8 @@
 //!
 //! The mark is untrusted input like every node: only its exact bytes mean "deleted".
 
-use crate::zk::{NodeMode, TxnError, TxnOp, Zk, ZkError};
+use super::names;
+use crate::zk::{NodeMode, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// The data of a deleted dynamic queue's node.
 pub(crate) const DELETED_MARK: &[u8] = b"{\"zkq\":\"queue deleted\"}";
@@ -83,11 +84,11 @@ pub(crate) async fn revive(zk: &Zk, path: &str) -> Result<(), ZkError> {
 /// Marks the queue at `path` deleted (its node kept), unless it is deleted already or has no
 /// node, and removes its settings node (`settings_path`) in the same transaction: a
 /// `CreateQueue` that makes the queue anew afterwards writes its own, which nothing of this
-/// delete touches. Returns what it was before, and the node's children counter when this call
-/// marked it (or, marked already, when it read the mark): the deleted incarnation's messages
-/// and locks are the children numbered below it (`names::created_before`), and a message put
-/// once the queue was made anew while the delete goes on is never one of them.
-pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<(Presence, Option<i32>), ZkError> {
+/// delete touches. Returns what it was before, and the transaction that wrote the mark (this
+/// call's, or, marked already, the one it read): what the deleted incarnation holds was made
+/// before it ([`ended_incarnation`]), and a message put afterwards, by a sidecar that had not
+/// seen the mark yet or once the queue was made anew while the delete goes on, is never part of it.
+pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Result<(Presence, Option<i64>), ZkError> {
     loop {
         let (presence, stat) = match zk.get_data(path).await {
             Ok((data, stat)) => (Presence::of(Some(&data)), stat),
@@ -95,10 +96,9 @@ pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Re
             Err(err) => return Err(err),
         };
         if presence == Presence::Deleted {
-            // Marked already (a delete cut short, or two at once): what is there now is the
-            // deleted incarnation's; a put that makes the queue anew from here on numbers its
-            // message from this counter up, and it is no part of this delete.
-            return Ok((presence, Some(stat.cversion)));
+            // Marked already (a delete cut short, or two at once): the node's data is the mark,
+            // so its last write is the mark's.
+            return Ok((presence, Some(stat.mzxid)));
         }
         if presence != Presence::Live {
             return Ok((presence, None));
@@ -109,13 +109,80 @@ pub(crate) async fn mark_deleted(zk: &Zk, path: &str, settings_path: &str) -> Re
             ops.push(TxnOp::Delete { path: settings_path.to_owned(), version: Some(settings.version) });
         }
         match zk.multi(&ops).await {
-            // A child made between the read and the mark counts as later: kept, never lost.
-            Ok(_) => return Ok((Presence::Live, Some(stat.cversion))),
+            Ok(results) => match results.first() {
+                Some(TxnResult::DataSet(marked)) => return Ok((Presence::Live, Some(marked.mzxid))),
+                // ZooKeeper answers a transaction's operations in order: not reached.
+                _ => return Err(ZkError::OutcomeUnknown),
+            },
             // Changed meanwhile (the queue's node or its settings): read again.
             Err(TxnError { error: ZkError::BadVersion | ZkError::NoNode, .. }) => continue,
             Err(TxnError { error, .. }) => return Err(error),
         }
     }
+}
+
+/// Which children of a deleted queue's node (messages, and the locks and delivery counts named as
+/// they are) belong to the incarnation the delete ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// Numbered children below this sequence were made before the mark; `None`: none listed was.
+    below: Option<i64>,
+}
+
+impl Ended {
+    /// Every child: the queue had no node to mark.
+    pub(crate) const ALL: Ended = Ended { below: Some(i64::MAX) };
+
+    /// Whether child `name` is the deleted incarnation's. A foreign name (no sequence) is.
+    pub(crate) fn holds(self, name: &str) -> bool {
+        match names::sequence_of(name) {
+            None => true,
+            Some(sequence) => self.below.is_some_and(|below| sequence < below),
+        }
+    }
+}
+
+/// How many children the search for the boundary reads at once.
+const BOUNDARY_READS: usize = 16;
+
+/// Where the incarnation that the mark written by transaction `mark_zxid` ended stops among the
+/// children of the queue node at `path`. ZooKeeper numbers sequential children in the order it
+/// creates them, so creation transactions (`czxid`) grow with the sequence: read from the newest
+/// down (a few at a time), the first child made before the mark bounds the old incarnation, and
+/// the messages made after it, by puts while the delete runs, are only the few read before it.
+/// A child gone meanwhile is passed over; a split node (made later than its base's number says)
+/// proves nothing and is not read.
+pub(crate) async fn ended_incarnation(zk: &Zk, path: &str, mark_zxid: i64) -> Result<Ended, ZkError> {
+    let children = match zk.get_children(path).await {
+        Ok((children, _)) => children,
+        Err(ZkError::NoNode) => return Ok(Ended { below: None }),
+        Err(err) => return Err(err),
+    };
+    let mut numbered: Vec<(i64, String)> = children
+        .into_iter()
+        .filter(|name| !names::is_split(name))
+        .filter_map(|name| names::sequence_of(&name).map(|sequence| (sequence, name)))
+        .collect();
+    numbered.sort_unstable_by(|a, b| b.cmp(a));
+    let mut lowest_later = None;
+    for chunk in numbered.chunks(BOUNDARY_READS) {
+        let reads = chunk.iter().map(|(_, name)| {
+            let child = format!("{path}/{name}");
+            async move { zk.exists(&child).await }
+        });
+        let stats = futures::future::join_all(reads).await;
+        for ((sequence, _), stat) in chunk.iter().zip(stats) {
+            match stat? {
+                Some(stat) if stat.czxid < mark_zxid => return Ok(Ended { below: Some(sequence.saturating_add(1)) }),
+                // Made after the mark: what is below it may still be older.
+                Some(_) => lowest_later = Some(*sequence),
+                None => {},
+            }
+        }
+    }
+    // None listed (or left) was made before the mark: what was older is gone already, and
+    // anything numbered below the oldest later one is older.
+    Ok(Ended { below: lowest_later })
 }
 
 /// What [`create`] found or did.

@@ -68,20 +68,17 @@ pub(crate) fn fix_id(id: &str) -> String {
     id.replace(['/', '|'], "_")
 }
 
-/// Whether child `name` of a queue's node (a message, or its lock) was created before the node's
-/// children counter stood at `cversion`: ZooKeeper numbers a sequential child with its parent's
-/// `cversion`, so one created later has a sequence of `cversion` or more. A name without a
-/// sequence (a foreign node) counts as before.
-pub(crate) fn created_before(name: &str, cversion: i32) -> bool {
-    let sequence = trailing_sequence(name);
-    sequence == i64::MAX || sequence < i64::from(cversion)
-}
-
-fn trailing_sequence(name: &str) -> i64 {
+/// The sequence ZooKeeper gave child `name` of a queue's node (a message, or its lock, which is
+/// named as its message is); a node split from a putMulti node has its base's. `None` for a name
+/// without one (a foreign node).
+///
+/// ZooKeeper numbers a node's sequential children in the order it creates them, from a counter
+/// of creations alone: not the node's `cversion`, which counts deletions too and runs ahead.
+pub(crate) fn sequence_of(name: &str) -> Option<i64> {
     // The server appends "%010d" of a signed int: 10 characters, a '-' included after overflow.
     // A node split from a putMulti node carries `-{index}` after it (see `split_name`).
     let name = split_base(name).unwrap_or(name);
-    name.get(name.len().saturating_sub(10)..).and_then(|tail| tail.parse().ok()).unwrap_or(i64::MAX)
+    name.get(name.len().checked_sub(10)?..).and_then(|tail| tail.parse().ok())
 }
 
 /// The name of the node a split node came from, if `name` is one: `{base}-{4 to 9 digits}`
@@ -167,7 +164,7 @@ pub(crate) fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
         QueueKind::Delay => ItemMeta::DeliverAt(delay_epoch(name)),
         QueueKind::Id => parse_id(name).map_or(ItemMeta::Plain, ItemMeta::Id),
     };
-    Some(ItemName { name: name.to_owned(), meta, sequence: trailing_sequence(name) })
+    Some(ItemName { name: name.to_owned(), meta, sequence: sequence_of(name).unwrap_or(i64::MAX) })
 }
 
 /// Delivery order, as a single Curator consumer of that kind takes items.
@@ -373,7 +370,7 @@ mod tests {
             assert_eq!(items[1].meta, items[0].meta, "{kind:?}: a split item keeps its kind fields");
             assert_eq!(items[1].sequence, 42);
         }
-        assert_eq!(trailing_sequence("queue-0000000042-12"), i64::MAX, "not a split name");
+        assert_eq!(sequence_of("queue-0000000042-12"), None, "not a split name");
     }
 
     #[test]
@@ -396,18 +393,19 @@ mod tests {
     }
 
     #[test]
-    fn children_made_after_a_counter_value_are_told_apart() {
-        assert!(created_before("queue-0000000041", 42));
-        assert!(!created_before("queue-0000000042", 42));
-        assert!(!created_before("queue-0000000050-0001", 42), "a split node is as old as its base");
-        assert!(created_before("foreign", 42));
+    fn a_childs_sequence_is_read_from_its_name_a_split_nodes_from_its_base() {
+        assert_eq!(sequence_of("queue-0000000041"), Some(41));
+        assert_eq!(sequence_of("queue-10000000050000000042"), Some(42), "a priority name");
+        assert_eq!(sequence_of("queue-0000000050-0001"), Some(50), "a split node is as old as its base");
+        assert_eq!(sequence_of("foreign"), None);
+        assert_eq!(sequence_of(""), None);
     }
 
     #[test]
     fn sequences_parse_including_overflow() {
-        assert_eq!(trailing_sequence("queue-0000000042"), 42);
-        assert_eq!(trailing_sequence("queue-10000000A0000000001"), 1);
-        assert_eq!(trailing_sequence("qn--000000001"), -1);
-        assert_eq!(trailing_sequence("foreign"), i64::MAX);
+        assert_eq!(sequence_of("queue-0000000042"), Some(42));
+        assert_eq!(sequence_of("queue-10000000A0000000001"), Some(1));
+        assert_eq!(sequence_of("qn--000000001"), Some(-1));
+        assert_eq!(sequence_of("foreign"), None);
     }
 }

@@ -687,8 +687,8 @@ impl QueueService {
     /// and its tags, so a retried put with an old idempotency key stores anew and a stale
     /// receipt is refused. Closed here once nothing uses it; on other sidecars it closes when
     /// idle. A put to it afterwards creates it anew; a message such a put stores while the
-    /// delete still runs is not deleted, nor its lock (only children numbered before the mark
-    /// are). `complete: false` when the request's deadline came first: deleting again goes on.
+    /// delete still runs is not deleted, nor its lock, count or idempotency record (only what
+    /// was made before the mark is: `catalog::ended_incarnation`). `complete: false` when the request's deadline came first: deleting again goes on.
     /// A declared queue is refused; a queue whose node does not exist is no such queue.
     pub async fn delete(&self, name: &QueueName) -> Result<super::Purged, QueueError> {
         if self.config.queues.contains_key(name) {
@@ -707,12 +707,16 @@ impl QueueService {
         // this incarnation is ever named in the next (`catalog`). Then the messages, held or
         // not: the locks, counts, records, tags and settings then describe nothing. A delete
         // cut short by its deadline is finished by the next one.
-        let (was, counter) = catalog::mark_deleted(&zk, &layout.path, &paths.settings(name)).await?;
+        let (was, mark) = catalog::mark_deleted(&zk, &layout.path, &paths.settings(name)).await?;
         let existed = was == Presence::Live;
         self.seen_deleted(name);
         // Only the deleted incarnation's messages and locks: a put may make the queue anew while
         // this runs, and its message and a lease's lock are no part of this delete.
-        let doomed = |child: &str| counter.is_none_or(|counter| names::created_before(child, counter));
+        let ended = match mark {
+            Some(zxid) => catalog::ended_incarnation(&zk, &layout.path, zxid).await?,
+            None => catalog::Ended::ALL,
+        };
+        let doomed = |child: &str| ended.holds(child);
         let (removed, complete) = zk.delete_below_where(&layout.path, &doomed).await?;
         if !complete {
             return Ok(super::Purged { removed, complete });
@@ -733,14 +737,20 @@ impl QueueService {
         if !complete {
             return Ok(super::Purged { removed, complete: false });
         }
+        // The keys of the deleted incarnation's puts: a put made while this runs keeps its own.
+        let (gone, complete) = match mark {
+            Some(zxid) => idempotency::forget_written_before(&zk, &paths, name, zxid).await?,
+            None => zk.delete_tree(&paths.idempotency_of(name)).await?,
+        };
+        leftovers += gone;
+        if !complete {
+            return Ok(super::Purged { removed, complete: false });
+        }
         // The settings went with the mark.
-        let attached = [paths.idempotency_of(name), paths.tags(name)];
-        for path in attached {
-            let (gone, complete) = zk.delete_tree(&path).await?;
-            leftovers += gone;
-            if !complete {
-                return Ok(super::Purged { removed, complete: false });
-            }
+        let (gone, complete) = zk.delete_tree(&paths.tags(name)).await?;
+        leftovers += gone;
+        if !complete {
+            return Ok(super::Purged { removed, complete: false });
         }
         if !existed && removed == 0 && leftovers == 0 {
             return Err(QueueError::NoSuchQueue(name.clone()));

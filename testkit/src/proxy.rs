@@ -286,6 +286,11 @@ impl ZkProxy {
         self.arm_inner(ops, Some(containing.as_bytes().to_vec()), fault, true)
     }
 
+    /// Like [`ZkProxy::arm`], for the next such request whose frame contains `containing`.
+    pub fn arm_containing(&self, ops: &[i32], containing: &str, fault: Fault) -> Armed {
+        self.arm_inner(ops, Some(containing.as_bytes().to_vec()), fault, false)
+    }
+
     fn arm_inner(&self, ops: &[i32], containing: Option<Vec<u8>>, fault: Fault, refuse_after: bool) -> Armed {
         assert!(containing.as_ref().is_none_or(|c| !c.is_empty()), "an empty needle matches every frame");
         let state = Arc::new(ArmState {

@@ -10,7 +10,7 @@
 //!
 //! `record.rs` is the record's format (pure); `protocol.rs` the keyed put, its record written with
 //! its message; `recovery.rs` the name written after it and the settling of lost answers;
-//! `sweep.rs` the sweepers.
+//! `sweep.rs` the sweepers; `forget.rs` what a queue's delete forgets.
 //!
 //! Invariants:
 //! - A record's key and fingerprint are written only by a transaction that also creates the
@@ -26,6 +26,7 @@
 //! - A record counts until its `expires_at` (the writer's clock), whether swept or not; a lookup
 //!   treats an expired record as absent and the next put with its key renews it in place.
 
+mod forget;
 mod protocol;
 mod record;
 mod recovery;
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(in crate::queue) use forget::forget_written_before;
 pub(in crate::queue) use protocol::{KeyedCaller, KeyedPut};
 pub use record::{MAX_KEY_LEN, is_valid_key};
 pub(in crate::queue) use sweep::{IDLE_CHECK, sweep_queues_not_open};
