@@ -173,7 +173,16 @@ impl Browse {
         if !self.cache.has_snapshot() {
             return Ok(HeadAge::NotKnownYet);
         }
-        let Some(head) = self.cache.head_candidate() else { return Ok(HeadAge::NoneWaiting) };
+        // Not watched now (demand watching, or reconnecting): the head of the last read. That
+        // no message waited then says nothing of now.
+        let (head, live) = self.cache.head_for_age();
+        let Some(head) = head else {
+            if live {
+                return Ok(HeadAge::NoneWaiting);
+            }
+            self.cache.ask_reread();
+            return Ok(HeadAge::NotKnownYet);
+        };
         {
             let seen = self.head_seen.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((name, since)) = &*seen
@@ -184,6 +193,9 @@ impl Browse {
         }
         let Some(stat) = zk.exists(&format!("{}/{}", self.ctx.path, head.name)).await? else {
             // Taken or removed since the cache proposed it: the next one's age is not known.
+            if !live {
+                self.cache.ask_reread();
+            }
             return Ok(HeadAge::NotKnownYet);
         };
         let since = stat.ctime.max(names::due_time(&head));

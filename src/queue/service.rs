@@ -844,13 +844,15 @@ impl QueueService {
                     self.metrics.groups_in_flight.with_label_values(q).set(as_i64(groups.in_flight));
                     self.metrics.group_blocked_messages.with_label_values(q).set(as_i64(groups.blocked));
                 }
+                let empty = matches!(&depth, Ok(None)) || matches!(&depth, Ok(Some(stat)) if stat.num_children == 0);
                 if let Ok(Some(stat)) = depth {
                     qm.queue_children.set(i64::from(stat.num_children));
                 }
                 if let Ok(stat) = records {
                     qm.idempotency_records.set(stat.map_or(0, |s| i64::from(s.num_children)));
                 }
-                match queue.head_waiting_since(&zk).await {
+                let head = if empty { Ok(HeadAge::NoneWaiting) } else { queue.head_waiting_since(&zk).await };
+                match head {
                     Ok(HeadAge::Since(since)) => {
                         let age_ms = (now_epoch_ms() - since).max(0);
                         qm.oldest_message_age.set(age_ms as f64 / 1000.0);

@@ -44,6 +44,33 @@ async fn a_sidecar_that_only_puts_receives_no_event_of_the_queue_until_it_takes(
     assert_eq!(producer.take_body("q", "5s").await.as_deref(), Some(b"later".as_slice()));
 }
 
+/// With `queues_watch_on_demand`, a sidecar that holds no watch on a queue still reports the age
+/// of the message waiting at its head (from its last read of the child list), so an alert on a
+/// queue nobody consumes fires wherever it is scraped; an emptied queue reports 0. It reported 0
+/// while a message waited: the head of a snapshot events no longer kept current counted as none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_watching_on_demand_reports_the_age_of_a_message_nobody_consumes() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fleet-unwatched-age");
+    let on_demand = || {
+        let mut config = test_config(zk, &root);
+        config.queues_watch_on_demand = true;
+        config
+    };
+    let producer = TestZkq::start_ready(on_demand()).await;
+    producer.put_ok("q", b"waiting").await;
+    let age = r#"zkq_queue_oldest_message_age_seconds{queue="q"}"#;
+    eventually(Duration::from_secs(30), "the unwatched queue's head age is above a second", || async {
+        metric(&producer.metrics().await, age) >= 1.0
+    })
+    .await;
+    assert_eq!(metric(&producer.metrics().await, WATCH_EVENTS), 0.0, "the producer watched the queue");
+    // Taken elsewhere: the emptied queue's age is 0 at the next scrape.
+    let consumer = TestZkq::start_ready(on_demand()).await;
+    assert_eq!(consumer.take_body("q", "5s").await.as_deref(), Some(&b"waiting"[..]));
+    assert_eq!(metric(&producer.metrics().await, age), 0.0, "the age of an emptied queue");
+}
+
 const FAILED_CLAIMS: &[&str] = &[
     r#"zkq_claim_attempts_total{outcome="lost",queue="q"}"#,
     r#"zkq_claim_attempts_total{outcome="gone",queue="q"}"#,

@@ -58,6 +58,9 @@ pub(super) struct ChildrenCache {
     /// Asks the refresher to let the items put here join the candidates
     /// ([`ChildrenCache::insert_local`]).
     settle: Notify,
+    /// Asks the refresher of a queue it does not watch for a read of its child list before the
+    /// minute is over (at most one per 5 s): its head's age is not known.
+    reread: Notify,
     /// Counts snapshots; takers wait on it after asking for a refresh.
     snapshots: watch::Sender<u64>,
     /// Counts refused refresh attempts (see [`ChildrenCache::refreshed`]).
@@ -147,6 +150,7 @@ impl ChildrenCache {
             full_reads: tokio::sync::Semaphore::new(1),
             barriers: Barriers::new(),
             settle: Notify::new(),
+            reread: Notify::new(),
             presence: watch::channel(None).0,
             demand: watch::channel(0).0,
             idle_since: Mutex::new(Some(tokio::time::Instant::now())),
@@ -394,9 +398,18 @@ impl ChildrenCache {
         self.lock().waiting()
     }
 
-    /// The first candidates without removing them (for introspection).
-    pub(super) fn head_candidate(&self) -> Option<ItemName> {
-        self.lock().head().cloned()
+    /// A scrape found messages in a queue this process does not watch, and no head it knows of:
+    /// its refresher reads the child list soon instead of within the minute.
+    pub(super) fn ask_reread(&self) {
+        self.reread.notify_one();
+    }
+
+    /// The head whose age is the queue's, and whether events keep it current
+    /// ([`State::head_for_age`]).
+    pub(super) fn head_for_age(&self) -> (Option<ItemName>, bool) {
+        let state = self.lock();
+        let (head, live) = state.head_for_age();
+        (head.cloned(), live)
     }
 
     /// Whether a snapshot has been read since the cache was made.

@@ -30,6 +30,9 @@ type FullRead = (Vec<String>, crate::zk::NodeStat, Vec<String>, Presence);
 
 /// How often a live cache re-reads its child list anyway, in case an event was ever missed.
 const RESYNC_EVERY: Duration = Duration::from_secs(60);
+/// The shortest time between two reads of the child list of a queue this process does not
+/// watch, when a scrape asks for one sooner ([`super::ChildrenCache::ask_reread`]).
+const UNWATCHED_READ_GAP: Duration = Duration::from_secs(5);
 
 /// The name of a direct child of `dir` from a full path below it.
 fn child_of<'a>(dir: &str, path: &'a str) -> Option<&'a str> {
@@ -319,6 +322,10 @@ impl ChildrenCache {
                         node_watch = None;
                     },
                     _ = async { match parked_read_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
+                    () = self.reread.notified() => {
+                        let soonest = parked_read_at.map(|at| at - RESYNC_EVERY + UNWATCHED_READ_GAP);
+                        parked_read_at = Some(soonest.map_or_else(Instant::now, |at| at.max(Instant::now())));
+                    },
                 }
                 continue;
             }

@@ -195,6 +195,9 @@ pub(super) struct State {
     /// Items this process created while live that are not candidates yet: older items'
     /// creation events may still wait to be applied ([`State::settle_local`]).
     settling: Vec<ItemName>,
+    /// The head when events last stopped keeping the snapshot current (a read while the queue is
+    /// not watched, or a lost connection): what the age gauge reports meanwhile.
+    last_head: Option<ItemName>,
 }
 
 impl State {
@@ -228,6 +231,7 @@ impl State {
             refused: None,
             known_bytes: HashMap::new(),
             fleet: None,
+            last_head: None,
             others: owners::Others::default(),
             settling: Vec::new(),
         }
@@ -252,6 +256,13 @@ impl State {
     /// Whether a taker waiting until `wait_until` has a candidate to claim now.
     pub(super) fn has_candidates_for(&self, wait_until: Instant) -> bool {
         !self.candidates.is_empty() || self.has_deferred_for(wait_until)
+    }
+
+    /// The head whose age is the queue's: while live, the first candidate; else the head when
+    /// events stopped keeping the snapshot current, `false` saying so (its absence then says
+    /// nothing of the queue now).
+    pub(super) fn head_for_age(&self) -> (Option<&ItemName>, bool) {
+        if self.live { (self.head(), true) } else { (self.last_head.as_ref(), false) }
     }
 
     /// The first candidate in delivery order, whoever claims it first.
@@ -400,7 +411,11 @@ impl State {
         if !self.read_once || self.dirty {
             // Before the first snapshot, or once the snapshot is stale (the watches were let go, or
             // the connection lost), the candidates would hold only this item, and a take would
-            // hand it out ahead of older ones; the next read (or the watch it arms) has it.
+            // hand it out ahead of older ones; the next read (or the watch it arms) has it. It is
+            // a message known to wait, though: the head whose age is reported, if none is known.
+            if self.last_head.is_none() {
+                self.last_head = Some(item);
+            }
             return effects;
         }
         if names::due_time(&item) > now_epoch_ms() {

@@ -210,6 +210,9 @@ impl State {
 
     /// The tree watches are gone: nothing is offered until the next snapshot.
     pub(in crate::queue::cache) fn invalidate(&mut self) {
+        if self.live || self.read_once {
+            self.last_head = self.head().cloned();
+        }
         self.dirty = true;
         self.live = false;
         self.candidates.clear();
