@@ -13,6 +13,7 @@ use tracing::Instrument;
 use super::batch;
 use super::body::DeadlineBody;
 use super::error::{ApiError, ErrorCode, closes_connection};
+use super::sqs::Asked;
 use super::state::AppState;
 use super::wire::API_TOKEN_HEADER;
 use crate::config::Config;
@@ -29,16 +30,75 @@ pub(super) enum Access {
     NoBrowsers,
 }
 
+/// Why the guard answered a request itself instead of its handler (or why the handler gave no
+/// answer: it panicked). Each listener writes it in its own shape: the API and the admin listener
+/// as [`ApiError`]s, the SQS listener in the request's protocol with SQS's codes
+/// (`sqs/error.rs`).
+#[derive(Debug, Clone)]
+pub(super) struct Refusal {
+    pub(super) kind: RefusalKind,
+    /// The request is a batch put (zkq's batch route, SQS's `SendMessageBatch`).
+    pub(super) batch: bool,
+    pub(super) message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RefusalKind {
+    /// The body is (declared) larger than the listener's `limit` bytes.
+    TooLarge { limit: usize },
+    /// `api.max_concurrent_requests` requests are being handled already.
+    Overloaded,
+    /// The body did not arrive within `api.body_read_timeout`.
+    TimedOut,
+    /// No API token, or the wrong one.
+    Unauthorized,
+    /// A web browser sent it for another site's page.
+    CrossOrigin,
+    /// The handler panicked (a bug).
+    Panic,
+}
+
+impl Refusal {
+    pub(super) fn new(kind: RefusalKind, message: impl Into<String>) -> Refusal {
+        Refusal { kind, batch: false, message: message.into() }
+    }
+
+    /// What a handler that panicked answers.
+    pub(super) fn panic() -> Refusal {
+        Refusal::new(RefusalKind::Panic, "internal error; this is a bug, please report it")
+    }
+
+    /// Whether the answer leaves the request's body unread (hyper then closes the connection).
+    pub(super) fn leaves_body_unread(&self) -> bool {
+        matches!(self.kind, RefusalKind::TooLarge { .. } | RefusalKind::TimedOut)
+    }
+}
+
+/// zkq's own shape of a refusal: its error code, and the message as the guard wrote it.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> ApiError {
+        let code = match refusal.kind {
+            RefusalKind::TooLarge { .. } => ErrorCode::PayloadTooLarge,
+            RefusalKind::Overloaded => ErrorCode::Overloaded,
+            RefusalKind::TimedOut => ErrorCode::RequestTimeout,
+            RefusalKind::Unauthorized => ErrorCode::Unauthorized,
+            RefusalKind::CrossOrigin => ErrorCode::CrossOriginRefused,
+            RefusalKind::Panic => ErrorCode::Internal,
+        };
+        ApiError::new(code, refusal.message)
+    }
+}
+
 /// Who may use the API: refuses requests a web browser sends for another site's page (403
 /// `cross_origin_refused`, unless `api.refuse_cross_origin = false`), and with an API token
 /// configured and `token` asked, requests without it (401 `unauthorized`). The OpenAPI document
 /// and its viewer (`/openapi.json`, `/docs`) hold no data and need no token.
-fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<ApiError> {
+fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<Refusal> {
     if state.config.api.refuse_cross_origin
         && let Some(why) = browser_request_refused(request.headers())
     {
-        return Some(ApiError::new(
-            ErrorCode::CrossOriginRefused,
+        return Some(Refusal::new(
+            RefusalKind::CrossOrigin,
             format!(
                 "{why}: zkq's API is for the application in its pod, not for web pages \
                  (api.refuse_cross_origin)"
@@ -57,7 +117,7 @@ fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<Ap
                 Some(_) => None,
             };
             if let Some(message) = refusal {
-                return Some(ApiError::new(ErrorCode::Unauthorized, message));
+                return Some(Refusal::new(RefusalKind::Unauthorized, message));
             }
         }
     }
@@ -107,6 +167,15 @@ fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
     None
 }
 
+/// In which shape a listener writes its [`Refusal`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Answers {
+    /// zkq's own JSON errors (the API, the admin listener).
+    Native,
+    /// SQS's errors, in the request's protocol (the SQS listener).
+    Sqs,
+}
+
 /// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
 /// oversize bodies; the admin listener only counts its requests.
 #[derive(Clone)]
@@ -117,6 +186,8 @@ pub(super) struct Guard {
     pub(super) body_limits: Option<BodyLimits>,
     /// Who may use the listener ([`access_refusal`]).
     pub(super) access: Access,
+    /// How its refusals are written.
+    pub(super) answers: Answers,
 }
 
 /// What the API accepts of a request body: its size, and the time it may take to arrive.
@@ -140,20 +211,24 @@ impl BodyLimits {
     }
 }
 
-/// 503 `overloaded` at once when `api.max_concurrent_requests` requests are already being handled
+/// 503 `overloaded` (the API's shape) at once when `api.max_concurrent_requests` requests are already being handled
 /// (shedding keeps memory bounded and answers fast instead of queueing); 413 at once for a body
 /// declared (`Content-Length`) larger than the limit, before anything reads it (hyper sends
 /// `100 Continue` only when the body is first read, so a client that sent
 /// `Expect: 100-continue` is told to stop instead of being asked to upload the body).
+/// Each is a [`Refusal`], which the listener writes in its shape; `sqs_batch` says the request is
+/// SQS's `SendMessageBatch`.
 fn refusal(
     guard: &Guard,
     route: &str,
     request: &Request,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    sqs_batch: bool,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refusal> {
+    let is_batch = sqs_batch || route == batch::BATCH_PUT_ROUTE;
     if guard.access != Access::Open
         && let Some(refused) = access_refusal(&guard.state, request, guard.access == Access::Token)
     {
-        return Err(refused);
+        return Err(Refusal { batch: is_batch, ..refused });
     }
     if let Some(limits) = guard.body_limits {
         let (limit, key) = if route == batch::BATCH_PUT_ROUTE {
@@ -167,19 +242,25 @@ fn refusal(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
-            return Err(ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("the body is larger than {limit} bytes ({key})"),
-            ));
+            return Err(Refusal {
+                batch: is_batch,
+                ..Refusal::new(
+                    RefusalKind::TooLarge { limit },
+                    format!("the body is larger than {limit} bytes ({key})"),
+                )
+            });
         }
     }
     match &guard.in_flight {
         Some(in_flight) => match in_flight.clone().try_acquire_owned() {
             Ok(permit) => Ok(Some(permit)),
-            Err(_) => Err(ApiError::new(
-                ErrorCode::Overloaded,
-                "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
-            )),
+            Err(_) => Err(Refusal {
+                batch: is_batch,
+                ..Refusal::new(
+                    RefusalKind::Overloaded,
+                    "zkq is handling api.max_concurrent_requests requests already; retry after the Retry-After delay",
+                )
+            }),
         },
         None => Ok(None),
     }
@@ -242,18 +323,29 @@ pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, 
     let metrics = &guard.state.metrics;
     // Counted as 499 if the client gives up before the answer (hyper then drops this future).
     let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
-    let response = match refusal(&guard, &route, &request) {
+    // What an SQS answer of the guard's needs of the request (its protocol, its action).
+    let asked = (guard.answers == Answers::Sqs).then(|| Asked::of(request.headers(), request.uri()));
+    let answer = |refused: Refusal| match &asked {
+        Some(asked) => asked.refused(&guard.state, &request_id, refused),
+        None => ApiError::from(refused).into_response(),
+    };
+    let sqs_batch = asked.as_ref().is_some_and(Asked::is_batch);
+    let response = match refusal(&guard, &route, &request, sqs_batch) {
         Ok(permit) => {
             let request = match guard.body_limits {
                 Some(limits) => request.map(|body| DeadlineBody::wrap(body, limits.read_timeout)),
                 None => request,
             };
-            let response = next.run(request).instrument(span).await;
+            let mut response = next.run(request).instrument(span).await;
             drop(permit);
-            response
+            // A handler that panicked: the panic guard answered in zkq's shape and said why.
+            match response.extensions_mut().remove::<Refusal>() {
+                Some(refused) if asked.is_some() => answer(refused),
+                _ => response,
+            }
         },
         Err(refused) => {
-            let mut response = refused.into_response();
+            let mut response = answer(refused);
             // Refused before anything read the body.
             if !http_body::Body::is_end_stream(request.body()) {
                 closes_connection(&mut response);

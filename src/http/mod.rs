@@ -31,7 +31,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 
 use error::{ApiError, ErrorCode};
-use guard::{BodyLimits, Guard, guard_request};
+use guard::{Answers, BodyLimits, Guard, Refusal, guard_request};
 use openapi::{api_routes, document_access_control};
 pub use openapi::{openapi_document, openapi_json};
 pub use state::AppState;
@@ -63,6 +63,7 @@ pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(limits),
         access: guard::Access::Token,
+        answers: Answers::Native,
     };
     with_layers(router, guard, Some(limits.message.max(limits.batch))).with_state(state)
 }
@@ -72,7 +73,8 @@ pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
 /// connection" in docs/architecture.md). Outermost first: request ids (an incoming `x-request-id`
 /// is kept, else one is made; either way it is echoed and every log line of the request carries
 /// it), then [`guard`] (metrics, shedding, declared size), then a panic guard that still answers
-/// in the API's shape, then the body limit.
+/// in the listener's shape (its answer carries the [`Refusal`], which the SQS listener's guard
+/// writes in the request's protocol), then the body limit.
 fn with_layers(router: Router<AppState>, guard: Guard, body_limit: Option<usize>) -> Router<AppState> {
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     router.layer(
@@ -102,7 +104,10 @@ impl tower_http::request_id::MakeRequestId for NewRequestId {
 
 fn panic_response(_panic: Box<dyn std::any::Any + Send>) -> Response {
     tracing::error!("a request handler panicked; this is a bug");
-    ApiError::new(ErrorCode::Internal, "internal error; this is a bug, please report it").into_response()
+    let refusal = Refusal::panic();
+    let mut response = ApiError::from(refusal.clone()).into_response();
+    response.extensions_mut().insert(refusal);
+    response
 }
 
 /// The admin router: health and metrics.
@@ -113,7 +118,13 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(admin::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    let guard = Guard { state: state.clone(), in_flight: None, body_limits: None, access: guard::Access::Open };
+    let guard = Guard {
+        state: state.clone(),
+        in_flight: None,
+        body_limits: None,
+        access: guard::Access::Open,
+        answers: Answers::Native,
+    };
     with_layers(router, guard, None).with_state(state)
 }
 

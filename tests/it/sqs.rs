@@ -1020,3 +1020,192 @@ async fn a_hostile_query_body_is_refused_before_it_costs_memory_and_a_large_batc
     let text = received.text().await.unwrap_or_default();
     assert!(text.matches("<MessageAttribute>").count() >= 10, "the attributes came back: {text}");
 }
+
+/// Runs `tests/sqs/refusals.py` with `python` in `mode`; it must succeed.
+async fn refusals(python: PathBuf, protocol: &str, endpoint: &str, mode: &[&str]) {
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/refusals.py"))
+        .args([endpoint, protocol])
+        .args(mode)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    runs_ok(command, &format!("refusals.py {protocol} {mode:?}")).await;
+}
+
+/// A request too large for SQS is refused in the request's protocol with SQS's code, which
+/// botocore does not retry: a message over `api.max_message_bytes` (read by the action), and a
+/// request over what the listener reads (refused before its body is read: 413 in zkq's own shape
+/// before, which SDKs took for a server error and retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_too_large_answers_sqs_errors_that_sdks_do_not_retry() {
+    let mut config = test_config(ZkServer::shared(), &unique_root("sqs-large"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    // The listener reads at most 4/3 of 1,024 bytes and 1 KiB per message of a batch of 10: 11,608.
+    config.api.max_message_bytes = 1000;
+    config.api.max_batch_bytes = 1024;
+    config.api.max_batch = 10;
+    let zkq = TestZkq::start(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
+    let endpoint = format!("http://{addr}");
+    for (python, protocol) in pythons() {
+        refusals(python, protocol, &endpoint, &["too-large", "1000", "65536"]).await;
+    }
+    let metrics = zkq.registered_metrics();
+    let count = |labels: &str| metric(&metrics, &format!("zkq_sqs_requests_total{{{labels}}}"));
+    // Both protocols' messages over the limit, and the JSON protocol's request over the listener's.
+    assert_eq!(count("action=\"SendMessage\",code=\"InvalidParameterValue\""), 3.0, "{metrics}");
+    // The query protocol's requests over the listener's limit: their action is in the unread body.
+    assert_eq!(count("action=\"other\",code=\"InvalidParameterValue\""), 2.0, "{metrics}");
+    assert_eq!(count("action=\"SendMessageBatch\",code=\"AWS.SimpleQueueService.BatchRequestTooLong\""), 1.0);
+}
+
+/// With the SQS listener's `api.max_concurrent_requests` held by long-polls, a further request is
+/// shed as SQS throttles (403 `RequestThrottled`, `Retry-After`), which botocore retries; zkq's
+/// own API sheds its own requests as it always did (503 `overloaded`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_shed_for_load_answers_sqs_throttling_and_the_api_its_own_error() {
+    let mut config = test_config(ZkServer::shared(), &unique_root("sqs-shed"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    config.api.max_concurrent_requests = 2;
+    let zkq = TestZkq::start_ready(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
+    let endpoint = format!("http://{addr}");
+    let (status, created) = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "held" })).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().expect("a queue URL").to_owned();
+    let waiting = |queue: &'static str, n: usize| {
+        let series = format!("zkq_waiting_takers{{queue=\"{queue}\"}} {n}");
+        let zkq = &zkq;
+        move || {
+            let series = series.clone();
+            async move { zkq.registered_metrics().lines().any(|line| line == series) }
+        }
+    };
+
+    let polls: Vec<_> = (0..2)
+        .map(|_| {
+            let (endpoint, url) = (endpoint.clone(), url.clone());
+            tokio::spawn(async move {
+                sqs_json(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 20 }))
+                    .await
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(20), "two ReceiveMessage long-polls wait", waiting("held", 2)).await;
+    for (python, protocol) in pythons() {
+        refusals(python, protocol, &endpoint, &["throttled", &url]).await;
+    }
+    let metrics = zkq.registered_metrics();
+    let count = |labels: &str| metric(&metrics, &format!("zkq_sqs_requests_total{{{labels}}}"));
+    // Each SendMessage and its one retry; the query protocol's action is in the unread body.
+    assert_eq!(count("action=\"SendMessage\",code=\"RequestThrottled\""), 2.0, "{metrics}");
+    assert_eq!(count("action=\"other\",code=\"RequestThrottled\""), 2.0, "{metrics}");
+    // zkq's own API has permits of its own: its puts end the long-polls.
+    assert_eq!(zkq.put("held", b"one").await.status(), 201);
+    assert_eq!(zkq.put("held", b"two").await.status(), 201);
+    for poll in polls {
+        let (status, received) = poll.await.expect("join");
+        assert_eq!((status, received["Messages"].as_array().map(Vec::len)), (200, Some(1)), "{received}");
+    }
+
+    // zkq's own API, with its permits held, answers as it always did.
+    zkq.put_ok("native", b"opens the queue").await;
+    assert!(zkq.take_body("native", "0s").await.is_some());
+    let takes: Vec<_> = (0..2)
+        .map(|_| {
+            let (http, url) = (zkq.http.clone(), zkq.url("/v1/queues/native/take?wait=20s"));
+            tokio::spawn(async move { http.post(url).send().await.expect("take").status().as_u16() })
+        })
+        .collect();
+    eventually(Duration::from_secs(20), "two takes wait", waiting("native", 2)).await;
+    let shed = zkq.put("native", b"shed").await;
+    assert_eq!(shed.status(), 503);
+    assert_eq!(shed.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let body: serde_json::Value = shed.json().await.expect("JSON");
+    assert_eq!(body["code"], "overloaded", "{body}");
+    let native_url = url.replace("/held", "/native");
+    for body in ["one", "two"] {
+        let (status, sent) =
+            sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": native_url, "MessageBody": body }))
+                .await;
+        assert_eq!(status, 200, "{sent}");
+    }
+    for take in takes {
+        assert_eq!(take.await.expect("join"), 200);
+    }
+}
+
+/// Sends `request` (a head, and maybe part of a body) on a new connection to `addr`; what zkq
+/// answers, read until it closes the connection.
+async fn raw_answer(addr: &str, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "zkq neither answered nor closed: {}", String::from_utf8_lossy(&answer));
+    String::from_utf8_lossy(&answer).to_ascii_lowercase()
+}
+
+/// What the guard refuses before an action runs comes in the request's protocol with SQS's code:
+/// a body that does not arrive within `api.body_read_timeout` (`RequestTimeout`), a request a web
+/// browser sent for another site's page (`AccessDenied`), a body of undeclared length larger than
+/// the listener reads (`InvalidParameterValue`, a batch `BatchRequestTooLong`); each counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_action_answer_in_the_requests_protocol() {
+    let mut config = test_config(ZkServer::shared(), &unique_root("sqs-refused"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    config.api.body_read_timeout = Duration::from_secs(1);
+    config.api.max_message_bytes = 1000;
+    config.api.max_batch_bytes = 1024;
+    config.api.max_batch = 10;
+    let zkq = TestZkq::start(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound").to_string();
+    let json = |action: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+             X-Amz-Target: AmazonSQS.{action}\r\n"
+        )
+    };
+    let query = format!("POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n");
+
+    // A body that stops halfway.
+    let answer =
+        raw_answer(&addr, format!("{}Content-Length: 100\r\n\r\n{{\"QueueUrl\"", json("SendMessage")).as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 400"), "{answer}");
+    assert!(answer.contains("x-amzn-query-error: requesttimeout;sender"), "{answer}");
+    assert!(answer.contains("\"__type\":\"com.amazonaws.sqs#requesttimeout\""), "{answer}");
+    let answer = raw_answer(&addr, format!("{query}Content-Length: 100\r\n\r\nAction=Send").as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 400"), "{answer}");
+    assert!(answer.contains("<errorresponse") && answer.contains("<code>requesttimeout</code>"), "{answer}");
+
+    // A body of undeclared length, larger than the listener reads.
+    let chunked = |head: &str| {
+        let chunk = "x".repeat(20_000);
+        format!("{head}Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len())
+    };
+    let answer = raw_answer(&addr, chunked(&json("SendMessageBatch")).as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 400"), "{answer}");
+    assert!(answer.contains("x-amzn-query-error: aws.simplequeueservice.batchrequesttoolong;sender"), "{answer}");
+    let answer = raw_answer(&addr, chunked(&query).as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 400"), "{answer}");
+    assert!(answer.contains("<code>invalidparametervalue</code>"), "{answer}");
+
+    // A web page of another site.
+    let browser = "Sec-Fetch-Site: cross-site\r\nContent-Length: 2\r\nConnection: close\r\n\r\n";
+    let answer = raw_answer(&addr, format!("{}{browser}{{}}", json("ListQueues")).as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 403"), "{answer}");
+    assert!(answer.contains("x-amzn-query-error: accessdenied;sender"), "{answer}");
+    let answer = raw_answer(&addr, format!("{query}{browser}{{}}").as_bytes()).await;
+    assert!(answer.starts_with("http/1.1 403") && answer.contains("<code>accessdenied</code>"), "{answer}");
+
+    let metrics = zkq.registered_metrics();
+    let count = |labels: &str| metric(&metrics, &format!("zkq_sqs_requests_total{{{labels}}}"));
+    assert_eq!(count("action=\"SendMessage\",code=\"RequestTimeout\""), 1.0, "{metrics}");
+    assert_eq!(count("action=\"other\",code=\"RequestTimeout\""), 1.0, "{metrics}");
+    assert_eq!(count("action=\"SendMessageBatch\",code=\"AWS.SimpleQueueService.BatchRequestTooLong\""), 1.0);
+    assert_eq!(count("action=\"other\",code=\"InvalidParameterValue\""), 1.0, "{metrics}");
+    assert_eq!(count("action=\"ListQueues\",code=\"AccessDenied\""), 1.0, "{metrics}");
+    assert_eq!(count("action=\"other\",code=\"AccessDenied\""), 1.0, "{metrics}");
+}

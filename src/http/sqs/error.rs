@@ -4,6 +4,8 @@
 
 use axum::http::StatusCode;
 
+use super::super::guard::{Refusal, RefusalKind};
+use crate::config::ApiConfig;
 use crate::queue::QueueError;
 use crate::zk::ZkError;
 
@@ -134,6 +136,53 @@ impl SqsError {
         SqsError { status, ..SqsError::sender(code, code, message) }
     }
 
+    /// A message body over `api.max_message_bytes`, in SQS's words.
+    pub(super) fn message_too_long(max: usize) -> SqsError {
+        SqsError::invalid_parameter(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {max} bytes."
+        ))
+    }
+
+    /// What the guard refused (or a handler that panicked), as SQS answers it: a request too
+    /// large `InvalidParameterValue` (a `SendMessageBatch`: `BatchRequestTooLong`), like a message
+    /// over SQS's size limit, which SDKs do not retry; shed for load `RequestThrottled` (SQS's
+    /// throttling error, which SDKs retry with backoff); a body too slow `RequestTimeout`; a
+    /// panic `InternalFailure`.
+    pub(super) fn refused(refusal: Refusal, api: &ApiConfig) -> SqsError {
+        let Refusal { kind, batch, message } = refusal;
+        match kind {
+            RefusalKind::TooLarge { limit } if batch => SqsError::sender(
+                "BatchRequestTooLong",
+                "AWS.SimpleQueueService.BatchRequestTooLong",
+                format!(
+                    "Batch requests cannot be longer than {} bytes of message bodies; the request is larger \
+                     than the {limit} bytes zkq's SQS listener reads",
+                    api.max_batch_bytes
+                ),
+            ),
+            RefusalKind::TooLarge { limit } => SqsError::invalid_parameter(format!(
+                "One or more parameters are invalid. Reason: Message must be shorter than {} bytes; the \
+                 request is larger than the {limit} bytes zkq's SQS listener reads",
+                api.max_message_bytes
+            )),
+            RefusalKind::Overloaded => SqsError {
+                status: StatusCode::FORBIDDEN,
+                ..SqsError::sender("RequestThrottled", "RequestThrottled", message)
+            },
+            RefusalKind::TimedOut => SqsError::sender("RequestTimeout", "RequestTimeout", message),
+            RefusalKind::Unauthorized => SqsError {
+                status: StatusCode::FORBIDDEN,
+                ..SqsError::sender("MissingAuthenticationToken", "MissingAuthenticationToken", message)
+            },
+            RefusalKind::CrossOrigin => {
+                SqsError { status: StatusCode::FORBIDDEN, ..SqsError::sender("AccessDenied", "AccessDenied", message) }
+            },
+            RefusalKind::Panic => {
+                SqsError::server("InternalFailure", "InternalFailure", StatusCode::INTERNAL_SERVER_ERROR, message)
+            },
+        }
+    }
+
     pub(super) fn server_unavailable(message: impl Into<String>) -> SqsError {
         SqsError::server("ServiceUnavailable", "ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE, message)
     }
@@ -196,5 +245,55 @@ impl From<QueueError> for SqsError {
                 SqsError::server("InternalError", "InternalError", StatusCode::INTERNAL_SERVER_ERROR, message)
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::error::{ApiError, ErrorCode};
+
+    #[test]
+    fn every_refusal_has_sqs_code_and_keeps_zkqs_own() {
+        let api = ApiConfig::default();
+        let too_large = RefusalKind::TooLarge { limit: 10 };
+        let table = [
+            (too_large, false, 400, "InvalidParameterValue", "InvalidParameterValue", ErrorCode::PayloadTooLarge),
+            (
+                too_large,
+                true,
+                400,
+                "BatchRequestTooLong",
+                "AWS.SimpleQueueService.BatchRequestTooLong",
+                ErrorCode::PayloadTooLarge,
+            ),
+            (RefusalKind::Overloaded, false, 403, "RequestThrottled", "RequestThrottled", ErrorCode::Overloaded),
+            (RefusalKind::TimedOut, false, 400, "RequestTimeout", "RequestTimeout", ErrorCode::RequestTimeout),
+            (
+                RefusalKind::Unauthorized,
+                false,
+                403,
+                "MissingAuthenticationToken",
+                "MissingAuthenticationToken",
+                ErrorCode::Unauthorized,
+            ),
+            (RefusalKind::CrossOrigin, false, 403, "AccessDenied", "AccessDenied", ErrorCode::CrossOriginRefused),
+            (RefusalKind::Panic, false, 500, "InternalFailure", "InternalFailure", ErrorCode::Internal),
+        ];
+        for (kind, batch, status, shape, code, native) in table {
+            let refusal = Refusal { kind, batch, message: "why".to_owned() };
+            let err = SqsError::refused(refusal.clone(), &api);
+            assert_eq!((err.status.as_u16(), err.shape, err.code), (status, shape, code), "{kind:?}");
+            assert_eq!(err.sender_fault, kind != RefusalKind::Panic, "{kind:?}");
+            let own = ApiError::from(refusal);
+            assert_eq!((own.code, own.message.as_str()), (native, "why"), "{kind:?}");
+        }
+        let err = SqsError::refused(Refusal::new(too_large, "why"), &api);
+        assert!(
+            err.message.contains(&format!("Message must be shorter than {} bytes", api.max_message_bytes)),
+            "{}",
+            err.message
+        );
+        assert_eq!(SqsError::message_too_long(5).code, "InvalidParameterValue");
     }
 }

@@ -4,7 +4,7 @@
 //! One handler takes every request: `protocol.rs` tells the JSON protocol from the query
 //! protocol and decodes either into the action's one input shape, `actions.rs` runs the action
 //! on the same queue core as zkq's own API, and the answer (or `error.rs`'s error) is encoded in
-//! the protocol the request came in.
+//! the protocol the request came in; so is what the guard in front of it refuses ([`Asked`]).
 
 mod actions;
 mod error;
@@ -16,33 +16,99 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, Uri, header};
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
 use super::AppState;
-use super::guard::{Access, BodyLimits, Guard};
+use super::error::closes_connection;
+use super::guard::{Access, Answers, BodyLimits, Guard, Refusal, RefusalKind};
 pub use actions::SERVED as SERVED_ACTIONS;
+use error::SqsError;
 use protocol::Protocol;
+
+/// The largest body the listener reads: an SQS request carries at most a batch of bodies, JSON-
+/// or form-encoded.
+fn body_limit(config: &crate::config::Config) -> usize {
+    let limits = BodyLimits::of(config);
+    limits.batch.max(limits.message.saturating_mul(2))
+}
+
+/// What the SQS answer to a request that the guard refused (or whose handler panicked) needs of
+/// the request, read from its head: its protocol and its action (the JSON protocol's
+/// `X-Amz-Target`; a query-protocol request's `Action` only when its URL names it, as the body
+/// is not read).
+pub(super) struct Asked {
+    protocol: Protocol,
+    /// One of [`actions::SERVED`], or `other`.
+    action: &'static str,
+}
+
+impl Asked {
+    pub(super) fn of(headers: &HeaderMap, uri: &Uri) -> Asked {
+        let protocol = protocol::protocol_of(headers);
+        let named = match protocol {
+            Protocol::Json => headers
+                .get(protocol::TARGET_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|target| target.strip_prefix(protocol::TARGET_PREFIX)),
+            Protocol::Query => uri.query().and_then(|query| query.split('&').find_map(|p| p.strip_prefix("Action="))),
+        };
+        let action = named.and_then(|name| actions::SERVED.iter().find(|a| **a == name).copied()).unwrap_or("other");
+        Asked { protocol, action }
+    }
+
+    /// Whether the request is a `SendMessageBatch`.
+    pub(super) fn is_batch(&self) -> bool {
+        self.action == "SendMessageBatch"
+    }
+
+    /// `refusal` as SQS answers it, in the request's protocol, counted in `zkq_sqs_requests_total`.
+    pub(super) fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response {
+        let unread = refusal.leaves_body_unread();
+        let overloaded = refusal.kind == RefusalKind::Overloaded;
+        let err = SqsError::refused(refusal, &state.config.api);
+        state.metrics.sqs_requests.with_label_values(&[self.action, err.code]).inc();
+        let mut response = protocol::encode_error(self.protocol, err, request_id);
+        if overloaded {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if unread {
+            closes_connection(&mut response);
+        }
+        response
+    }
+}
 
 /// The SQS-compatible router: every path and method goes to [`handle`] (the query protocol may
 /// post to a queue's URL).
 pub fn sqs_router(state: AppState) -> Router {
     let limits = BodyLimits::of(&state.config);
-    // An SQS request carries at most a batch of bodies, JSON- or form-encoded.
-    let body = limits.batch.max(limits.message.saturating_mul(2));
+    let body = body_limit(&state.config);
     let guard = Guard {
         state: state.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(BodyLimits { message: body, batch: body, read_timeout: limits.read_timeout }),
         access: Access::NoBrowsers,
+        answers: Answers::Sqs,
     };
     let router = Router::new().route("/", axum::routing::any(handle)).route("/{*path}", axum::routing::any(handle));
     super::with_layers(router, guard, Some(body)).with_state(state)
 }
 
-async fn handle(State(state): State<AppState>, method: Method, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
+async fn handle(
+    State(state): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let protocol = protocol::protocol_of(&headers);
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unread(&state, &headers, &uri, &request_id, &rejection),
+    };
     if let Some(key_pair) = &state.sqs_key_pair
         && let Err(err) = sigv4::verify(key_pair, &method, &uri, &headers, &body, std::time::SystemTime::now())
     {
@@ -73,4 +139,27 @@ async fn handle(State(state): State<AppState>, method: Method, headers: HeaderMa
         Ok(output) => protocol::encode(protocol, &decoded.action, output, &request_id),
         Err(err) => protocol::encode_error(protocol, err, &request_id),
     }
+}
+
+/// The answer to a request whose body could not be read: too slow (`api.body_read_timeout`), larger
+/// than the listener reads (a body of undeclared length), or cut off.
+fn unread(state: &AppState, headers: &HeaderMap, uri: &Uri, request_id: &str, rejection: &BytesRejection) -> Response {
+    let asked = Asked::of(headers, uri);
+    let refusal = if super::body::timed_out(rejection) {
+        Refusal::new(
+            RefusalKind::TimedOut,
+            "the request body did not arrive within api.body_read_timeout of its headers; nothing was done",
+        )
+    } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        let limit = body_limit(&state.config);
+        Refusal {
+            batch: asked.is_batch(),
+            ..Refusal::new(RefusalKind::TooLarge { limit }, format!("the body is larger than {limit} bytes"))
+        }
+    } else {
+        let err = SqsError::invalid_parameter(format!("cannot read the body: {}", rejection.body_text()));
+        state.metrics.sqs_requests.with_label_values(&[asked.action, err.code]).inc();
+        return protocol::encode_error(asked.protocol, err, request_id);
+    };
+    asked.refused(state, request_id, refusal)
 }

@@ -21,7 +21,7 @@ const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
 const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 /// The JSON protocol's action header, `AmazonSQS.<Action>`.
 pub(super) const TARGET_HEADER: &str = "x-amz-target";
-const TARGET_PREFIX: &str = "AmazonSQS.";
+pub(super) const TARGET_PREFIX: &str = "AmazonSQS.";
 
 /// The most dot-separated parts a query parameter's name may have.
 const MAX_KEY_PARTS: usize = 8;

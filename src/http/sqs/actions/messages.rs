@@ -213,7 +213,11 @@ pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Resu
     let queue = ctx.existing(&url).await?;
     let (body, options) = prepare(input.message, &queue)?;
     let md5_of_message_attributes = attributes_md5(&options.attributes);
-    let receipt = queue.put(body.as_bytes(), options).await?;
+    let receipt = queue.put(body.as_bytes(), options).await.map_err(|err| match err {
+        // One message: SQS's error for a body too long, not a batch's.
+        crate::queue::QueueError::TooLarge { max, .. } => SqsError::message_too_long(max),
+        other => other.into(),
+    })?;
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
         md5_of_message_attributes,
