@@ -462,7 +462,7 @@ impl Default for Config {
             queues_dynamic_grouped: false,
             max_dynamic_queues: 1000,
             queue_idle_close: Duration::from_secs(600),
-            queues_watch_on_demand: false,
+            queues_watch_on_demand: true,
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),

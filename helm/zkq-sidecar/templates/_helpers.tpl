@@ -172,7 +172,7 @@ config:
   queues_dynamic: true
   queues_dynamic_grouped: false
   max_dynamic_queues: 1000
-  queues_watch_on_demand: false
+  queues_watch_on_demand: true
   counters_dynamic: true
   queues: {}
   counters: {}
