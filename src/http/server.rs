@@ -9,6 +9,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
+
 /// What one listener allows.
 #[derive(Debug, Clone, Copy)]
 pub struct ListenerLimits {
@@ -33,8 +35,11 @@ pub fn serve(
     listener: TcpListener,
     router: axum::Router,
     limits: ListenerLimits,
+    name: &'static str,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
+    let open = metrics.http_connections_open.with_label_values(&[name]);
     tokio::spawn(async move {
         let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -72,11 +77,14 @@ pub fn serve(
             };
             let io = hyper_util::rt::TokioIo::new(WatchedIo { inner: stream, activity: activity.clone() });
             let connection = graceful.watch(builder.serve_connection(io, service));
+            let open = open.clone();
+            open.inc();
             tokio::spawn(async move {
                 tokio::select! {
                     _ = connection => {},
                     _ = watch_connection(&activity, limits) => {},
                 }
+                open.dec();
                 drop(permit);
             });
         }
