@@ -111,7 +111,8 @@ fn serve_floor(listen: &str, zk: Option<&str>) {
                 })
             },
         };
-        zkq::http::server::serve(listener, router, limits, stop).await.expect("the floor serves");
+        let metrics = std::sync::Arc::new(zkq::metrics::Metrics::new().expect("metrics"));
+        zkq::http::server::serve(listener, router, limits, "api", metrics, stop).await.expect("the floor serves");
     });
 }
 

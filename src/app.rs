@@ -133,10 +133,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         header_read_timeout: config.admin.header_read_timeout,
         idle_timeout: config.admin.idle_timeout,
     };
-    let api = serve(api_listener, http::api_router(state.clone(), admin_addr), api_limits, stop_api.clone());
-    let sqs = sqs_listener
-        .map(|listener| serve(listener, http::sqs::sqs_router(state.clone()), api_limits, stop_api.clone()));
-    let admin = serve(admin_listener, http::admin_router(state), admin_limits, stop_admin.clone());
+    let api = serve(
+        api_listener,
+        http::api_router(state.clone(), admin_addr),
+        api_limits,
+        "api",
+        metrics.clone(),
+        stop_api.clone(),
+    );
+    let sqs = sqs_listener.map(|listener| {
+        serve(listener, http::sqs::sqs_router(state.clone()), api_limits, "sqs", metrics.clone(), stop_api.clone())
+    });
+    let admin =
+        serve(admin_listener, http::admin_router(state), admin_limits, "admin", metrics.clone(), stop_admin.clone());
     if let Some(sqs) = sqs_addr {
         tracing::info!(sqs = %sqs, "serving the SQS-compatible API");
     }

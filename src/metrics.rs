@@ -83,6 +83,8 @@ pub struct Metrics {
 
     pub http_requests: IntCounterVec,
     pub http_request_duration: HistogramVec,
+    pub http_connections_open: IntGaugeVec,
+    pub http_connections_reclaimed: IntCounterVec,
     pub sqs_requests: IntCounterVec,
     pub sqs_refused_bodies: IntCounter,
     pub settings_refused: IntCounter,
@@ -289,6 +291,24 @@ impl Metrics {
                 )
                 .buckets(LATENCY_BUCKETS.to_vec()),
                 &["route", "method"],
+            )?)?,
+            http_connections_open: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_http_connections_open",
+                    "Connections a listener (api, admin, sqs) is serving now: each holds one of its \
+                     max_connections slots.",
+                ),
+                &["listener"],
+            )?)?,
+            http_connections_reclaimed: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_http_connections_reclaimed_total",
+                    "Connections a listener closed to give their slot to a new connection while all \
+                     max_connections were held, by state: silent (no byte sent yet), head (a request head begun \
+                     and not finished), idle (between requests after a response). A connection with a request \
+                     in flight is never reclaimed.",
+                ),
+                &["listener", "state"],
             )?)?,
             sqs_requests: reg.add(IntCounterVec::new(
                 Opts::new(

@@ -170,7 +170,8 @@ pub struct ApiConfig {
     /// Longest `delay` (and furthest `deliver_at`) a put to a delay queue may ask for.
     #[serde(with = "humantime_serde")]
     pub max_delay: Duration,
-    /// Connections served at once; further ones wait in the listen backlog.
+    /// Connections served at once; when all are held, one without a request in flight is closed
+    /// for a new connection (docs/api.md, Connections), else it waits in the listen backlog.
     pub max_connections: usize,
     /// Requests handled at once; further ones are answered 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
@@ -204,7 +205,8 @@ pub struct ApiConfig {
 pub struct AdminConfig {
     /// Address of `/livez`, `/readyz` and `/metrics`.
     pub listen: SocketAddr,
-    /// Connections served at once; further ones wait in the listen backlog.
+    /// Connections served at once; when all are held, one without a request in flight is closed
+    /// for a new connection (docs/api.md, Connections), else it waits in the listen backlog.
     pub max_connections: usize,
     /// Time a client has to finish a request's headers once it sent their first byte.
     #[serde(with = "humantime_serde")]

@@ -85,7 +85,7 @@ const KEYS: &[Key] = &[
     key(
         "api.max_connections",
         "integer",
-        "connections served at once; further ones wait in the kernel's listen backlog (refused by the kernel once it is full)",
+        "connections served at once; when all are held, a new connection gets the slot of one without a request in flight (never finished a head first, then idle, longest waiting first), else waits in the listen backlog ([Connections](../api.md#connections))",
     ),
     key(
         "api.max_concurrent_requests",

@@ -29,6 +29,7 @@ mod hardening;
 mod idempotency;
 mod lease_evidence;
 mod leases;
+mod listener_slots;
 mod opskit;
 mod push;
 mod queues;
