@@ -85,11 +85,20 @@ impl Browse {
         let mut read: HashSet<String> = HashSet::new();
         // A few more than asked, for nodes taken between the order and their read.
         let mut want = limit.saturating_add(8);
+        // Not live (not watched until this peek's demand, or reconnecting): the refresher's next
+        // snapshot, which this demand brings, serves it, and every peek meanwhile; only if that
+        // does not come in time does the peek read the child list itself.
+        let mut waited = false;
         loop {
             let (order, complete) = match self.cache.peek_order(want) {
                 Some(order) => {
                     let complete = order.len() < want;
                     (order, complete)
+                },
+                None if !waited => {
+                    waited = true;
+                    let _ = self.cache.refreshed(self.ctx.deadline_for(Duration::ZERO)).await;
+                    continue;
                 },
                 None => (self.peek_order_from_zookeeper(&zk).await?, true),
             };

@@ -210,7 +210,9 @@ impl State {
 
     /// The tree watches are gone: nothing is offered until the next snapshot.
     pub(in crate::queue::cache) fn invalidate(&mut self) {
-        if self.live || self.read_once {
+        // The head of a snapshot that was current (live, or just read): invalidating again
+        // must not forget it.
+        if !self.dirty {
             self.last_head = self.head().cloned();
         }
         self.dirty = true;
