@@ -37,7 +37,8 @@ enum Command {
         #[arg(long)]
         no_files: bool,
     },
-    /// Print the OpenAPI document the API serves.
+    /// Print the OpenAPI document the API of this configuration's zkq serves (its bounds, such as
+    /// api.max_batch, are the configuration's).
     Openapi,
     /// Print a reference page as Markdown (docs/reference/ holds each as committed).
     Reference {
@@ -55,25 +56,18 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let overrides = cli.overrides.clone();
-    // The documents the code prints need no configuration.
-    match cli.command {
-        Some(Command::Openapi) => {
-            print!("{}", zkq::http::openapi_json());
-            return ExitCode::SUCCESS;
-        },
-        Some(Command::Reference { page }) => {
-            return match page.render() {
-                Ok(markdown) => {
-                    print!("{markdown}");
-                    ExitCode::SUCCESS
-                },
-                Err(err) => {
-                    eprintln!("zkq: cannot print the {} reference: {err}", page.name());
-                    ExitCode::FAILURE
-                },
-            };
-        },
-        _ => {},
+    // The reference pages need no configuration.
+    if let Some(Command::Reference { page }) = &cli.command {
+        return match page.render() {
+            Ok(markdown) => {
+                print!("{markdown}");
+                ExitCode::SUCCESS
+            },
+            Err(err) => {
+                eprintln!("zkq: cannot print the {} reference: {err}", page.name());
+                ExitCode::FAILURE
+            },
+        };
     }
     let config = match Config::load(&overrides) {
         Ok(config) => config,
@@ -95,7 +89,11 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         },
-        Command::Openapi | Command::Reference { .. } => ExitCode::SUCCESS,
+        Command::Openapi => {
+            print!("{}", zkq::http::openapi_json(&config));
+            ExitCode::SUCCESS
+        },
+        Command::Reference { .. } => ExitCode::SUCCESS,
         Command::Healthcheck => healthcheck(&config),
         Command::Inspect(args) => ExitCode::from(zkq::inspect::run(&config, &args)),
         Command::Run => run(config),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
-use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration};
+use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration, not_null};
 use super::state::AppState;
 use super::wire::{HEADER_IDEMPOTENT_REPLAY, KindFields, NackModeParam, QueuePath, put_options_at, receipt_of};
 use crate::queue::{NackMode, PutOptions, QueueError};
@@ -20,15 +20,21 @@ use crate::queue::{NackMode, PutOptions, QueueError};
 /// The route of a batch put (its body limit is larger than a single put's).
 pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
 
+/// A batch message's `body` as [`put_batch`] decodes it, as an ECMA-262 pattern (for the OpenAPI
+/// document): standard base64 with its padding (no stray bits in the
+/// last character).
+pub(super) const BODY_PATTERN: &str =
+    r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
+
 /// One message of a batch put.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchMessage {
     /// The body as UTF-8 text. Exactly one of `text` and `body`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub text: Option<String>,
     /// The body as standard base64 (any bytes). Exactly one of `text` and `body`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub body: Option<String>,
     /// Priority queues only: lower is delivered first (int32, default 0).
     #[serde(default)]
@@ -45,14 +51,12 @@ pub struct BatchMessage {
     /// Grouped queues only: the message's group. Messages of one group are delivered one at a
     /// time, in put order; on an id queue the id is the group. 1 to 200 bytes, as an `id`.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200)]
     pub group: Option<String>,
     /// Store this message at most once per key within the queue's idempotency window, as the
     /// `Idempotency-Key` header does for a single put: 1–200 bytes of visible ASCII, each key once
     /// per batch. A key used within the window with the same body, priority and id stores nothing:
     /// the message's id is the earlier one and `replayed` says so.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$")]
     pub idempotency_key: Option<String>,
     /// The message's attributes, as the `zkq-attributes` header of a single put: by name, each
     /// `{"type": "String"|"Number"|"Binary" (optionally `.label`), "value": "…"}` (Binary: base64).
@@ -69,7 +73,6 @@ pub struct BatchMessage {
 #[serde(deny_unknown_fields)]
 pub struct BatchPutRequest {
     /// 1 to `api.max_batch` messages (the handler refuses an empty batch).
-    #[schema(min_items = 1)]
     pub messages: Vec<BatchMessage>,
 }
 
@@ -79,7 +82,6 @@ pub struct BatchPutRequest {
 pub struct BatchPutQuery {
     /// How long to wait for room for every message when the queue has `max_items` (default 0;
     /// longer values are cut to `take.max_wait`).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
     /// `nodes` (default): one node per message. `curator-multi`: all messages in ONE node, as
     /// Curator's `putMulti` writes them (fifo, priority and delay queues; every message with the
@@ -238,7 +240,6 @@ pub struct BatchNack {
 #[serde(deny_unknown_fields)]
 pub struct BatchAckRequest {
     /// 1 to `api.max_batch` receipts (the handler refuses an empty batch).
-    #[schema(min_items = 1)]
     pub leases: Vec<String>,
     /// Nack them instead of acking.
     #[serde(default)]

@@ -18,7 +18,7 @@ use crate::types::CounterName;
 #[into_params(parameter_in = Path)]
 pub struct CounterPath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    #[param(value_type = String)]
     pub name: CounterName,
 }
 
@@ -28,7 +28,6 @@ pub struct CounterPath {
 pub struct ReadQuery {
     /// Long-poll: wait up to this long (cut to `take.max_wait`) for a version newer than
     /// `after_version`. A waiting long-poll answers 503 `shutting_down` when zkq starts to drain.
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
     /// The version the client already has (its ETag). An older version (from a ZooKeeper server
     /// that lags) is answered only once a `sync` confirms it; otherwise 503.

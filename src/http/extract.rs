@@ -113,6 +113,18 @@ fn body_timed_out() -> ApiError {
     )
 }
 
+/// A body field that may be left out but is not `null` when given (`#[serde(default,
+/// deserialize_with = "not_null")]`): the document states it as its type alone, and `null` answers
+/// 400 as any other value of the wrong type.
+pub(super) fn not_null<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The durations [`parse_duration`] accepts, as an ECMA-262 pattern (for the OpenAPI document).
+pub(super) const DURATION_PATTERN: &str = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$";
+
 /// An optional duration parameter (absent = zero), cut to `max` (documented in the spec).
 pub(super) fn bounded_duration(name: &str, text: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
     let Some(text) = text else { return Ok(Duration::ZERO) };

@@ -24,7 +24,7 @@ use crate::types::QueueName;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct LeasePath {
-    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    #[param(value_type = String)]
     pub queue: QueueName,
     /// The `zkq-lease` header of the lease response.
     #[param(min_length = 1, max_length = 200)]
@@ -36,15 +36,12 @@ pub struct LeasePath {
 #[into_params(parameter_in = Query)]
 pub struct LeaseQuery {
     /// How long to wait for a message (default 0; longer values are cut to `take.max_wait`).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
     /// Visibility timeout: unless acked, nacked or extended by then, the message is delivered
     /// again (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub visibility: Option<String>,
     /// Lease up to this many messages (1 to `api.max_batch`) and answer them as JSON, each with
     /// its receipt: `wait` applies to the first, the rest are whatever is there at once.
-    #[param(minimum = 1)]
     pub max: Option<u32>,
 }
 
@@ -56,7 +53,6 @@ pub struct NackQuery {
     /// refuses `requeue` (409 `parameter_not_for_kind`): it keeps its place at the head of its group.
     pub mode: Option<NackModeParam>,
     /// Postpone the next delivery by this long (requeue and keep).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub delay: Option<String>,
 }
 
@@ -65,7 +61,6 @@ pub struct NackQuery {
 #[into_params(parameter_in = Query)]
 pub struct ExtendQuery {
     /// New visibility from now (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub visibility: Option<String>,
 }
 

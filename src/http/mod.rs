@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 
 use error::{ApiError, ErrorCode};
 use guard::{Answers, BodyLimits, Guard, Refusal, guard_request};
-use openapi::{api_routes, document_access_control};
+use openapi::{api_routes, document_access_control, document_bounds};
 pub use openapi::{openapi_document, openapi_json};
 pub use state::AppState;
 pub use wire::API_TOKEN_HEADER;
@@ -42,7 +42,8 @@ pub use wire::API_TOKEN_HEADER;
 pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
     let (router, mut openapi) = api_routes().split_for_parts();
     document_access_control(&mut openapi);
-    let spec = openapi_json();
+    document_bounds(&mut openapi, &state.config);
+    let spec = openapi_json(&state.config);
     let limits = BodyLimits::of(&state.config);
     let router = router
         .route(

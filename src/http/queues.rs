@@ -28,7 +28,7 @@ use crate::types::QueueName;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct MessagePath {
-    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    #[param(value_type = String)]
     pub queue: QueueName,
     /// The message's node name, as returned by put (`zkq-message-id`). Characters ZooKeeper refuses in
     /// node names are refused (400).
@@ -44,7 +44,6 @@ pub struct PutQuery {
     pub priority: Option<i32>,
     /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds); at most
     /// `api.max_delay` (30 days by default), longer is refused (400).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub delay: Option<String>,
     /// Delay queues only: deliver no earlier than this time, epoch milliseconds. With `delay` too,
     /// the later of the two applies. At most `api.max_delay` from now (400 beyond it).
@@ -53,16 +52,13 @@ pub struct PutQuery {
     /// Id queues only (required there): the message's id; `/` and `|` are stored as `_`, as Curator does.
     /// Characters ZooKeeper refuses in node names are refused (400): control characters, U+D800–U+F8FF,
     /// U+FFF0 and above.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$")]
     pub id: Option<String>,
     /// Grouped queues only (`queues.NAME.grouped`): the message's group. Messages of one group are
     /// delivered one at a time, in put order; groups in parallel. On an id queue the id is the
     /// group. Same characters as `id`; delivered back as the message's `id` (`zkq-id`).
-    #[param(min_length = 1, max_length = 200, pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$")]
     pub group: Option<String>,
     /// How long to wait for room when the queue is at `max_items` (default 0; longer values are
     /// cut to `take.max_wait`).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
 }
 
@@ -72,13 +68,15 @@ pub struct PutQuery {
 pub struct TakeQuery {
     /// How long to wait for a message: `20s`, `500ms`, or seconds (default 0; longer values are
     /// cut to `take.max_wait`, 20s by default).
-    #[param(pattern = r"^([0-9]+|([0-9]+(ms|s|m|h))+)$")]
     pub wait: Option<String>,
     /// Take up to this many messages (1 to `api.max_batch`) and answer them as JSON: `wait`
     /// applies to the first, the rest are whatever is there at once.
-    #[param(minimum = 1)]
     pub max: Option<u32>,
 }
+
+/// The most messages a peek shows, and how many when it does not say.
+pub(super) const MAX_PEEK_LIMIT: i64 = 1000;
+const DEFAULT_PEEK_LIMIT: i64 = 10;
 
 /// Query parameters of a peek.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -86,7 +84,6 @@ pub struct TakeQuery {
 pub struct PeekQuery {
     /// How many messages to show (1–1000, default 10). Fewer when their bodies would exceed
     /// `api.max_peek_bytes` (8 MiB by default); the first message is always shown.
-    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
@@ -95,12 +92,7 @@ pub struct PeekQuery {
 #[into_params(parameter_in = Query)]
 pub struct RemoveQuery {
     /// Remove every message with this id (id queues); matched after Curator's `/`,`|` → `_`.
-    #[param(
-        required = true,
-        min_length = 1,
-        max_length = 200,
-        pattern = r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{1,200}$"
-    )]
+    #[param(required = true)]
     pub id: Option<String>,
 }
 
@@ -279,11 +271,11 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     post, path = "/v1/queues/{queue}/messages", tag = "queues",
     params(
         QueuePath, PutQuery,
-        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 200, pattern = r"^[\x21-\x7e]{1,200}$",
+        ("Idempotency-Key" = Option<String>, Header, nullable = false,
             description = "Store the message at most once per key within the queue's idempotency window: 1–200 bytes of visible ASCII"),
         ("zkq-attributes" = Option<String>, Header, nullable = false,
             description = "The message's attributes, a JSON object by name of {\"type\": \"String\"|\"Number\"|\"Binary\" (optionally .label), \"value\": \"…\" (Binary: base64)}: up to 10, names of 1–256 letters, digits, _ - and .; kept beside the body (Curator consumers see the body alone); not on simple queues"),
-        ("traceparent" = Option<String>, Header, nullable = false, pattern = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$",
+        ("traceparent" = Option<String>, Header, nullable = false,
             description = "W3C Trace Context: kept with the message and handed to its consumer (take, lease, push delivery); not on simple queues"),
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The message, any bytes (empty allowed), stored verbatim."),
@@ -400,12 +392,12 @@ pub async fn peek_messages(
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<PeekQuery>,
 ) -> Result<Json<PeekResponse>, ApiError> {
-    let limit = query.limit.unwrap_or(10);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid(format!("`limit` = {limit} must be between 1 and 1000")));
+    let limit = query.limit.unwrap_or(DEFAULT_PEEK_LIMIT);
+    if !(1..=MAX_PEEK_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(format!("`limit` = {limit} must be between 1 and {MAX_PEEK_LIMIT}")));
     }
     let queue = existing(&state, &path.queue).await?;
-    let items = queue.peek(usize::try_from(limit).unwrap_or(10)).await?;
+    let items = queue.peek(usize::try_from(limit).unwrap_or(1)).await?;
     let engine = base64::engine::general_purpose::STANDARD;
     let messages = items
         .into_iter()

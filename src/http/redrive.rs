@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{ApiJson, ApiPath, not_null};
 use super::state::AppState;
 use super::wire::QueuePath;
 use crate::redrive::{RedriveError, TaskReport, TaskStatus};
@@ -21,12 +21,11 @@ use crate::types::QueueName;
 pub struct RedriveRequest {
     /// The queue the messages go to; default: the one declared queue whose `dead_letter` this
     /// queue is.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     #[schema(value_type = Option<String>)]
     pub destination: Option<QueueName>,
     /// Messages moved a second, at most (1 to 500; default 100).
     #[serde(default)]
-    #[schema(minimum = 1, maximum = 500)]
     pub max_per_second: Option<u32>,
 }
 

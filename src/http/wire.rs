@@ -45,7 +45,7 @@ pub const HEADER_QUEUE: &str = "zkq-queue";
 #[into_params(parameter_in = Path)]
 pub struct QueuePath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._-]{1,200}$")]
+    #[param(value_type = String)]
     pub queue: QueueName,
 }
 

@@ -20,6 +20,8 @@ const MAGIC_WITH_TRACE: &[u8] = b"ZKQA\x02";
 
 /// The most attributes one message may carry (as in SQS).
 pub const MAX_ATTRIBUTES: usize = 10;
+/// The longest attribute name, and the longest data type (with its label), in bytes.
+pub const MAX_ATTRIBUTE_NAME_LEN: usize = 256;
 
 /// One attribute's value: its data type (`String`, `Number` or `Binary`, each optionally followed
 /// by `.` and a custom label) and its value, text or bytes.
@@ -41,6 +43,15 @@ pub type MessageAttributes = BTreeMap<String, AttributeValue>;
 #[error("{0}")]
 pub struct InvalidAttributes(String);
 
+/// The attribute names [`check`] accepts, as an ECMA-262 pattern (for the OpenAPI document, which
+/// states [`MAX_ATTRIBUTE_NAME_LEN`] as their `maxLength`).
+pub const NAME_PATTERN: &str = r"^(?![Aa][Ww][Ss]\.|[Aa][Mm][Aa][Zz][Oo][Nn]\.)[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$";
+
+/// The data types [`check`] accepts, as an ECMA-262 pattern (for the OpenAPI document, with
+/// [`MAX_ATTRIBUTE_NAME_LEN`] as their `maxLength`); a label of visible ASCII and spaces only, so
+/// that the bound in characters is the one in bytes.
+pub const TYPE_PATTERN: &str = r"^(?:String|Number|Binary)(?:\.[\x20-\x7e]*)?$";
+
 /// Checks attributes as SQS does: at most [`MAX_ATTRIBUTES`], names of 1 to 256 letters, digits,
 /// `_`, `-` and `.` (not starting with `AWS.` or `Amazon.`, no `..`, not starting or ending with
 /// `.`), a data type of String, Number or Binary (with an optional `.label`), and the value its
@@ -55,7 +66,7 @@ pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
     for (name, value) in attributes {
         let lower = name.to_ascii_lowercase();
         let valid = !name.is_empty()
-            && name.len() <= 256
+            && name.len() <= MAX_ATTRIBUTE_NAME_LEN
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
             && !name.starts_with('.')
             && !name.ends_with('.')
@@ -79,7 +90,7 @@ pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
                 )));
             },
         };
-        if !value_ok || value.data_type.len() > 256 {
+        if !value_ok || value.data_type.len() > MAX_ATTRIBUTE_NAME_LEN {
             return Err(InvalidAttributes(format!(
                 "attribute {name}: a {base} attribute carries {} and nothing else",
                 if base == "Binary" { "a BinaryValue" } else { "a StringValue" }

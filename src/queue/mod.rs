@@ -31,8 +31,11 @@ pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
 pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
-pub use names::ItemMeta;
-pub use put::idempotency::{MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key};
+pub use names::{ItemMeta, MAX_ID_LEN, id_pattern};
+pub use put::idempotency::{
+    MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key,
+    key_pattern as idempotency_key_pattern,
+};
 pub(crate) use service::queue_layout;
 pub use service::{Created, QueueService};
 pub use settings::DeadLetter;

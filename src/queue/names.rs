@@ -5,6 +5,16 @@ use std::cmp::Ordering;
 use crate::config::QueueKind;
 
 /// Prefix of every Curator `DistributedQueue`-family item.
+/// Longest message id (or group) a put accepts, in bytes.
+pub const MAX_ID_LEN: usize = 200;
+
+/// The ids [`is_valid_id`] accepts, as an ECMA-262 pattern (for the OpenAPI document): no character
+/// ZooKeeper refuses in a node name. JSON Schema counts characters, so a pattern cannot state the
+/// bound in bytes: it says [`MAX_ID_LEN`] characters, which is the bound for ASCII ids.
+pub fn id_pattern() -> String {
+    format!(r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{{1,{MAX_ID_LEN}}}$")
+}
+
 pub(crate) const QUEUE_PREFIX: &str = "queue-";
 /// Prefix of `SimpleDistributedQueue` and ZooKeeper-recipe items.
 pub(crate) const SIMPLE_PREFIX: &str = "qn-";
@@ -194,7 +204,7 @@ pub(crate) use crate::types::refused_char;
 
 /// Whether `id` may be a `DistributedIdQueue` id: 1 to 200 bytes, none of them refused by ZooKeeper.
 pub(crate) fn is_valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 200 && refused_char(id).is_none()
+    !id.is_empty() && id.len() <= MAX_ID_LEN && refused_char(id).is_none()
 }
 
 /// Whether `name` can be a child of a queue of `kind` (used to check ids given in URLs).

@@ -21,7 +21,7 @@ pub use backoff::{Backoff, Retries};
 pub use clock::now_epoch_ms;
 pub use layout::Layout;
 pub use nack_mode::NackMode;
-pub use name::{CounterName, MAX_NAME_LEN, NameError, QueueName};
+pub use name::{CounterName, MAX_NAME_LEN, NameError, QueueName, name_pattern};
 pub use queue_kind::QueueKind;
 pub use secret::Secret;
 pub use task::Task;

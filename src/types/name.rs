@@ -10,6 +10,11 @@ use std::str::FromStr;
 /// Longest queue or counter name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 200;
 
+/// The names [`check_name`] accepts, as an ECMA-262 pattern (for the OpenAPI document).
+pub fn name_pattern() -> String {
+    format!(r"^(?!\.{{1,2}}$)[A-Za-z0-9._-]{{1,{MAX_NAME_LEN}}}$")
+}
+
 /// What may appear as one URL segment and one ZooKeeper node name; the error says what is allowed.
 fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {

@@ -14,6 +14,15 @@ pub struct Traceparent(String);
 pub const MAX_TRACEPARENT_LEN: usize = 512;
 
 impl Traceparent {
+    /// What [`Traceparent::parse`] accepts (once trimmed), as an ECMA-262 pattern (for the OpenAPI
+    /// document; its length bound is [`MAX_TRACEPARENT_LEN`]): a version of 2 lower-case hex
+    /// digits but `ff`, a trace id of 32 and a parent id of 16 that are not all zeros, 2 of flags;
+    /// after a version other than `00`, optionally `-` and visible ASCII.
+    pub fn pattern() -> String {
+        let ids = r"(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}";
+        format!(r"^(?:00-{ids}|(?:0[1-9a-f]|[1-9a-e][0-9a-f]|f[0-9a-e])-{ids}(?:-[\x21-\x7e]*)?)$")
+    }
+
     /// Parses a `traceparent` as the specification reads one; `Err` says what is wrong.
     pub fn parse(text: &str) -> Result<Traceparent, &'static str> {
         let text = text.trim_matches([' ', '\t']);

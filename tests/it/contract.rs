@@ -183,7 +183,8 @@ async fn request_ids_are_kept_or_made_and_echoed_on_both_listeners() {
 /// schemathesis) never takes `{"messages": []}` or `{"leases": []}` for a valid request.
 #[test]
 fn the_document_states_that_a_batch_holds_at_least_one_item() {
-    let spec: serde_json::Value = serde_json::from_str(&zkq::http::openapi_json()).expect("JSON");
+    let spec: serde_json::Value =
+        serde_json::from_str(&zkq::http::openapi_json(&zkq::config::Config::default())).expect("JSON");
     for (schema, field) in [("BatchPutRequest", "messages"), ("BatchAckRequest", "leases")] {
         let property = &spec["components"]["schemas"][schema]["properties"][field];
         assert_eq!(property["minItems"], 1, "{schema}.{field}: {property}");
