@@ -13,7 +13,6 @@ use tracing::Instrument;
 use super::batch;
 use super::body::DeadlineBody;
 use super::error::{ApiError, ErrorCode, closes_connection};
-use super::sqs::Asked;
 use super::state::AppState;
 use super::wire::API_TOKEN_HEADER;
 use crate::config::Config;
@@ -168,12 +167,21 @@ fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
 }
 
 /// In which shape a listener writes its [`Refusal`]s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(super) enum Answers {
     /// zkq's own JSON errors (the API, the admin listener).
     Native,
-    /// SQS's errors, in the request's protocol (the SQS listener).
-    Sqs,
+    /// The listener's own protocol (the SQS listener's): what its answer needs of a request,
+    /// read from the request's head before anything else.
+    Protocol(fn(&axum::http::HeaderMap, &axum::http::Uri) -> Box<dyn ProtocolRefusal>),
+}
+
+/// A refusal's answer in a listener's own protocol, for one request.
+pub(super) trait ProtocolRefusal: Send + Sync {
+    /// Whether the request is a batch (its size is judged by the batch limit).
+    fn is_batch(&self) -> bool;
+    /// `refusal` as the protocol answers it.
+    fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response;
 }
 
 /// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
@@ -324,12 +332,15 @@ pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, 
     // Counted as 499 if the client gives up before the answer (hyper then drops this future).
     let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
     // What an SQS answer of the guard's needs of the request (its protocol, its action).
-    let asked = (guard.answers == Answers::Sqs).then(|| Asked::of(request.headers(), request.uri()));
+    let asked = match guard.answers {
+        Answers::Native => None,
+        Answers::Protocol(read) => Some(read(request.headers(), request.uri())),
+    };
     let answer = |refused: Refusal| match &asked {
         Some(asked) => asked.refused(&guard.state, &request_id, refused),
         None => ApiError::from(refused).into_response(),
     };
-    let sqs_batch = asked.as_ref().is_some_and(Asked::is_batch);
+    let sqs_batch = asked.as_ref().is_some_and(|asked| asked.is_batch());
     let response = match refusal(&guard, &route, &request, sqs_batch) {
         Ok(permit) => {
             let request = match guard.body_limits {

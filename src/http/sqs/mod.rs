@@ -22,7 +22,7 @@ use axum::response::Response;
 
 use super::AppState;
 use super::error::closes_connection;
-use super::guard::{Access, Answers, BodyLimits, Guard, Refusal, RefusalKind};
+use super::guard::{Access, Answers, BodyLimits, Guard, ProtocolRefusal, Refusal, RefusalKind};
 pub use actions::SERVED as SERVED_ACTIONS;
 use error::SqsError;
 use protocol::Protocol;
@@ -57,14 +57,16 @@ impl Asked {
         let action = named.and_then(|name| actions::SERVED.iter().find(|a| **a == name).copied()).unwrap_or("other");
         Asked { protocol, action }
     }
+}
 
+impl ProtocolRefusal for Asked {
     /// Whether the request is a `SendMessageBatch`.
-    pub(super) fn is_batch(&self) -> bool {
+    fn is_batch(&self) -> bool {
         self.action == "SendMessageBatch"
     }
 
     /// `refusal` as SQS answers it, in the request's protocol, counted in `zkq_sqs_requests_total`.
-    pub(super) fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response {
+    fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response {
         let unread = refusal.leaves_body_unread();
         let overloaded = refusal.kind == RefusalKind::Overloaded;
         let err = SqsError::refused(refusal, &state.config.api);
@@ -90,7 +92,7 @@ pub fn sqs_router(state: AppState) -> Router {
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(BodyLimits { message: body, batch: body, read_timeout: limits.read_timeout }),
         access: Access::NoBrowsers,
-        answers: Answers::Sqs,
+        answers: Answers::Protocol(|headers, uri| Box::new(Asked::of(headers, uri))),
     };
     let router = Router::new().route("/", axum::routing::any(handle)).route("/{*path}", axum::routing::any(handle));
     super::with_layers(router, guard, Some(body)).with_state(state)
