@@ -257,10 +257,7 @@ fn settings_error(err: QueueError) -> SqsError {
 /// (`QueueService::create`): a refused call leaves nothing behind, and of two calls with
 /// different attributes one makes the queue and the other is told it exists.
 pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
-    let text = required(input.queue_name, "QueueName")?;
-    let name: QueueName = text.parse().map_err(|_| {
-        SqsError::invalid_parameter(format!("{text:?} is not a queue name: 1 to 200 letters, digits, '.', '_' and '-'"))
-    })?;
+    let name = sqs_queue_name(&required(input.queue_name, "QueueName")?)?;
     super::tags::check_tags(&input.tags)?;
     let queue = ctx.state.queues.open(&name)?;
     let given = given(ctx, &queue, &input.attributes, true)?;
@@ -280,6 +277,23 @@ pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Resu
     }
     super::tags::add_tags(ctx, &name, input.tags).await?;
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(name.as_str()) })
+}
+
+/// SQS's rule for the name `CreateQueue` gives a queue, in its own words.
+const SQS_NAME_RULE: &str = "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length";
+
+/// A queue name as SQS makes one: 1 to 80 characters, letters, digits, `-` and `_`, a FIFO
+/// queue's ending in `.fifo` (counted). Stricter than zkq's own names, so every queue made over
+/// SQS can be named by every SQS client.
+fn sqs_queue_name(text: &str) -> Result<QueueName, SqsError> {
+    let base = text.strip_suffix(".fifo").unwrap_or(text);
+    let sqs_name = (1..=80).contains(&text.len())
+        && !base.is_empty()
+        && base.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !sqs_name {
+        return Err(SqsError::invalid_parameter(SQS_NAME_RULE));
+    }
+    text.parse().map_err(|_| SqsError::invalid_parameter(SQS_NAME_RULE))
 }
 
 #[derive(Deserialize)]
@@ -460,4 +474,22 @@ pub(super) async fn list_dead_letter_sources(
     let sources = ctx.state.queues.dead_letter_sources(queue.name()).await?;
     let queue_urls = sources.iter().map(|name| ctx.queue_url(name.as_str())).collect();
     Ok(DeadLetterSourcesOutput { queue_urls })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_queue_takes_sqs_names_only() {
+        for name in ["a", "name_with_underscores", "Name-with_all_the_THings", "jobs.fifo", &"p".repeat(80)] {
+            assert!(sqs_queue_name(name).is_ok(), "{name}");
+        }
+        let long_fifo = format!("{}.fifo", "p".repeat(76));
+        assert!(sqs_queue_name(&long_fifo).is_err(), "81 characters with the suffix");
+        for name in ["", &"p".repeat(81), "/my/test", "!@£$%^&*()queue", "a.b", ".fifo", "x.fifo.fifo"] {
+            let err = sqs_queue_name(name).err().unwrap_or_else(|| panic!("{name:?} was taken"));
+            assert_eq!((err.code, err.message.as_str()), ("InvalidParameterValue", SQS_NAME_RULE), "{name:?}");
+        }
+    }
 }
