@@ -17,6 +17,9 @@ pub(super) enum Declined {
     Gone,
     /// A consumer holds its lock: offered again when the lock goes away.
     Locked,
+    /// Its lock was read before any claim: held by a consumer, offered again when it goes (no
+    /// claim was attempted, so none is counted).
+    Held,
     /// Not a Curator envelope (or too large to handle in one transaction): skipped and left in
     /// place.
     Undecodable,
@@ -29,7 +32,7 @@ impl Declined {
             Declined::Lost => Some(ClaimOutcome::Lost),
             Declined::Gone => Some(ClaimOutcome::Gone),
             Declined::Locked => Some(ClaimOutcome::Locked),
-            Declined::Undecodable => None,
+            Declined::Undecodable | Declined::Held => None,
         }
     }
 }

@@ -135,18 +135,24 @@ impl Claims {
         if marked.is_empty() {
             return Ok(Vec::new());
         }
-        let reads_each = match how {
-            Acquire::Take => 1,
-            Acquire::Lease(_) => 2,
-        };
+        // A candidate taken after another member's grace, where no lock events would have told
+        // that the member holds it: its lock is read with it, so a lease held past the grace
+        // costs a read, not a failed transaction.
+        let check_lock: Vec<bool> =
+            marked.iter().map(|(c, _)| lock_dir.is_some() && self.cache.is_unverified(&c.name)).collect();
         let paths: Vec<String> = marked
             .iter()
-            .flat_map(|(c, _)| {
+            .zip(&check_lock)
+            .flat_map(|((c, _), check)| {
                 let node = format!("{}/{}", self.ctx.path, c.name);
-                match how {
+                let mut paths = match how {
                     Acquire::Take => vec![node],
                     Acquire::Lease(_) => vec![node, self.leases.counter_path(&c.name)],
+                };
+                if let (true, Some(dir)) = (*check, &lock_dir) {
+                    paths.push(format!("{dir}/{}", c.name));
                 }
+                paths
             })
             .collect();
         let reads = match read_all(zk, &paths).await {
@@ -161,9 +167,13 @@ impl Claims {
         let (mut bytes, mut txn_bytes) = (0usize, 0usize);
         // Why the first candidate could not be read or readied: the answer if none is claimed.
         let mut first_error = None;
-        for (candidate, claiming) in marked {
+        for ((candidate, claiming), check) in marked.into_iter().zip(check_lock) {
             let item = reads.next();
-            let count = if reads_each == 2 { reads.next() } else { None };
+            let count = if matches!(how, Acquire::Lease(_)) { reads.next() } else { None };
+            if check && matches!(reads.next(), Some(Ok(_))) {
+                self.declined(zk, candidate, Declined::Held);
+                continue;
+            }
             let first = chosen.is_empty() && back.is_empty();
             if !first && bytes >= byte_budget {
                 // Read but not claimed now: the next claim knows its size without asking.
@@ -427,6 +437,11 @@ impl Claims {
     /// Books a candidate that was not claimed.
     pub(super) fn declined(self: &Arc<Self>, zk: &Zk, candidate: ItemName, declined: Declined) {
         self.cache.claim_ended(&candidate.name);
+        if declined == Declined::Held {
+            // Seen locked before any claim was sent: no contention, nothing failed.
+            self.cache.watch_lock(zk, candidate, self.ctx.lock_path.as_deref());
+            return;
+        }
         let Some(outcome) = declined.outcome() else { return };
         self.ctx.qm.claim(outcome).inc();
         self.cache.contended();

@@ -263,6 +263,11 @@ impl ChildrenCache {
         self.lock().claim_ended(name);
     }
 
+    /// Whether the claim of popped candidate `name` reads its lock first (`State::is_unverified`).
+    pub(super) fn is_unverified(&self, name: &str) -> bool {
+        self.lock().is_unverified(name)
+    }
+
     /// Records that another consumer took or locked a candidate before this process could.
     pub(super) fn contended(&self) {
         self.lock().mark_contended();

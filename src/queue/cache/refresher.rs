@@ -2,10 +2,17 @@
 //! watches.
 //!
 //! It owns every read and watch so that takers never read the child list themselves: the list is
-//! read once per (re)connection and once a minute, and between reads the persistent recursive
-//! watches on the queue node and its lock directory keep the state current. The client crate
-//! does not re-register persistent watches after a reconnect, so they are added again on every
-//! connection, before the read.
+//! read once per (re)connection and once a minute, and between reads a persistent recursive
+//! watch on the queue node keeps the state current. The client crate does not re-register
+//! persistent watches after a reconnect, so they are added again on every connection, before
+//! the read.
+//!
+//! The lock directory is watched as a tree only for a grouped queue, whose locked head holds its
+//! group. Elsewhere a lease would cost every watching sidecar three more events (the lock's
+//! creation, its write, its deletion) for nothing its takers need: a lock listed by a read gets
+//! a watch of its own, so its item is offered again once it goes; a lock a claim meets gets one
+//! too; and the claim of a candidate taken after another member's grace reads the lock first
+//! (`acquire/claim.rs`), so a lease held past the grace costs a read, not a failed transaction.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -82,6 +89,18 @@ impl ChildrenCache {
         }
         self.lock().lock_watch_ended(&item.name);
         self.reoffer(item);
+    }
+
+    /// Watches each lock the last read listed that is not watched yet, where the lock directory's
+    /// events are not followed: its item is offered again once the lock goes.
+    fn watch_read_locks(self: &Arc<Self>, zk: &Zk, lock_dir: Option<&str>) {
+        if lock_dir.is_none() {
+            return;
+        }
+        let items = self.lock().locks_to_watch();
+        for item in items {
+            self.watch_lock(zk, item, lock_dir);
+        }
     }
 
     /// Notes a refresh attempt that ZooKeeper refused for good (not a connection problem).
@@ -243,6 +262,7 @@ impl ChildrenCache {
     ) {
         let mut status_rx = session.subscribe();
         let dirs: Vec<String> = lock_dir.iter().cloned().collect();
+        let watch_locks = self.lock().locks_watched();
         let mut ensured_generation = 0;
         let mut markers_generation = 0;
         // The one-shot watch on the queue node's own data while nobody here needs the queue.
@@ -335,8 +355,8 @@ impl ChildrenCache {
             let watches = async {
                 let queue_watch = zk.watch_tree(&self.path).await?;
                 let lock_watch = match &lock_dir {
-                    Some(dir) => Some(zk.watch_tree(dir).await?),
-                    None => None,
+                    Some(dir) if watch_locks => Some(zk.watch_tree(dir).await?),
+                    _ => None,
                 };
                 let read = self.read_children(&zk, lock_dir.as_deref()).await?;
                 Ok::<_, ZkError>((queue_watch, lock_watch, read))
@@ -367,6 +387,7 @@ impl ChildrenCache {
                             (children, stat.num_children, locks)
                         });
                     self.apply_snapshot(children, num_children, Some(locks));
+                    self.watch_read_locks(&zk, lock_dir.as_deref());
                     if self.barriers.pending() {
                         // A barrier that failed (or was asked for while disconnected): run it now.
                         self.barriers.ask();
@@ -502,6 +523,7 @@ impl ChildrenCache {
                             Ok(Some((children, stat, locks, presence))) => {
                                 self.set_presence(presence);
                                 self.apply_snapshot(children, stat.num_children, Some(locks));
+                                self.watch_read_locks(&zk, lock_dir.as_deref());
                             },
                             Ok(None) => {
                                 self.set_presence(Presence::Absent);

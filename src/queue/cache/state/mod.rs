@@ -46,6 +46,9 @@ pub(super) const KNOWN_BYTES_SLACK: usize = 1024;
 
 /// How many deleted names the cache remembers, so that a late local insert does not revive one.
 const RECENTLY_DELETED: usize = 4096;
+/// The most locks of one queue a process watches at once (one `exists` watch each). A locked
+/// item past it is offered again after the next read of the child list instead of at once.
+pub(super) const MAX_LOCK_WATCHES: usize = 1024;
 
 /// Bytes a child name costs in a getChildren reply.
 fn reply_bytes(name: &str) -> i64 {
@@ -153,14 +156,23 @@ pub(super) struct State {
     waiters: WaiterQueue,
     /// `queue-` nodes that are not Curator envelopes: logged once, then skipped.
     undecodable: HashSet<String>,
-    /// Items whose lock (held by a consumer) is being watched.
+    /// Items whose lock (held by a consumer) is being watched, one watch each.
     watched_locks: HashSet<String>,
     /// Events keep the snapshot current (the tree watches are live).
     live: bool,
     /// Every child of the queue node, while live.
     present: HashSet<String>,
-    /// Items whose Curator lock exists, while live: not candidates until it is released.
+    /// Items whose Curator lock exists, while live: not candidates until it is released. Kept
+    /// current by the lock directory's events where it is watched (grouped queues); elsewhere
+    /// it is what the last read listed, less the locks that went since (a lock watch of the
+    /// item, or this process's own release).
     locked: HashSet<String>,
+    /// The lock directory's events are followed (grouped queues only: a locked head holds its
+    /// group). Elsewhere locks are learned from reads and from the locks a claim meets.
+    locks_watched: bool,
+    /// Candidates taken after another member's grace while locks are not watched: that member
+    /// may hold them by now, so their claim reads the lock first (`acquire/claim.rs`).
+    unverified: HashSet<String>,
     /// The child list's size as a getChildren reply.
     children_bytes: i64,
     /// Whether the `jute.maxbuffer` warning was logged (re-armed below 90% of the limit).
@@ -217,6 +229,8 @@ impl State {
             undecodable: HashSet::new(),
             watched_locks: HashSet::new(),
             live: false,
+            locks_watched: grouped,
+            unverified: HashSet::new(),
             present: HashSet::new(),
             locked: HashSet::new(),
             children_bytes: 0,
@@ -303,7 +317,13 @@ impl State {
         } else {
             self.candidates.pop_front()
         };
-        let item = item.or_else(|| self.pop_deferred(wait_until));
+        let item = item.or_else(|| {
+            let deferred = self.pop_deferred(wait_until)?;
+            if !self.locks_watched {
+                self.unverified.insert(deferred.name.clone());
+            }
+            Some(deferred)
+        });
         if let Some(item) = &item {
             self.taken_since_read += 1;
             self.claiming.insert(item.name.clone());
@@ -314,6 +334,19 @@ impl State {
 
     pub(super) fn claim_ended(&mut self, name: &str) {
         self.claiming.remove(name);
+        self.unverified.remove(name);
+    }
+
+    /// Whether the lock directory's events are followed (see [`State::locks_watched`]).
+    pub(super) fn locks_watched(&self) -> bool {
+        self.locks_watched
+    }
+
+    /// Whether the claim of popped candidate `name` must read its lock first: it was taken after
+    /// another member's grace, and this process follows no lock events that would have said
+    /// that member holds it.
+    pub(super) fn is_unverified(&self, name: &str) -> bool {
+        self.unverified.contains(name)
     }
 
     pub(super) fn mark_contended(&mut self) {
@@ -464,13 +497,34 @@ impl State {
         self.locked.remove(name);
     }
 
-    /// Records that a lock on `name` is being watched; false if one already is.
+    /// Records that a lock on `name` is being watched; false if one already is, or if
+    /// [`MAX_LOCK_WATCHES`] are (the item is then offered again after the next read).
     pub(super) fn watch_lock(&mut self, name: &str) -> bool {
+        if self.watched_locks.len() >= MAX_LOCK_WATCHES {
+            return false;
+        }
         self.watched_locks.insert(name.to_owned())
     }
 
+    /// The lock on `name` is gone (its watch saw it deleted, or the watch ended with the
+    /// session): it is no longer known locked.
     pub(super) fn lock_watch_ended(&mut self, name: &str) {
         self.watched_locks.remove(name);
+        self.locked.remove(name);
+    }
+
+    /// The items of the last read whose lock exists and is not watched yet, where locks are
+    /// not followed by events: each is offered again once its lock goes.
+    pub(super) fn locks_to_watch(&self) -> Vec<ItemName> {
+        if self.locks_watched || !self.live {
+            return Vec::new();
+        }
+        self.locked
+            .iter()
+            .filter(|name| self.present.contains(*name) && !self.watched_locks.contains(*name))
+            .filter_map(|name| names::parse(self.kind, name))
+            .take(MAX_LOCK_WATCHES.saturating_sub(self.watched_locks.len()))
+            .collect()
     }
 
     /// Records that this process removed a child.

@@ -91,6 +91,7 @@ impl State {
         self.locked = locked;
         let present: HashSet<String> = children.into_iter().collect();
         self.undecodable.retain(|name| present.contains(name));
+        self.unverified.retain(|name| present.contains(name));
         if self.eager {
             let new: Vec<String> = present.iter().filter(|c| !self.known.contains(*c)).cloned().collect();
             self.unchecked.extend(new);
@@ -158,6 +159,11 @@ impl State {
         }
         self.undecodable.remove(name);
         self.known_bytes.remove(name);
+        self.unverified.remove(name);
+        if !self.locks_watched {
+            // Its lock went with it (an ack), or goes soon: no event of the lock will say so.
+            self.locked.remove(name);
+        }
         // Pruned, not contended: a deletion (a lone Curator consumer's take, zkq's own delete by
         // id or purge) raced no claim of ours. Only a claim of ours that lost (`claim.rs`) says
         // several consumers propose the same head; until then a single consumer keeps Curator's order.
