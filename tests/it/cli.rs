@@ -311,10 +311,17 @@ async fn inspect(args: Vec<String>) -> (Option<i32>, String, String) {
 
 /// Every node under `root` with its data and child change markers (mzxid, pzxid), to show a
 /// command changed nothing.
+/// Every node under `root` with its stat's mzxid and pzxid, but the fleet's members: the daemon's
+/// own membership comes and goes on its timer (it leaves 10 s after its last lease), whatever
+/// `zkq inspect` does.
 async fn tree(client: &zookeeper_client::Client, root: &str) -> Vec<(String, i64, i64)> {
     let mut out = Vec::new();
+    let members = format!("{root}/members");
     let mut pending = vec![root.to_owned()];
     while let Some(path) = pending.pop() {
+        if path == members {
+            continue;
+        }
         let Ok((children, stat)) = client.get_children(&path).await else { continue };
         out.push((path.clone(), stat.mzxid, stat.pzxid));
         pending.extend(children.into_iter().map(|c| format!("{path}/{c}")));
