@@ -20,7 +20,9 @@
 //! once with every sidecar consuming and (leases) once with one of the K consuming. Per message it prints
 //! ZooKeeper requests (zkq's `zkq_zookeeper_requests_total`), transactions ZooKeeper logged (the
 //! advance of its zxid, failed claims included), packets ZooKeeper sent (`mntr` `zk_packets_sent`:
-//! replies and watch events), failed claims, put→delivery p50 and p99, and exactly-once.
+//! replies and watch events), failed claims, put→delivery p50 and p99, and exactly-once. With leases
+//! and K ≥ 3 also the kill row: every sidecar consuming, and the last one killed -9 once half the
+//! messages are put (session timeout 6 s); its p50/p99 are of the messages put after the kill.
 //!
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
@@ -66,7 +68,7 @@ struct Figures {
     outcomes: String,
 }
 
-async fn scrape(http: &reqwest::Client, sidecars: &[ChildZkq]) -> String {
+async fn scrape(http: &reqwest::Client, sidecars: impl IntoIterator<Item = &ChildZkq>) -> String {
     let mut all = String::new();
     for sidecar in sidecars {
         let text = http.get(format!("{}/metrics", sidecar.admin)).send().await.expect("metrics");
@@ -229,8 +231,8 @@ async fn trickle_consumer(
     api: String,
     mode: Mode,
     stop: tokio_util::sync::CancellationToken,
-) -> Vec<(Vec<u8>, Instant)> {
-    let mut got = Vec::new();
+) -> Consumed {
+    let (mut got, mut unsure) = (Vec::new(), Vec::new());
     let url = match mode {
         Mode::Lease => format!("{api}/v1/queues/{QUEUE}/leases?wait=2s"),
         Mode::Take => format!("{api}/v1/queues/{QUEUE}/take?wait=2s"),
@@ -240,7 +242,12 @@ async fn trickle_consumer(
             r = http.post(&url).send() => r,
             _ = stop.cancelled() => break,
         };
-        let Ok(response) = response else { continue };
+        let response = match response {
+            Ok(response) => response,
+            // Its sidecar was killed (the kill row): nothing more to consume there.
+            Err(e) if e.is_connect() => break,
+            Err(_) => continue,
+        };
         if response.status() != 200 {
             continue;
         }
@@ -248,14 +255,26 @@ async fn trickle_consumer(
         let receipt = response.headers().get("zkq-lease").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let Ok(body) = response.bytes().await else { continue };
         if let Some(receipt) = receipt {
-            let acked = http.delete(format!("{api}/v1/queues/{QUEUE}/leases/{receipt}")).send().await;
-            if !acked.is_ok_and(|a| a.status() == 204) {
-                continue;
+            match http.delete(format!("{api}/v1/queues/{QUEUE}/leases/{receipt}")).send().await {
+                Ok(acked) if acked.status() == 204 => {},
+                // No answer (its sidecar was killed): the ack may or may not have been applied.
+                Err(_) => {
+                    unsure.push(body.to_vec());
+                    continue;
+                },
+                Ok(_) => continue,
             }
         }
         got.push((body.to_vec(), at));
     }
-    got
+    Consumed { got, unsure }
+}
+
+/// What one trickle consumer processed: each body with when it arrived, and the bodies whose ack got
+/// no answer.
+struct Consumed {
+    got: Vec<(Vec<u8>, Instant)>,
+    unsure: Vec<Vec<u8>>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -266,17 +285,34 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// The session timeout of the kill row's sidecars: a killed sidecar's leases and fleet membership
+/// end with its session.
+const KILL_SESSION_TIMEOUT: &str = "6s";
+
 /// K sidecars, `consuming` of them with two waiting consumers each, `n` messages put at 20 msg/s
-/// round-robin over all K.
-async fn run_trickle(zk: &ZkServer, binary: &Path, k: usize, consuming: usize, mode: Mode, n: usize) -> Trickle {
+/// round-robin over all K. With `kill`, the last sidecar (a consuming one) is killed -9 once half the
+/// messages are put, the rest go round-robin over the others, and p50/p99 are of the messages put
+/// after the kill; requests and failed claims are then the survivors' only.
+async fn run_trickle(
+    zk: &ZkServer,
+    binary: &Path,
+    k: usize,
+    consuming: usize,
+    mode: Mode,
+    n: usize,
+    kill: bool,
+) -> Trickle {
     let root = unique_root("sidecars-trickle");
     let path = format!("{root}/queues/{QUEUE}");
     let lock_path = format!("{root}/locks/{QUEUE}");
-    let env = [
+    let mut env = vec![
         ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
     ];
+    if kill {
+        env.push(("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", KILL_SESSION_TIMEOUT));
+    }
     let mut sidecars = Vec::with_capacity(k);
     for _ in 0..k {
         sidecars.push(ChildZkq::start_binary(binary, zk, &root, &env).await);
@@ -308,35 +344,56 @@ async fn run_trickle(zk: &ZkServer, binary: &Path, k: usize, consuming: usize, m
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before = scrape(&http, &sidecars).await;
+    let victim = kill.then(|| k - 1);
+    // The sidecars counted: with a kill, the survivors (the victim's counters die with it).
+    let counted: Vec<&ChildZkq> =
+        sidecars.iter().enumerate().filter(|(i, _)| Some(*i) != victim).map(|(_, s)| s).collect();
+    let before = scrape(&http, counted.iter().copied()).await;
     let (packets_before, zxid_before) = (zk.mntr("zk_packets_sent"), zk.zxid());
     let mut put_at: HashMap<Vec<u8>, Instant> = HashMap::with_capacity(n);
+    let mut killed_at = None;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     for i in 0..n {
         tick.tick().await;
-        let url = format!("{}/v1/queues/{QUEUE}/messages", sidecars[i % k].api);
+        if killed_at.is_none()
+            && i == n / 2
+            && let Some(victim) = victim
+        {
+            sidecars[victim].signal("KILL");
+            killed_at = Some(Instant::now());
+        }
+        let live = if killed_at.is_some() { counted[i % counted.len()] } else { &sidecars[i % k] };
+        let url = format!("{}/v1/queues/{QUEUE}/messages", live.api);
         put_at.insert(body(i), Instant::now());
         assert_eq!(http.post(&url).body(body(i)).send().await.expect("put").status(), 201, "put");
     }
-    // Until every message is delivered (or 30 s after the last put).
+    // Until every message is delivered (or 30 s after the last put): the survivors see no message
+    // left (a lease the victim held comes back when its session ends).
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let text = scrape(&http, &sidecars).await;
-        let done = ["zkq_messages_acked_total", "zkq_messages_taken_total"]
-            .iter()
-            .map(|name| metric_sum(&text, name, &[], &[]) - metric_sum(&before, name, &[], &[]))
-            .sum::<f64>();
-        if done >= n as f64 {
+        let text = scrape(&http, counted.iter().copied()).await;
+        let delivered = if victim.is_some() {
+            metric_sum(&text, "zkq_queue_children", &[], &[]) == 0.0
+        } else {
+            let done = ["zkq_messages_acked_total", "zkq_messages_taken_total"]
+                .iter()
+                .map(|name| metric_sum(&text, name, &[], &[]) - metric_sum(&before, name, &[], &[]))
+                .sum::<f64>();
+            done >= n as f64
+        };
+        if delivered {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let after = scrape(&http, &sidecars).await;
+    let after = scrape(&http, counted.iter().copied()).await;
     let (packets, zxids) = (zk.mntr("zk_packets_sent") - packets_before, zk.zxid() - zxid_before);
     stop.cancel();
-    let mut got = Vec::new();
+    let (mut got, mut unsure) = (Vec::new(), std::collections::HashSet::new());
     while let Some(done) = consumers.join_next().await {
-        got.extend(done.expect("consumer"));
+        let done = done.expect("consumer");
+        got.extend(done.got);
+        unsure.extend(done.unsure);
     }
     let delta = |name: &str, with: &[&str], without: &[&str]| {
         metric_sum(&after, name, with, without) - metric_sum(&before, name, with, without)
@@ -350,10 +407,13 @@ async fn run_trickle(zk: &ZkServer, binary: &Path, k: usize, consuming: usize, m
     for (b, at) in &got {
         let Some(put) = put_at.get(b) else { continue }; // a warm-up message
         *counts.entry(b.clone()).or_default() += 1;
-        latencies.push(at.saturating_duration_since(*put).as_secs_f64() * 1000.0);
+        if killed_at.is_none_or(|killed| *put >= killed) {
+            latencies.push(at.saturating_duration_since(*put).as_secs_f64() * 1000.0);
+        }
     }
     latencies.sort_by(f64::total_cmp);
-    let missing = (0..n).filter(|i| !counts.contains_key(&body(*i))).count();
+    // A body whose ack got no answer may have been processed there (the kill came after the ack).
+    let missing = (0..n).filter(|i| !counts.contains_key(&body(*i)) && !unsure.contains(&body(*i))).count();
     let duplicated = counts.values().filter(|c| **c > 1).count();
     let exactly_once = if missing == 0 && duplicated == 0 {
         "yes".to_owned()
@@ -431,6 +491,11 @@ async fn main() {
              (wait=2s) on each consuming sidecar; per message (ZooKeeper 3.8 standalone on loopback)"
         );
         println!(
+            "(kill: every sidecar consuming with leases, the last one killed -9 once half the messages are put; \
+             session timeout {KILL_SESSION_TIMEOUT}; p50/p99 of the messages put after the kill; requests and \
+             failed claims of the survivors)"
+        );
+        println!(
             "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>12}",
             "build",
             "mode",
@@ -449,13 +514,22 @@ async fn main() {
                 // One of K consuming: with leases (what a producer-only pod costs does not depend on how its
                 // neighbours consume).
                 let consuming: Vec<usize> = if k == 1 || *mode == Mode::Take { vec![k] } else { vec![k, 1] };
-                for c in consuming {
+                // With leases and K ≥ 3, also the kill row: every sidecar consuming, one killed halfway.
+                let mut rows: Vec<(usize, bool)> = consuming.into_iter().map(|c| (c, false)).collect();
+                if *mode == Mode::Lease && k >= 3 {
+                    rows.push((k, true));
+                }
+                for (c, kill) in rows {
                     for (label, binary) in &builds {
-                        let t = run_trickle(&zk, binary, k, c, *mode, n).await;
+                        let t = run_trickle(&zk, binary, k, c, *mode, n, kill).await;
                         println!(
                             "{:<10} {:<6} {:>2} {:>9} {:>9.2} {:>9.2} {:>11.2} {:>9.3} {:>8.1} {:>8.1} {:>12}",
                             label,
-                            if *mode == Mode::Lease { "lease" } else { "take" },
+                            match (*mode, kill) {
+                                (Mode::Lease, false) => "lease",
+                                (Mode::Lease, true) => "kill",
+                                (Mode::Take, _) => "take",
+                            },
                             k,
                             c,
                             t.requests,

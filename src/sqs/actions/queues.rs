@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, number, required};
-use crate::http::sqs::error::SqsError;
+use crate::sqs::error::SqsError;
 use crate::queue::{QueueError, QueueRef, QueueSettings};
 use crate::types::QueueName;
 

@@ -11,7 +11,7 @@ use sha2::Digest;
 
 use super::{Ctx, Empty, bounded, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
-use crate::http::sqs::error::SqsError;
+use crate::sqs::error::SqsError;
 use crate::queue::attributes;
 use crate::queue::{
     AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,

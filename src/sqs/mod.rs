@@ -6,6 +6,8 @@
 //! on the same queue core as zkq's own API, and the answer (or `error.rs`'s error) is encoded in
 //! the protocol the request came in; so is what the guard in front of it refuses ([`Asked`]).
 
+#![allow(clippy::disallowed_types, reason = "src/sqs/ maps SQS errors to HTTP statuses, as src/http/ does its own")]
+
 mod actions;
 mod error;
 mod protocol;
@@ -20,9 +22,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
-use super::AppState;
-use super::error::closes_connection;
-use super::guard::{Access, Answers, BodyLimits, Guard, ProtocolRefusal, Refusal, RefusalKind};
+use crate::http::AppState;
+use crate::http::error::closes_connection;
+use crate::http::guard::{Access, Answers, BodyLimits, Guard, ProtocolRefusal, Refusal, RefusalKind};
 pub use actions::SERVED as SERVED_ACTIONS;
 use error::SqsError;
 use protocol::Protocol;
@@ -95,7 +97,7 @@ pub fn sqs_router(state: AppState) -> Router {
         answers: Answers::Protocol(|headers, uri| Box::new(Asked::of(headers, uri))),
     };
     let router = Router::new().route("/", axum::routing::any(handle)).route("/{*path}", axum::routing::any(handle));
-    super::with_layers(router, guard, Some(body)).with_state(state)
+    crate::http::with_layers(router, guard, Some(body)).with_state(state)
 }
 
 async fn handle(
@@ -147,7 +149,7 @@ async fn handle(
 /// than the listener reads (a body of undeclared length), or cut off.
 fn unread(state: &AppState, headers: &HeaderMap, uri: &Uri, request_id: &str, rejection: &BytesRejection) -> Response {
     let asked = Asked::of(headers, uri);
-    let refusal = if super::body::timed_out(rejection) {
+    let refusal = if crate::http::body::timed_out(rejection) {
         Refusal::new(
             RefusalKind::TimedOut,
             "the request body did not arrive within api.body_read_timeout of its headers; nothing was done",

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, bounded, number, required};
-use crate::http::sqs::error::SqsError;
+use crate::sqs::error::SqsError;
 use crate::redrive::{TaskReport, TaskStatus};
 use crate::types::QueueName;
 

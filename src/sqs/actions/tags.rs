@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Empty, required};
-use crate::http::sqs::error::SqsError;
+use crate::sqs::error::SqsError;
 use crate::metrics::ForeignNode;
 use crate::types::QueueName;
 use crate::zk::{NodeMode, Zk, ZkError};

@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 
-use super::super::guard::{Refusal, RefusalKind};
+use crate::http::guard::{Refusal, RefusalKind};
 use crate::config::ApiConfig;
 use crate::queue::QueueError;
 use crate::zk::ZkError;
