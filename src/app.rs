@@ -142,7 +142,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop_api.clone(),
     );
     let sqs = sqs_listener.map(|listener| {
-        serve(listener, http::sqs::sqs_router(state.clone()), api_limits, "sqs", metrics.clone(), stop_api.clone())
+        serve(listener, crate::sqs::sqs_router(state.clone()), api_limits, "sqs", metrics.clone(), stop_api.clone())
     });
     let admin =
         serve(admin_listener, http::admin_router(state), admin_limits, "admin", metrics.clone(), stop_admin.clone());

@@ -1,6 +1,6 @@
 //! zkq: a sidecar that serves durable, Curator-compatible ZooKeeper queues over HTTP.
 //!
-//! Data path: `http` (routes, errors) → `queue` (Curator names, envelope, cache, put/take)
+//! Data path: `http` (routes, errors; its server and guard carry `sqs` too) → `queue` (Curator names, envelope, cache, put/take)
 //! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
 //! `push` is a client of `queue`'s leases that calls the app instead of waiting for it;
 //! `redrive` another, that moves dead letters back at a bounded rate.
@@ -20,6 +20,7 @@ pub mod queue;
 pub mod redrive;
 pub mod reference;
 pub mod shutdown;
+pub mod sqs;
 pub(crate) mod supervise;
 pub mod types;
 pub mod zk;

@@ -20,12 +20,12 @@ use crate::queue::Handover;
 /// The body did not arrive within `api.body_read_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive within api.body_read_timeout")]
-pub(super) struct BodyTimedOut;
+pub(crate) struct BodyTimedOut;
 
 /// A request body that fails with [`BodyTimedOut`] once its deadline passes. The timer is armed
 /// when the body is first read and it is still not complete, so a request without a body, or
 /// whose body is never read, costs no timer.
-pub(super) struct DeadlineBody {
+pub(crate) struct DeadlineBody {
     inner: Body,
     deadline: tokio::time::Instant,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -33,7 +33,7 @@ pub(super) struct DeadlineBody {
 
 impl DeadlineBody {
     /// `inner` with a deadline `within` from now (the request's headers have just arrived).
-    pub(super) fn wrap(inner: Body, within: Duration) -> Body {
+    pub(crate) fn wrap(inner: Body, within: Duration) -> Body {
         Body::new(DeadlineBody { inner, deadline: tokio::time::Instant::now() + within, timer: None })
     }
 }
@@ -66,7 +66,7 @@ impl http_body::Body for DeadlineBody {
 
 /// Whether reading a body failed because its deadline passed (the error as axum's extractors
 /// report it, with [`BodyTimedOut`] somewhere in its chain of sources).
-pub(super) fn timed_out(error: &(dyn Error + 'static)) -> bool {
+pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         if error.is::<BodyTimedOut>() {
@@ -80,14 +80,14 @@ pub(super) fn timed_out(error: &(dyn Error + 'static)) -> bool {
 /// An answer's body that carries a grouped take's [`Handover`]: once the connection has taken
 /// its last byte the messages are taken; dropped before that (the client left, the request
 /// timed out, the connection failed before the body), they are released and keep their places.
-pub(super) struct HandoverBody {
+pub(crate) struct HandoverBody {
     inner: Body,
     handover: Option<Handover>,
 }
 
 impl HandoverBody {
     /// `response` with its body carrying `handover`.
-    pub(super) fn wrap(response: Response, handover: Handover) -> Response {
+    pub(crate) fn wrap(response: Response, handover: Handover) -> Response {
         response.map(|inner| Body::new(HandoverBody { inner, handover: Some(handover) }))
     }
 }

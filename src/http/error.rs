@@ -246,7 +246,7 @@ impl IntoResponse for ApiError {
 /// closes such a connection once it answered, unless the rest of the body is already at hand;
 /// without the header a client would send its next request on it and see the connection drop
 /// under that request instead of a clear answer.
-pub(super) fn closes_connection(response: &mut Response) {
+pub(crate) fn closes_connection(response: &mut Response) {
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
 

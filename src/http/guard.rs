@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 
 /// Who may use a listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Access {
+pub(crate) enum Access {
     /// Whoever reaches it (the admin listener).
     Open,
     /// Not a web page of another site, and with `api.token_file`, only with the token (the API).
@@ -34,15 +34,15 @@ pub(super) enum Access {
 /// as [`ApiError`]s, the SQS listener in the request's protocol with SQS's codes
 /// (`sqs/error.rs`).
 #[derive(Debug, Clone)]
-pub(super) struct Refusal {
-    pub(super) kind: RefusalKind,
+pub(crate) struct Refusal {
+    pub(crate) kind: RefusalKind,
     /// The request is a batch put (zkq's batch route, SQS's `SendMessageBatch`).
-    pub(super) batch: bool,
-    pub(super) message: String,
+    pub(crate) batch: bool,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RefusalKind {
+pub(crate) enum RefusalKind {
     /// The body is (declared) larger than the listener's `limit` bytes.
     TooLarge { limit: usize },
     /// `api.max_concurrent_requests` requests are being handled already.
@@ -58,17 +58,17 @@ pub(super) enum RefusalKind {
 }
 
 impl Refusal {
-    pub(super) fn new(kind: RefusalKind, message: impl Into<String>) -> Refusal {
+    pub(crate) fn new(kind: RefusalKind, message: impl Into<String>) -> Refusal {
         Refusal { kind, batch: false, message: message.into() }
     }
 
     /// What a handler that panicked answers.
-    pub(super) fn panic() -> Refusal {
+    pub(crate) fn panic() -> Refusal {
         Refusal::new(RefusalKind::Panic, "internal error; this is a bug, please report it")
     }
 
     /// Whether the answer leaves the request's body unread (hyper then closes the connection).
-    pub(super) fn leaves_body_unread(&self) -> bool {
+    pub(crate) fn leaves_body_unread(&self) -> bool {
         matches!(self.kind, RefusalKind::TooLarge { .. } | RefusalKind::TimedOut)
     }
 }
@@ -168,7 +168,7 @@ fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
 
 /// In which shape a listener writes its [`Refusal`]s.
 #[derive(Clone, Copy)]
-pub(super) enum Answers {
+pub(crate) enum Answers {
     /// zkq's own JSON errors (the API, the admin listener).
     Native,
     /// The listener's own protocol (the SQS listener's): what its answer needs of a request,
@@ -177,7 +177,7 @@ pub(super) enum Answers {
 }
 
 /// A refusal's answer in a listener's own protocol, for one request.
-pub(super) trait ProtocolRefusal: Send + Sync {
+pub(crate) trait ProtocolRefusal: Send + Sync {
     /// Whether the request is a batch (its size is judged by the batch limit).
     fn is_batch(&self) -> bool;
     /// `refusal` as the protocol answers it.
@@ -187,31 +187,31 @@ pub(super) trait ProtocolRefusal: Send + Sync {
 /// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
 /// oversize bodies; the admin listener only counts its requests.
 #[derive(Clone)]
-pub(super) struct Guard {
-    pub(super) state: AppState,
+pub(crate) struct Guard {
+    pub(crate) state: AppState,
     /// `api.max_concurrent_requests` permits (long-polls included).
-    pub(super) in_flight: Option<Arc<tokio::sync::Semaphore>>,
-    pub(super) body_limits: Option<BodyLimits>,
+    pub(crate) in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    pub(crate) body_limits: Option<BodyLimits>,
     /// Who may use the listener ([`access_refusal`]).
-    pub(super) access: Access,
+    pub(crate) access: Access,
     /// How its refusals are written.
-    pub(super) answers: Answers,
+    pub(crate) answers: Answers,
 }
 
 /// What the API accepts of a request body: its size, and the time it may take to arrive.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BodyLimits {
+pub(crate) struct BodyLimits {
     /// `api.max_message_bytes`: every route but the batch put.
-    pub(super) message: usize,
+    pub(crate) message: usize,
     /// A batch put: `api.max_batch_bytes` of bodies in base64 (4/3), and up to 1 KiB of JSON and
     /// kind fields per message.
-    pub(super) batch: usize,
+    pub(crate) batch: usize,
     /// `api.body_read_timeout`: the whole body arrives within this of the request's headers.
-    pub(super) read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
 }
 
 impl BodyLimits {
-    pub(super) fn of(config: &Config) -> BodyLimits {
+    pub(crate) fn of(config: &Config) -> BodyLimits {
         let api = &config.api;
         let batch =
             api.max_batch_bytes.div_ceil(3).saturating_mul(4).saturating_add(api.max_batch.saturating_mul(1024));
@@ -295,7 +295,7 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 /// `status` label of a request whose client left before it was answered (nginx's "client closed
 /// request"). Work the request already started still finishes: every write runs on a background
 /// task, not on the request's future.
-pub(super) const ABANDONED_STATUS: &str = "499";
+pub(crate) const ABANDONED_STATUS: &str = "499";
 
 /// Counts a request as abandoned when it is dropped before it was answered.
 struct Abandoned<'a> {
@@ -320,7 +320,7 @@ impl Drop for Abandoned<'_> {
 /// Counts and times every request by route template (never the raw path: bounded labels), and
 /// answers the [`refusal`]s before the handler runs. One middleware for all of it: each
 /// middleware boxes the rest of the stack's future, and a waiting long-poll holds every box.
-pub(super) async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let route =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = method_label(request.method());

@@ -2,24 +2,23 @@
 //!
 //! Two listeners: the API (queues; loopback by default, for the app in the pod) and the admin
 //! listener (`/livez`, `/readyz`, `/metrics`, for the kubelet and Prometheus); and, when
-//! `sqs.listen` is set, the SQS-compatible API (`sqs/`).
+//! `sqs.listen` is set, the SQS-compatible API (`crate::sqs`) stands on the same server and guard.
 
 #![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
 
 mod admin;
 pub mod attributes;
 pub mod batch;
-mod body;
+pub(crate) mod body;
 pub mod counters;
 pub mod error;
 mod extract;
-mod guard;
+pub(crate) mod guard;
 pub mod leases;
 mod openapi;
 pub mod queues;
 pub mod redrive;
 pub mod server;
-pub mod sqs;
 mod state;
 pub mod wire;
 
@@ -76,7 +75,7 @@ pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
 /// it), then [`guard`] (metrics, shedding, declared size), then a panic guard that still answers
 /// in the listener's shape (its answer carries the [`Refusal`], which the SQS listener's guard
 /// writes in the request's protocol), then the body limit.
-fn with_layers(router: Router<AppState>, guard: Guard, body_limit: Option<usize>) -> Router<AppState> {
+pub(crate) fn with_layers(router: Router<AppState>, guard: Guard, body_limit: Option<usize>) -> Router<AppState> {
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     router.layer(
         tower::ServiceBuilder::new()

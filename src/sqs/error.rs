@@ -4,8 +4,8 @@
 
 use axum::http::StatusCode;
 
-use crate::http::guard::{Refusal, RefusalKind};
 use crate::config::ApiConfig;
+use crate::http::guard::{Refusal, RefusalKind};
 use crate::queue::QueueError;
 use crate::zk::ZkError;
 

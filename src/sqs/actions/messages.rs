@@ -11,11 +11,11 @@ use sha2::Digest;
 
 use super::{Ctx, Empty, bounded, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
-use crate::sqs::error::SqsError;
 use crate::queue::attributes;
 use crate::queue::{
     AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,
 };
+use crate::sqs::error::SqsError;
 use crate::types::now_epoch_ms;
 
 #[derive(Deserialize)]

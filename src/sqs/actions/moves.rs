@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, bounded, number, required};
-use crate::sqs::error::SqsError;
 use crate::redrive::{TaskReport, TaskStatus};
+use crate::sqs::error::SqsError;
 use crate::types::QueueName;
 
 /// The queue an ARN names: its last segment, after the service (`sqs`).

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, number, required};
-use crate::sqs::error::SqsError;
 use crate::queue::{QueueError, QueueRef, QueueSettings};
+use crate::sqs::error::SqsError;
 use crate::types::QueueName;
 
 #[derive(Deserialize)]

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Empty, required};
-use crate::sqs::error::SqsError;
 use crate::metrics::ForeignNode;
+use crate::sqs::error::SqsError;
 use crate::types::QueueName;
 use crate::zk::{NodeMode, Zk, ZkError};
 
