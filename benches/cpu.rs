@@ -10,7 +10,7 @@
 //! - **the floor**: this benchmark's executable started again as a child process
 //!   (`ZKQ_BENCH_FLOOR_LISTEN`), an HTTP server on zkq's own stack and settings: the same runtime
 //!   (tokio's multi-threaded runtime, one worker per core), the same allocator (jemalloc with its
-//!   background thread), zkq's accept loop and connection watchdog (`zkq::http::server::serve`,
+//!   background thread), zkq's accept loop and connection watchdog (`zkq::web::server::serve`,
 //!   the API listener's default limits) and an axum router, whose one handler reads the body and
 //!   answers 201 with a small JSON body (the size of a put's answer). What zkq spends above it is
 //!   zkq's own work: its middleware, the queue and ZooKeeper's client;
@@ -88,7 +88,7 @@ fn serve_floor(listen: &str, zk: Option<&str>) {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.expect("the floor binds");
         let api = zkq::config::Config::default().api;
-        let limits = zkq::http::server::ListenerLimits {
+        let limits = zkq::web::server::ListenerLimits {
             max_connections: api.max_connections,
             header_read_timeout: api.header_read_timeout,
             idle_timeout: api.idle_timeout,
@@ -112,7 +112,7 @@ fn serve_floor(listen: &str, zk: Option<&str>) {
             },
         };
         let metrics = std::sync::Arc::new(zkq::metrics::Metrics::new().expect("metrics"));
-        zkq::http::server::serve(listener, router, limits, "api", metrics, stop).await.expect("the floor serves");
+        zkq::web::server::serve(listener, router, limits, "api", metrics, stop).await.expect("the floor serves");
     });
 }
 

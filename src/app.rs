@@ -12,11 +12,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError};
 use crate::counter::CounterService;
-use crate::http::server::{ListenerLimits, serve};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::push::PushService;
 use crate::queue::QueueService;
+use crate::web::server::{ListenerLimits, serve};
 use crate::zk::{ZkSession, load_secrets, session_settings};
 
 /// Why zkq could not start.

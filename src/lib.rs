@@ -1,7 +1,9 @@
 //! zkq: a sidecar that serves durable, Curator-compatible ZooKeeper queues over HTTP.
 //!
-//! Data path: `http` (routes, errors; its server and guard carry `sqs` too) → `queue` (Curator names, envelope, cache, put/take)
-//! → `zk` (the supervised session, the only user of the ZooKeeper client crate).
+//! Data path: the fronts, `http` (zkq's own API) and `sqs` (the SQS-compatible one), side by side on
+//! `web` (the server, the guard, the body deadline, header names) → `queue` (Curator names,
+//! envelope, cache, put/take) → `zk` (the supervised session, the only user of the ZooKeeper
+//! client crate).
 //! `push` is a client of `queue`'s leases that calls the app instead of waiting for it;
 //! `redrive` another, that moves dead letters back at a bounded rate.
 //! `config` is read once and validated before anything starts; `metrics` owns every metric.
@@ -23,7 +25,11 @@ pub mod shutdown;
 pub mod sqs;
 pub(crate) mod supervise;
 pub mod types;
+pub mod web;
 pub mod zk;
+
+#[cfg(test)]
+mod tidy;
 
 #[cfg(test)]
 mod test_support {

@@ -2,39 +2,16 @@
 //! own shapes, in `sqs/`): on a put, the `zkq-attributes` and `traceparent` headers (a batch
 //! message's `attributes` and `traceparent` fields); on a take, a lease and a push delivery, the
 //! same headers (a `?max=` answer's fields). Both are kept beside the body in the message's node,
-//! where Curator's consumers do not see them (`queue/attributes.rs`).
-
-use std::collections::BTreeMap;
+//! where Curator's consumers do not see them (`queue/attributes.rs`). Their header names and the
+//! answer's rendering are in `web/headers.rs`, which `push/` shares.
 
 use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::queue::{AttributeValue, MessageAttributes};
 use crate::types::Traceparent;
-
-/// The request and answer header with a message's attributes, as a JSON object (ASCII: other
-/// characters as `\u` escapes in an answer).
-pub const HEADER_ATTRIBUTES: &str = "zkq-attributes";
-/// The request and answer header with a message's W3C trace context.
-pub const HEADER_TRACEPARENT: &str = "traceparent";
-
-/// One attribute: its type (`String`, `Number` or `Binary`, each optionally followed by `.` and
-/// a label of your own) and its value (for `Binary`, standard base64).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Attribute {
-    #[serde(rename = "type")]
-    #[schema(example = "String")]
-    pub data_type: String,
-    pub value: String,
-}
-
-/// A message's attributes by name: up to 10, names of 1 to 256 letters, digits, `_`, `-` and `.`
-/// (as SQS's message attributes, which they are on the SQS-compatible API).
-pub type Attributes = BTreeMap<String, Attribute>;
+use crate::web::headers::{Attribute, Attributes, HEADER_ATTRIBUTES, HEADER_TRACEPARENT};
 
 /// The attributes a client gave, as the queue keeps them; a `Binary` value that is not base64 is
 /// refused here (names, types and counts are checked by the put).
@@ -52,21 +29,6 @@ pub fn from_json(given: Attributes, what: &str) -> Result<MessageAttributes, Api
                 AttributeValue { data_type, string: Some(value), binary: None }
             };
             Ok((name, value))
-        })
-        .collect()
-}
-
-/// The attributes of a message as the API shows them.
-pub fn to_json(attributes: &MessageAttributes) -> Attributes {
-    attributes
-        .iter()
-        .map(|(name, value)| {
-            let text = match (&value.string, &value.binary) {
-                (Some(text), _) => text.clone(),
-                (None, Some(bytes)) => base64::engine::general_purpose::STANDARD.encode(bytes),
-                (None, None) => String::new(),
-            };
-            (name.clone(), Attribute { data_type: value.data_type.clone(), value: text })
         })
         .collect()
 }
@@ -108,40 +70,10 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderVal
     Ok(first)
 }
 
-/// The answer headers of a message's attributes (when it has any) and traceparent.
-pub fn headers_of(
-    attributes: &MessageAttributes,
-    traceparent: Option<&Traceparent>,
-) -> impl Iterator<Item = (&'static str, HeaderValue)> {
-    let attributes = (!attributes.is_empty())
-        .then(|| HeaderValue::from_str(&ascii_json(&to_json(attributes))).ok())
-        .flatten()
-        .map(|value| (HEADER_ATTRIBUTES, value));
-    let traceparent =
-        traceparent.and_then(|t| HeaderValue::from_str(t.as_str()).ok()).map(|value| (HEADER_TRACEPARENT, value));
-    attributes.into_iter().chain(traceparent)
-}
-
-/// JSON with every character outside printable ASCII as a `\u` escape, so it fits a header.
-fn ascii_json(attributes: &Attributes) -> String {
-    let json = serde_json::to_string(attributes).unwrap_or_default();
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        if c.is_ascii() && !c.is_ascii_control() {
-            out.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::web::headers::headers_of;
 
     #[test]
     fn attributes_cross_a_header_as_ascii_and_come_back_the_same() {

@@ -14,8 +14,9 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration, not_null};
 use super::state::AppState;
-use super::wire::{HEADER_IDEMPOTENT_REPLAY, KindFields, NackModeParam, QueuePath, put_options_at, receipt_of};
+use super::wire::{KindFields, NackModeParam, QueuePath, put_options_at, receipt_of};
 use crate::queue::{NackMode, PutOptions, QueueError};
+use crate::web::headers::HEADER_IDEMPOTENT_REPLAY;
 
 /// The route of a batch put (its body limit is larger than a single put's).
 pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
@@ -62,7 +63,7 @@ pub struct BatchMessage {
     /// `{"type": "String"|"Number"|"Binary" (optionally `.label`), "value": "…"}` (Binary: base64).
     /// Not with `format=curator-multi`, not on simple queues.
     #[serde(default)]
-    pub attributes: Option<super::attributes::Attributes>,
+    pub attributes: Option<crate::web::headers::Attributes>,
     /// The message's W3C trace context, as the `traceparent` header of a single put.
     #[serde(default)]
     pub traceparent: Option<String>,

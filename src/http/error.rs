@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::queue::QueueError;
+use crate::web::{Answer, Dialect, Refusal, RefusalKind, closes_connection};
 use crate::zk::ZkError;
 
 /// The body of every error response.
@@ -242,12 +243,34 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Marks an answer given with the request's body still unread (`Connection: close`). hyper
-/// closes such a connection once it answered, unless the rest of the body is already at hand;
-/// without the header a client would send its next request on it and see the connection drop
-/// under that request instead of a clear answer.
-pub(crate) fn closes_connection(response: &mut Response) {
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+/// zkq's own shape of a refusal: its error code, and the message as the guard wrote it.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> ApiError {
+        let code = match refusal.kind {
+            RefusalKind::TooLarge { .. } => ErrorCode::PayloadTooLarge,
+            RefusalKind::Overloaded => ErrorCode::Overloaded,
+            RefusalKind::TimedOut => ErrorCode::RequestTimeout,
+            RefusalKind::Unauthorized => ErrorCode::Unauthorized,
+            RefusalKind::CrossOrigin => ErrorCode::CrossOriginRefused,
+            RefusalKind::Panic => ErrorCode::Internal,
+        };
+        ApiError::new(code, refusal.message)
+    }
+}
+
+/// The dialect of the API and the admin listener: the guard's refusals as [`ApiError`]s.
+pub(super) struct Native;
+
+impl Dialect for Native {
+    fn asked(&self, _headers: &axum::http::HeaderMap, _uri: &axum::http::Uri) -> Box<dyn Answer> {
+        Box::new(Native)
+    }
+}
+
+impl Answer for Native {
+    fn refused(&self, _request_id: &str, refusal: Refusal) -> Response {
+        ApiError::from(refusal).into_response()
+    }
 }
 
 impl From<ZkError> for ApiError {
@@ -304,6 +327,24 @@ impl From<QueueError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_refusal_has_its_own_code_and_keeps_the_guards_message() {
+        let table = [
+            (RefusalKind::TooLarge { limit: 10 }, ErrorCode::PayloadTooLarge, 413),
+            (RefusalKind::Overloaded, ErrorCode::Overloaded, 503),
+            (RefusalKind::TimedOut, ErrorCode::RequestTimeout, 408),
+            (RefusalKind::Unauthorized, ErrorCode::Unauthorized, 401),
+            (RefusalKind::CrossOrigin, ErrorCode::CrossOriginRefused, 403),
+            (RefusalKind::Panic, ErrorCode::Internal, 500),
+        ];
+        for (kind, code, status) in table {
+            let own = ApiError::from(Refusal::new(kind, "why"));
+            assert_eq!((own.code, own.message.as_str()), (code, "why"), "{kind:?}");
+            let answer = Native.refused("id", Refusal::new(kind, "why"));
+            assert_eq!(answer.status().as_u16(), status, "{kind:?}");
+        }
+    }
 
     #[test]
     fn retryable_errors_carry_retry_after_and_json() {

@@ -11,8 +11,8 @@ use axum::http::request::Parts;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use super::body;
 use super::error::{ApiError, ErrorCode};
+use crate::web::body;
 
 /// `Query<T>` with JSON errors.
 pub struct ApiQuery<T>(pub T);

@@ -13,12 +13,10 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
 use super::state::AppState;
-use super::wire::{
-    HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT, NackModeParam, QueuePath,
-    check_max, delivered, message_response, receipt_of,
-};
+use super::wire::{NackModeParam, QueuePath, check_max, delivered, message_response, receipt_of};
 use crate::queue::{NackMode, Queue};
 use crate::types::QueueName;
+use crate::web::headers::{HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT};
 
 /// Path parameters: a queue and a lease receipt.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -11,9 +11,9 @@ use utoipa_axum::routes;
 use super::extract::DURATION_PATTERN;
 use super::queues::MAX_PEEK_LIMIT;
 use super::state::AppState;
-use super::wire::API_TOKEN_HEADER;
 use super::{batch, counters, error, leases, queues, redrive};
 use crate::config::Config;
+use crate::web::headers::API_TOKEN_HEADER;
 
 #[derive(OpenApi)]
 #[openapi(

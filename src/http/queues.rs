@@ -9,20 +9,18 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::attributes;
-use super::body::HandoverBody;
 use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration};
 use super::state::AppState;
-use super::wire::{
-    HEADER_IDEMPOTENCY_KEY, HEADER_IDEMPOTENT_REPLAY, KindFields, QueuePath, check_max, delivered, message_response,
-    put_options,
-};
+use super::wire::{KindFields, QueuePath, check_max, delivered, message_response, put_options};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef, Taken};
 use crate::types::QueueName;
+use crate::web::body::HandoverBody;
+use crate::web::headers::{HEADER_IDEMPOTENCY_KEY, HEADER_IDEMPOTENT_REPLAY};
 
 /// Path parameters: a queue name and a message id.
 #[derive(Debug, Deserialize, IntoParams)]

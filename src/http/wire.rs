@@ -1,8 +1,7 @@
-//! What travels over the API: every `zkq-*` header name, the request and answer types that more
-//! than one handler file uses, and their conversions to and from the queue's types.
+//! What travels over the API: the request and answer types that more than one handler file uses,
+//! and their conversions to and from the queue's types (the header names are in `web/headers.rs`).
 //!
-//! Handler files import from here, never from each other; `push/` takes its header names from
-//! here too, so a delivery carries the same headers as a lease answer.
+//! Handler files import from here, never from each other.
 
 use std::time::Duration;
 
@@ -18,27 +17,9 @@ use super::extract::parse_duration;
 use super::state::AppState;
 use crate::queue::{ItemMeta, LeaseGrant, MalformedReceipt, Message, NackMode, PutOptions, QueueError, Receipt};
 use crate::types::QueueName;
-
-/// Headers a take or lease answers with.
-pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
-pub const HEADER_PRIORITY: &str = "zkq-priority";
-pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
-pub const HEADER_ID: &str = "zkq-id";
-/// The request header that makes a put idempotent, and the answer's mark of a replay.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
-
-/// Headers a lease answers with, besides a message's.
-pub const HEADER_LEASE: &str = "zkq-lease";
-pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
-pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
-pub const HEADER_FENCING_TOKEN: &str = "zkq-fencing-token";
-
-/// The header that carries the API token.
-pub const API_TOKEN_HEADER: &str = "zkq-api-token";
-
-/// The header naming the queue of a push delivery.
-pub const HEADER_QUEUE: &str = "zkq-queue";
+use crate::web::headers::{
+    Attributes, HEADER_DELIVER_AT, HEADER_ID, HEADER_MESSAGE_ID, HEADER_PRIORITY, headers_of, to_json,
+};
 
 /// Path parameter: a queue name.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -154,7 +135,7 @@ pub fn message_response(message: Message) -> Response {
         ItemMeta::Id(id) => set(HEADER_ID, id),
         ItemMeta::Plain => {},
     }
-    for (name, value) in super::attributes::headers_of(&message.attributes, message.traceparent.as_ref()) {
+    for (name, value) in headers_of(&message.attributes, message.traceparent.as_ref()) {
         headers.insert(name, value);
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
@@ -179,7 +160,7 @@ pub struct DeliveredMessage {
     pub id: Option<String>,
     /// Its attributes, when it has any.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub attributes: super::attributes::Attributes,
+    pub attributes: Attributes,
     /// Its producer's W3C trace context, when the put carried one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
@@ -238,7 +219,7 @@ pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
                 priority,
                 deliver_at,
                 id,
-                attributes: super::attributes::to_json(&message.attributes),
+                attributes: to_json(&message.attributes),
                 traceparent: message.traceparent.map(|t| t.to_string()),
                 expires_at: grant.as_ref().map(|g| g.expires_at_ms),
                 delivery_count: grant.as_ref().map(|g| g.delivery_count),

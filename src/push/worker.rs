@@ -14,13 +14,13 @@ use super::backoff;
 use super::client::{AppClient, AppConnection, CallError, content_type, header_text};
 use super::gate::AppGate;
 use crate::config::PushConfig;
-use crate::http::wire::{
-    HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_ID, HEADER_LEASE_EXPIRES_AT,
-    HEADER_MESSAGE_ID, HEADER_PRIORITY, HEADER_QUEUE,
-};
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt};
 use crate::types::{Backoff, QueueName, now_epoch_ms};
+use crate::web::headers::{
+    HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_ID, HEADER_LEASE_EXPIRES_AT,
+    HEADER_MESSAGE_ID, HEADER_PRIORITY, HEADER_QUEUE,
+};
 
 /// How long one lease call waits for a message; the worker simply asks again.
 const LEASE_WAIT: Duration = Duration::from_secs(30);
@@ -362,7 +362,7 @@ impl Subscription {
         }
         // The message's attributes, and its producer's trace context so the app's tracer
         // continues the producer's trace.
-        let annex = crate::http::attributes::headers_of(&message.attributes, message.traceparent.as_ref());
+        let annex = crate::web::headers::headers_of(&message.attributes, message.traceparent.as_ref());
         headers.extend(annex.map(|(name, value)| (HeaderName::from_static(name), value)));
         headers
     }

@@ -5,8 +5,8 @@
 use axum::http::StatusCode;
 
 use crate::config::ApiConfig;
-use crate::http::guard::{Refusal, RefusalKind};
 use crate::queue::QueueError;
+use crate::web::{Refusal, RefusalKind};
 use crate::zk::ZkError;
 
 /// One SQS error: its code in each protocol, its status and whose fault it is.
@@ -251,42 +251,25 @@ impl From<QueueError> for SqsError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::error::{ApiError, ErrorCode};
 
     #[test]
-    fn every_refusal_has_sqs_code_and_keeps_zkqs_own() {
+    fn every_refusal_has_an_sqs_code() {
         let api = ApiConfig::default();
         let too_large = RefusalKind::TooLarge { limit: 10 };
         let table = [
-            (too_large, false, 400, "InvalidParameterValue", "InvalidParameterValue", ErrorCode::PayloadTooLarge),
-            (
-                too_large,
-                true,
-                400,
-                "BatchRequestTooLong",
-                "AWS.SimpleQueueService.BatchRequestTooLong",
-                ErrorCode::PayloadTooLarge,
-            ),
-            (RefusalKind::Overloaded, false, 403, "RequestThrottled", "RequestThrottled", ErrorCode::Overloaded),
-            (RefusalKind::TimedOut, false, 400, "RequestTimeout", "RequestTimeout", ErrorCode::RequestTimeout),
-            (
-                RefusalKind::Unauthorized,
-                false,
-                403,
-                "MissingAuthenticationToken",
-                "MissingAuthenticationToken",
-                ErrorCode::Unauthorized,
-            ),
-            (RefusalKind::CrossOrigin, false, 403, "AccessDenied", "AccessDenied", ErrorCode::CrossOriginRefused),
-            (RefusalKind::Panic, false, 500, "InternalFailure", "InternalFailure", ErrorCode::Internal),
+            (too_large, false, 400, "InvalidParameterValue", "InvalidParameterValue"),
+            (too_large, true, 400, "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"),
+            (RefusalKind::Overloaded, false, 403, "RequestThrottled", "RequestThrottled"),
+            (RefusalKind::TimedOut, false, 400, "RequestTimeout", "RequestTimeout"),
+            (RefusalKind::Unauthorized, false, 403, "MissingAuthenticationToken", "MissingAuthenticationToken"),
+            (RefusalKind::CrossOrigin, false, 403, "AccessDenied", "AccessDenied"),
+            (RefusalKind::Panic, false, 500, "InternalFailure", "InternalFailure"),
         ];
-        for (kind, batch, status, shape, code, native) in table {
+        for (kind, batch, status, shape, code) in table {
             let refusal = Refusal { kind, batch, message: "why".to_owned() };
-            let err = SqsError::refused(refusal.clone(), &api);
+            let err = SqsError::refused(refusal, &api);
             assert_eq!((err.status.as_u16(), err.shape, err.code), (status, shape, code), "{kind:?}");
             assert_eq!(err.sender_fault, kind != RefusalKind::Panic, "{kind:?}");
-            let own = ApiError::from(refusal);
-            assert_eq!((own.code, own.message.as_str()), (native, "why"), "{kind:?}");
         }
         let err = SqsError::refused(Refusal::new(too_large, "why"), &api);
         assert!(

@@ -22,32 +22,54 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
+use crate::config::Config;
 use crate::http::AppState;
-use crate::http::error::closes_connection;
-use crate::http::guard::{Access, Answers, BodyLimits, Guard, ProtocolRefusal, Refusal, RefusalKind};
+use crate::metrics::Metrics;
+use crate::web::{Access, Answer, BodyLimits, Dialect, Guard, Refusal, RefusalKind, closes_connection, with_layers};
 pub use actions::SERVED as SERVED_ACTIONS;
 use error::SqsError;
 use protocol::Protocol;
 
 /// The largest body the listener reads: an SQS request carries at most a batch of bodies, JSON-
 /// or form-encoded.
-fn body_limit(config: &crate::config::Config) -> usize {
+fn body_limit(config: &Config) -> usize {
     let limits = BodyLimits::of(config);
     limits.batch.max(limits.message.saturating_mul(2))
+}
+
+/// The SQS dialect of the guard's refusals: SQS's codes, in the request's protocol, counted in
+/// `zkq_sqs_requests_total`.
+#[derive(Clone)]
+struct Refusals {
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+}
+
+impl Refusals {
+    fn of(state: &AppState) -> Refusals {
+        Refusals { config: state.config.clone(), metrics: state.metrics.clone() }
+    }
+}
+
+impl Dialect for Refusals {
+    fn asked(&self, headers: &HeaderMap, uri: &Uri) -> Box<dyn Answer> {
+        Box::new(Asked::of(headers, uri, self.clone()))
+    }
 }
 
 /// What the SQS answer to a request that the guard refused (or whose handler panicked) needs of
 /// the request, read from its head: its protocol and its action (the JSON protocol's
 /// `X-Amz-Target`; a query-protocol request's `Action` only when its URL names it, as the body
 /// is not read).
-pub(super) struct Asked {
+struct Asked {
     protocol: Protocol,
     /// One of [`actions::SERVED`], or `other`.
     action: &'static str,
+    refusals: Refusals,
 }
 
 impl Asked {
-    pub(super) fn of(headers: &HeaderMap, uri: &Uri) -> Asked {
+    fn of(headers: &HeaderMap, uri: &Uri, refusals: Refusals) -> Asked {
         let protocol = protocol::protocol_of(headers);
         let named = match protocol {
             Protocol::Json => headers
@@ -57,22 +79,22 @@ impl Asked {
             Protocol::Query => uri.query().and_then(|query| query.split('&').find_map(|p| p.strip_prefix("Action="))),
         };
         let action = named.and_then(|name| actions::SERVED.iter().find(|a| **a == name).copied()).unwrap_or("other");
-        Asked { protocol, action }
+        Asked { protocol, action, refusals }
     }
 }
 
-impl ProtocolRefusal for Asked {
+impl Answer for Asked {
     /// Whether the request is a `SendMessageBatch`.
     fn is_batch(&self) -> bool {
         self.action == "SendMessageBatch"
     }
 
     /// `refusal` as SQS answers it, in the request's protocol, counted in `zkq_sqs_requests_total`.
-    fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response {
+    fn refused(&self, request_id: &str, refusal: Refusal) -> Response {
         let unread = refusal.leaves_body_unread();
         let overloaded = refusal.kind == RefusalKind::Overloaded;
-        let err = SqsError::refused(refusal, &state.config.api);
-        state.metrics.sqs_requests.with_label_values(&[self.action, err.code]).inc();
+        let err = SqsError::refused(refusal, &self.refusals.config.api);
+        self.refusals.metrics.sqs_requests.with_label_values(&[self.action, err.code]).inc();
         let mut response = protocol::encode_error(self.protocol, err, request_id);
         if overloaded {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -90,14 +112,15 @@ pub fn sqs_router(state: AppState) -> Router {
     let limits = BodyLimits::of(&state.config);
     let body = body_limit(&state.config);
     let guard = Guard {
-        state: state.clone(),
+        metrics: state.metrics.clone(),
         in_flight: Some(Arc::new(tokio::sync::Semaphore::new(state.config.api.max_concurrent_requests))),
         body_limits: Some(BodyLimits { message: body, batch: body, read_timeout: limits.read_timeout }),
-        access: Access::NoBrowsers,
-        answers: Answers::Protocol(|headers, uri| Box::new(Asked::of(headers, uri))),
+        batch_route: None,
+        access: Access { refuse_cross_origin: state.config.api.refuse_cross_origin, token: None },
+        dialect: Arc::new(Refusals::of(&state)),
     };
     let router = Router::new().route("/", axum::routing::any(handle)).route("/{*path}", axum::routing::any(handle));
-    crate::http::with_layers(router, guard, Some(body)).with_state(state)
+    with_layers(router, guard, Some(body)).with_state(state)
 }
 
 async fn handle(
@@ -148,8 +171,8 @@ async fn handle(
 /// The answer to a request whose body could not be read: too slow (`api.body_read_timeout`), larger
 /// than the listener reads (a body of undeclared length), or cut off.
 fn unread(state: &AppState, headers: &HeaderMap, uri: &Uri, request_id: &str, rejection: &BytesRejection) -> Response {
-    let asked = Asked::of(headers, uri);
-    let refusal = if crate::http::body::timed_out(rejection) {
+    let asked = Asked::of(headers, uri, Refusals::of(state));
+    let refusal = if crate::web::body::timed_out(rejection) {
         Refusal::new(
             RefusalKind::TimedOut,
             "the request body did not arrive within api.body_read_timeout of its headers; nothing was done",
@@ -165,5 +188,5 @@ fn unread(state: &AppState, headers: &HeaderMap, uri: &Uri, request_id: &str, re
         state.metrics.sqs_requests.with_label_values(&[asked.action, err.code]).inc();
         return protocol::encode_error(asked.protocol, err, request_id);
     };
-    asked.refused(state, request_id, refusal)
+    asked.refused(request_id, refusal)
 }

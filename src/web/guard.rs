@@ -5,33 +5,38 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tracing::Instrument;
 
-use super::batch;
 use super::body::DeadlineBody;
-use super::error::{ApiError, ErrorCode, closes_connection};
-use super::state::AppState;
-use super::wire::API_TOKEN_HEADER;
-use crate::config::Config;
+use super::closes_connection;
+use super::headers::API_TOKEN_HEADER;
+use crate::config::{Config, Secret};
 use crate::metrics::Metrics;
 
-/// Who may use a listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
-    /// Whoever reaches it (the admin listener).
-    Open,
-    /// Not a web page of another site, and with `api.token_file`, only with the token (the API).
-    Token,
-    /// Not a web page of another site; the SQS listener checks signatures itself (`sqs/sigv4.rs`).
-    NoBrowsers,
+/// Who may use a listener: the admin listener, whoever reaches it; the API, not a web page of
+/// another site (`api.refuse_cross_origin`) and, with `api.token_file`, only with the token; the
+/// SQS listener, not a web page of another site (it checks signatures itself, `sqs/sigv4.rs`).
+#[derive(Clone, Default)]
+pub(crate) struct Access {
+    /// Refuse requests a web browser sent for another site's page.
+    pub(crate) refuse_cross_origin: bool,
+    pub(crate) token: Option<TokenCheck>,
+}
+
+/// The token every request must carry in `zkq-api-token`, but on the paths `exempt` allows.
+#[derive(Clone)]
+pub(crate) struct TokenCheck {
+    pub(crate) token: Arc<Secret>,
+    /// Paths that hold no data and need no token (the API's OpenAPI document and its viewer).
+    pub(crate) exempt: fn(&str) -> bool,
 }
 
 /// Why the guard answered a request itself instead of its handler (or why the handler gave no
-/// answer: it panicked). Each listener writes it in its own shape: the API and the admin listener
-/// as [`ApiError`]s, the SQS listener in the request's protocol with SQS's codes
+/// answer: it panicked). Each listener writes it in its own [`Dialect`]: the API and the admin
+/// listener as zkq's JSON errors, the SQS listener in the request's protocol with SQS's codes
 /// (`sqs/error.rs`).
 #[derive(Debug, Clone)]
 pub(crate) struct Refusal {
@@ -73,27 +78,10 @@ impl Refusal {
     }
 }
 
-/// zkq's own shape of a refusal: its error code, and the message as the guard wrote it.
-impl From<Refusal> for ApiError {
-    fn from(refusal: Refusal) -> ApiError {
-        let code = match refusal.kind {
-            RefusalKind::TooLarge { .. } => ErrorCode::PayloadTooLarge,
-            RefusalKind::Overloaded => ErrorCode::Overloaded,
-            RefusalKind::TimedOut => ErrorCode::RequestTimeout,
-            RefusalKind::Unauthorized => ErrorCode::Unauthorized,
-            RefusalKind::CrossOrigin => ErrorCode::CrossOriginRefused,
-            RefusalKind::Panic => ErrorCode::Internal,
-        };
-        ApiError::new(code, refusal.message)
-    }
-}
-
-/// Who may use the API: refuses requests a web browser sends for another site's page (403
-/// `cross_origin_refused`, unless `api.refuse_cross_origin = false`), and with an API token
-/// configured and `token` asked, requests without it (401 `unauthorized`). The OpenAPI document
-/// and its viewer (`/openapi.json`, `/docs`) hold no data and need no token.
-fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<Refusal> {
-    if state.config.api.refuse_cross_origin
+/// Who may not use the listener ([`Access`]): a web browser's request for another site's page
+/// ([`RefusalKind::CrossOrigin`]), a request without the token ([`RefusalKind::Unauthorized`]).
+fn access_refusal(access: &Access, request: &Request) -> Option<Refusal> {
+    if access.refuse_cross_origin
         && let Some(why) = browser_request_refused(request.headers())
     {
         return Some(Refusal::new(
@@ -104,20 +92,18 @@ fn access_refusal(state: &AppState, request: &Request, token: bool) -> Option<Re
             ),
         ));
     }
-    if let Some(token) = state.api_token.as_ref().filter(|_| token) {
-        let path = request.uri().path();
-        let open = path == "/openapi.json" || path == "/docs" || path.starts_with("/docs/");
-        if !open {
-            let refusal = match request.headers().get(API_TOKEN_HEADER) {
-                None => Some("the request has no zkq-api-token header; zkq requires the token of api.token_file"),
-                Some(given) if !same_secret(given.as_bytes(), token.expose().as_bytes()) => {
-                    Some("the zkq-api-token header does not match the token of api.token_file")
-                },
-                Some(_) => None,
-            };
-            if let Some(message) = refusal {
-                return Some(Refusal::new(RefusalKind::Unauthorized, message));
-            }
+    if let Some(TokenCheck { token, exempt }) = &access.token
+        && !exempt(request.uri().path())
+    {
+        let refusal = match request.headers().get(API_TOKEN_HEADER) {
+            None => Some("the request has no zkq-api-token header; zkq requires the token of api.token_file"),
+            Some(given) if !same_secret(given.as_bytes(), token.expose().as_bytes()) => {
+                Some("the zkq-api-token header does not match the token of api.token_file")
+            },
+            Some(_) => None,
+        };
+        if let Some(message) = refusal {
+            return Some(Refusal::new(RefusalKind::Unauthorized, message));
         }
     }
     None
@@ -133,7 +119,7 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
 /// send neither. Allowed from a browser: a page zkq served itself (`/docs`) or a URL typed in,
 /// with the host given as an address or `localhost` (a name would allow DNS rebinding: a page
 /// whose own name resolves to 127.0.0.1).
-fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
+fn browser_request_refused(headers: &HeaderMap) -> Option<String> {
     use axum::http::header::{HOST, ORIGIN};
     let site = headers.get("sec-fetch-site").map(|v| v.to_str().unwrap_or("?").to_ascii_lowercase());
     let origin = headers.get(ORIGIN).map(|v| v.to_str().unwrap_or("?").to_owned());
@@ -166,36 +152,38 @@ fn browser_request_refused(headers: &axum::http::HeaderMap) -> Option<String> {
     None
 }
 
-/// In which shape a listener writes its [`Refusal`]s.
-#[derive(Clone, Copy)]
-pub(crate) enum Answers {
-    /// zkq's own JSON errors (the API, the admin listener).
-    Native,
-    /// The listener's own protocol (the SQS listener's): what its answer needs of a request,
-    /// read from the request's head before anything else.
-    Protocol(fn(&axum::http::HeaderMap, &axum::http::Uri) -> Box<dyn ProtocolRefusal>),
+/// How a listener writes its [`Refusal`]s: each front has its own.
+pub(crate) trait Dialect: Send + Sync {
+    /// What an answer needs of one request, read from its head before anything else (the SQS
+    /// listener's: the request's protocol and action).
+    fn asked(&self, headers: &HeaderMap, uri: &Uri) -> Box<dyn Answer>;
 }
 
-/// A refusal's answer in a listener's own protocol, for one request.
-pub(crate) trait ProtocolRefusal: Send + Sync {
-    /// Whether the request is a batch (its size is judged by the batch limit).
-    fn is_batch(&self) -> bool;
-    /// `refusal` as the protocol answers it.
-    fn refused(&self, state: &AppState, request_id: &str, refusal: Refusal) -> Response;
+/// A refusal's answer in a listener's dialect, for one request.
+pub(crate) trait Answer: Send + Sync {
+    /// Whether the request is a batch by what its head says (the SQS listener's
+    /// `SendMessageBatch`); the guard's batch route is one too.
+    fn is_batch(&self) -> bool {
+        false
+    }
+    /// `refusal` as the dialect answers it.
+    fn refused(&self, request_id: &str, refusal: Refusal) -> Response;
 }
 
 /// What [`guard_request`] checks on one listener: the API sheds load and refuses declared
 /// oversize bodies; the admin listener only counts its requests.
 #[derive(Clone)]
 pub(crate) struct Guard {
-    pub(crate) state: AppState,
+    pub(crate) metrics: Arc<Metrics>,
     /// `api.max_concurrent_requests` permits (long-polls included).
     pub(crate) in_flight: Option<Arc<tokio::sync::Semaphore>>,
     pub(crate) body_limits: Option<BodyLimits>,
+    /// The route template of the listener's batch put, whose body is judged by the batch limit.
+    pub(crate) batch_route: Option<&'static str>,
     /// Who may use the listener ([`access_refusal`]).
     pub(crate) access: Access,
     /// How its refusals are written.
-    pub(crate) answers: Answers,
+    pub(crate) dialect: Arc<dyn Dialect>,
 }
 
 /// What the API accepts of a request body: its size, and the time it may take to arrive.
@@ -219,27 +207,26 @@ impl BodyLimits {
     }
 }
 
-/// 503 `overloaded` (the API's shape) at once when `api.max_concurrent_requests` requests are already being handled
+/// 503 `overloaded` (in the native dialect) at once when `api.max_concurrent_requests` requests are already being handled
 /// (shedding keeps memory bounded and answers fast instead of queueing); 413 at once for a body
 /// declared (`Content-Length`) larger than the limit, before anything reads it (hyper sends
 /// `100 Continue` only when the body is first read, so a client that sent
 /// `Expect: 100-continue` is told to stop instead of being asked to upload the body).
-/// Each is a [`Refusal`], which the listener writes in its shape; `sqs_batch` says the request is
-/// SQS's `SendMessageBatch`.
+/// Each is a [`Refusal`], which the listener writes in its dialect; `batch_by_head` says the
+/// request is a batch by its head (SQS's `SendMessageBatch`).
 fn refusal(
     guard: &Guard,
     route: &str,
     request: &Request,
-    sqs_batch: bool,
+    batch_by_head: bool,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refusal> {
-    let is_batch = sqs_batch || route == batch::BATCH_PUT_ROUTE;
-    if guard.access != Access::Open
-        && let Some(refused) = access_refusal(&guard.state, request, guard.access == Access::Token)
-    {
+    let batch_route = guard.batch_route == Some(route);
+    let is_batch = batch_by_head || batch_route;
+    if let Some(refused) = access_refusal(&guard.access, request) {
         return Err(Refusal { batch: is_batch, ..refused });
     }
     if let Some(limits) = guard.body_limits {
-        let (limit, key) = if route == batch::BATCH_PUT_ROUTE {
+        let (limit, key) = if batch_route {
             (limits.batch, "api.max_batch_bytes, as base64 in JSON")
         } else {
             (limits.message, "api.max_message_bytes")
@@ -295,7 +282,7 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 /// `status` label of a request whose client left before it was answered (nginx's "client closed
 /// request"). Work the request already started still finishes: every write runs on a background
 /// task, not on the request's future.
-pub(crate) const ABANDONED_STATUS: &str = "499";
+const ABANDONED_STATUS: &str = "499";
 
 /// Counts a request as abandoned when it is dropped before it was answered.
 struct Abandoned<'a> {
@@ -328,20 +315,12 @@ pub(crate) async fn guard_request(State(guard): State<Guard>, request: Request, 
     // Set (kept or made) by the request-id layer; every log line of the request carries it.
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let span = tracing::info_span!("request", id = %request_id, %method, %route);
-    let metrics = &guard.state.metrics;
+    let metrics = &guard.metrics;
     // Counted as 499 if the client gives up before the answer (hyper then drops this future).
     let mut abandoned = Abandoned { metrics, route: &route, method, request_id: &request_id, answered: false };
-    // What an SQS answer of the guard's needs of the request (its protocol, its action).
-    let asked = match guard.answers {
-        Answers::Native => None,
-        Answers::Protocol(read) => Some(read(request.headers(), request.uri())),
-    };
-    let answer = |refused: Refusal| match &asked {
-        Some(asked) => asked.refused(&guard.state, &request_id, refused),
-        None => ApiError::from(refused).into_response(),
-    };
-    let sqs_batch = asked.as_ref().is_some_and(|asked| asked.is_batch());
-    let response = match refusal(&guard, &route, &request, sqs_batch) {
+    // What an answer of the guard's needs of the request (an SQS one: its protocol, its action).
+    let asked = guard.dialect.asked(request.headers(), request.uri());
+    let response = match refusal(&guard, &route, &request, asked.is_batch()) {
         Ok(permit) => {
             let request = match guard.body_limits {
                 Some(limits) => request.map(|body| DeadlineBody::wrap(body, limits.read_timeout)),
@@ -349,14 +328,14 @@ pub(crate) async fn guard_request(State(guard): State<Guard>, request: Request, 
             };
             let mut response = next.run(request).instrument(span).await;
             drop(permit);
-            // A handler that panicked: the panic guard answered in zkq's shape and said why.
+            // A handler that panicked: the panic guard said why, and the answer is the dialect's.
             match response.extensions_mut().remove::<Refusal>() {
-                Some(refused) if asked.is_some() => answer(refused),
-                _ => response,
+                Some(refused) => asked.refused(&request_id, refused),
+                None => response,
             }
         },
         Err(refused) => {
-            let mut response = answer(refused);
+            let mut response = asked.refused(&request_id, refused);
             // Refused before anything read the body.
             if !http_body::Body::is_end_stream(request.body()) {
                 closes_connection(&mut response);
