@@ -1209,3 +1209,58 @@ async fn refusals_before_the_action_answer_in_the_requests_protocol() {
     assert_eq!(count("action=\"ListQueues\",code=\"AccessDenied\""), 1.0, "{metrics}");
     assert_eq!(count("action=\"other\",code=\"AccessDenied\""), 1.0, "{metrics}");
 }
+
+/// SQS reads a boolean attribute in any case: `FifoQueue` and `ContentBasedDeduplication` given as
+/// `True` and `TRUE` make a FIFO queue with content-based deduplication, in both protocols, and a
+/// `CreateQueue` of it again with `False` is told it exists with other attributes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boolean_attributes_are_read_in_any_case_in_both_protocols() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-booleans")).await;
+    let attributes = serde_json::json!({ "FifoQueue": "True", "ContentBasedDeduplication": "TRUE" });
+    let created =
+        sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "json.fifo", "Attributes": attributes }))
+            .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let query = reqwest::Client::new()
+        .post(&endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            "Version=2012-11-05&Action=CreateQueue&QueueName=query.fifo&Attribute.1.Name=FifoQueue&\
+             Attribute.1.Value=True&Attribute.2.Name=ContentBasedDeduplication&Attribute.2.Value=tRuE",
+        )
+        .send()
+        .await
+        .expect("a query call");
+    let (status, text) = (query.status().as_u16(), query.text().await.expect("text"));
+    assert_eq!(status, 200, "{text}");
+    for name in ["json.fifo", "query.fifo"] {
+        let url = format!("{endpoint}/000000000000/{name}");
+        let got = sqs_json(
+            &endpoint,
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url, "AttributeNames": ["FifoQueue", "ContentBasedDeduplication"] }),
+        )
+        .await;
+        assert_eq!(got.1["Attributes"]["FifoQueue"], "true", "{name}: {}", got.1);
+        assert_eq!(got.1["Attributes"]["ContentBasedDeduplication"], "true", "{name}: {}", got.1);
+        // Deduplicated by content, with no MessageDeduplicationId: the second send answers the
+        // first one's MessageId.
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let sent = sqs_json(
+                &endpoint,
+                "SendMessage",
+                serde_json::json!({ "QueueUrl": url, "MessageBody": "once", "MessageGroupId": "g" }),
+            )
+            .await;
+            assert_eq!(sent.0, 200, "{name}: {}", sent.1);
+            ids.push(sent.1["MessageId"].as_str().expect("a MessageId").to_owned());
+        }
+        assert_eq!(ids[0], ids[1], "{name}: one message");
+    }
+    let again = serde_json::json!({ "FifoQueue": "TRUE", "ContentBasedDeduplication": "False" });
+    let refused =
+        sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "json.fifo", "Attributes": again })).await;
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert!(refused.1["__type"].as_str().is_some_and(|t| t.contains("QueueNameExists")), "{}", refused.1);
+}

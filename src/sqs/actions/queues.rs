@@ -86,10 +86,23 @@ fn text_of(value: &Value) -> String {
     value.as_str().map_or_else(|| value.to_string(), str::to_owned)
 }
 
-/// Whether `given` says what `served` is (compared as JSON when both parse, so key order and
-/// number formatting do not matter).
+/// A boolean attribute as SQS reads it: `true` or `false` in any case.
+fn boolean(text: &str) -> Option<bool> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if text.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Whether `given` says what `served` is (booleans in any case; compared as JSON when both
+/// parse, so key order and number formatting do not matter).
 fn same(served: &str, given: &str) -> bool {
     served == given
+        || boolean(served).is_some_and(|served| boolean(given) == Some(served))
         || serde_json::from_str::<Value>(served)
             .ok()
             .zip(serde_json::from_str::<Value>(given).ok())
@@ -120,7 +133,7 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
         }
         let served = served.iter().find(|(name, _)| name == key).map(|(_, served)| served.as_str());
         let Some(served) = served.or((key == "RedrivePolicy").then_some("")) else {
-            if key == "FifoQueue" && text == "false" && !queue.name().as_str().ends_with(".fifo") {
+            if key == "FifoQueue" && boolean(&text) == Some(false) && !queue.name().as_str().ends_with(".fifo") {
                 continue;
             }
             return Err(SqsError::invalid_attribute_name(format!(
@@ -208,10 +221,9 @@ impl SettingsChange {
         };
         let content = match attributes.get("ContentBasedDeduplication").map(text_of) {
             None => None,
-            Some(text) => match text.trim() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => {
+            Some(text) => match boolean(&text) {
+                Some(content) => Some(content),
+                None => {
                     return Err(SqsError::invalid_attribute_value(format!(
                         "ContentBasedDeduplication is true or false, not {text}"
                     )));
@@ -479,6 +491,18 @@ pub(super) async fn list_dead_letter_sources(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn booleans_are_read_in_any_case_and_nothing_else_is_one() {
+        for (text, value) in [("true", true), ("True", true), ("TRUE", true), (" false ", false), ("False", false)] {
+            assert_eq!(boolean(text), Some(value), "{text:?}");
+        }
+        for text in ["", "1", "yes", "tru", "truefalse"] {
+            assert_eq!(boolean(text), None, "{text:?}");
+        }
+        assert!(same("true", "True") && same("false", "FALSE"));
+        assert!(!same("true", "False") && !same("0", "false"));
+    }
 
     #[test]
     fn create_queue_takes_sqs_names_only() {
