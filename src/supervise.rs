@@ -26,7 +26,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The supervised task kinds are the restart metric's label, so they live on the ground floor
-/// where `metrics.rs` can name them without importing this module.
+/// where `metrics/` can name them without importing this module.
 pub(crate) use crate::types::Task;
 
 /// Runs the task `make` builds until `shutdown`; a run that panics, or returns while `shutdown`

@@ -841,8 +841,8 @@ impl QueueService {
                 if let Some(groups) = queue.group_stats() {
                     let q = &[queue.name().as_str()];
                     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-                    self.metrics.groups_in_flight.with_label_values(q).set(as_i64(groups.in_flight));
-                    self.metrics.group_blocked_messages.with_label_values(q).set(as_i64(groups.blocked));
+                    self.metrics.queues.flow.groups_in_flight.with_label_values(q).set(as_i64(groups.in_flight));
+                    self.metrics.queues.flow.group_blocked_messages.with_label_values(q).set(as_i64(groups.blocked));
                 }
                 let empty = matches!(&depth, Ok(None)) || matches!(&depth, Ok(Some(stat)) if stat.num_children == 0);
                 if let Ok(Some(stat)) = depth {
