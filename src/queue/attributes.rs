@@ -38,10 +38,22 @@ pub struct AttributeValue {
 /// A message's attributes, by name.
 pub type MessageAttributes = BTreeMap<String, AttributeValue>;
 
-/// Why attributes are refused.
+/// Why attributes are refused (each front words it its own way; this is zkq's).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidAttributes(String);
+pub enum InvalidAttributes {
+    #[error("a message carries at most {MAX_ATTRIBUTES} attributes, not {0}")]
+    TooMany(usize),
+    #[error(
+        "attribute name {0:?} must be 1 to 256 letters, digits, '_', '-' and '.' (not at either end, not twice in a \
+         row), not starting with AWS. or Amazon."
+    )]
+    Name(String),
+    #[error("attribute {name}: data type {data_type:?} is not String, Number or Binary")]
+    DataType { name: String, data_type: String },
+    /// The value is not what the type needs (`base`: String, Number or Binary).
+    #[error("attribute {name}: a {base} attribute carries {} and nothing else", if base == "Binary" { "a BinaryValue" } else { "a StringValue" })]
+    Value { name: String, base: String },
+}
 
 /// The attribute names [`check`] accepts, as an ECMA-262 pattern (for the OpenAPI document, which
 /// states [`MAX_ATTRIBUTE_NAME_LEN`] as their `maxLength`).
@@ -58,10 +70,7 @@ pub const TYPE_PATTERN: &str = r"^(?:String|Number|Binary)(?:\.[\x20-\x7e]*)?$";
 /// type needs.
 pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
     if attributes.len() > MAX_ATTRIBUTES {
-        return Err(InvalidAttributes(format!(
-            "a message carries at most {MAX_ATTRIBUTES} attributes, not {}",
-            attributes.len()
-        )));
+        return Err(InvalidAttributes::TooMany(attributes.len()));
     }
     for (name, value) in attributes {
         let lower = name.to_ascii_lowercase();
@@ -74,27 +83,18 @@ pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
             && !lower.starts_with("aws.")
             && !lower.starts_with("amazon.");
         if !valid {
-            return Err(InvalidAttributes(format!(
-                "attribute name {name:?} must be 1 to 256 letters, digits, '_', '-' and '.' (not at either end, \
-                 not twice in a row), not starting with AWS. or Amazon."
-            )));
+            return Err(InvalidAttributes::Name(name.clone()));
         }
         let base = value.data_type.split_once('.').map_or(value.data_type.as_str(), |(base, _)| base);
         let value_ok = match base {
             "String" | "Number" => value.string.is_some() && value.binary.is_none(),
             "Binary" => value.binary.is_some() && value.string.is_none(),
             _ => {
-                return Err(InvalidAttributes(format!(
-                    "attribute {name}: data type {:?} is not String, Number or Binary",
-                    value.data_type
-                )));
+                return Err(InvalidAttributes::DataType { name: name.clone(), data_type: value.data_type.clone() });
             },
         };
         if !value_ok || value.data_type.len() > MAX_ATTRIBUTE_NAME_LEN {
-            return Err(InvalidAttributes(format!(
-                "attribute {name}: a {base} attribute carries {} and nothing else",
-                if base == "Binary" { "a BinaryValue" } else { "a StringValue" }
-            )));
+            return Err(InvalidAttributes::Value { name: name.clone(), base: base.to_owned() });
         }
     }
     Ok(())

@@ -31,7 +31,11 @@ impl SqsError {
     }
 
     pub(super) fn missing_parameter(name: &str) -> SqsError {
-        SqsError::sender("MissingParameter", "MissingParameter", format!("{name} is required"))
+        SqsError::sender(
+            "MissingParameter",
+            "MissingParameter",
+            format!("The request must contain the parameter {name}."),
+        )
     }
 
     pub(super) fn serialization(message: impl Into<String>) -> SqsError {
@@ -74,11 +78,12 @@ impl SqsError {
         SqsError::sender("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", message)
     }
 
-    pub(super) fn no_such_queue(name: &str) -> SqsError {
+    /// A queue that does not exist, in SQS's words (which name no queue).
+    pub(super) fn no_such_queue() -> SqsError {
         SqsError::sender(
             "QueueDoesNotExist",
             "AWS.SimpleQueueService.NonExistentQueue",
-            format!("the specified queue does not exist: {name}"),
+            "The specified queue does not exist.",
         )
     }
 
@@ -102,27 +107,33 @@ impl SqsError {
         SqsError::sender(
             "TooManyEntriesInBatchRequest",
             "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
-            format!("a batch holds at most 10 entries, not {count}"),
+            format!("Maximum number of entries per request are 10. You have sent {count}."),
         )
     }
 
-    pub(super) fn empty_batch() -> SqsError {
-        SqsError::sender("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest", "the batch holds no entry")
+    /// A batch without entries; `entry` is the action's entry type (`SendMessageBatchRequestEntry`).
+    pub(super) fn empty_batch(entry: &str) -> SqsError {
+        SqsError::sender(
+            "EmptyBatchRequest",
+            "AWS.SimpleQueueService.EmptyBatchRequest",
+            format!("There should be at least one {entry} in the request."),
+        )
     }
 
     pub(super) fn ids_not_distinct(id: &str) -> SqsError {
         SqsError::sender(
             "BatchEntryIdsNotDistinct",
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
-            format!("two entries have the id {id:?}"),
+            format!("Id {id} repeated."),
         )
     }
 
-    pub(super) fn invalid_batch_entry_id(id: &str) -> SqsError {
+    pub(super) fn invalid_batch_entry_id() -> SqsError {
         SqsError::sender(
             "InvalidBatchEntryId",
             "AWS.SimpleQueueService.InvalidBatchEntryId",
-            format!("the batch entry id {id:?} is not 1 to 80 letters, digits, - and _"),
+            "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most \
+             80 letters long.",
         )
     }
 
@@ -211,7 +222,7 @@ impl From<QueueError> for SqsError {
     fn from(err: QueueError) -> SqsError {
         let message = err.to_string();
         match err {
-            QueueError::UnknownQueue(name) | QueueError::NoSuchQueue(name) => SqsError::no_such_queue(name.as_str()),
+            QueueError::UnknownQueue(_) | QueueError::NoSuchQueue(_) => SqsError::no_such_queue(),
             QueueError::TooManyQueues(_) => SqsError::over_limit(message),
             QueueError::InvalidParameter(_)
             | QueueError::NotForKind(_)

@@ -1264,3 +1264,141 @@ async fn boolean_attributes_are_read_in_any_case_in_both_protocols() {
     assert_eq!(refused.0, 400, "{}", refused.1);
     assert!(refused.1["__type"].as_str().is_some_and(|t| t.contains("QueueNameExists")), "{}", refused.1);
 }
+
+/// An SQS call in the query protocol (form-encoded `params`), its status and its body.
+async fn sqs_query(endpoint: &str, action: &str, params: &[(&str, &str)]) -> (u16, String) {
+    let encode = |text: &str| {
+        text.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    let mut form = format!("Action={action}&Version=2012-11-05");
+    for (name, value) in params {
+        form.push_str(&format!("&{}={}", encode(name), encode(value)));
+    }
+    let answer = reqwest::Client::new()
+        .post(endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .expect("an SQS call");
+    let status = answer.status().as_u16();
+    (status, answer.text().await.expect("a body"))
+}
+
+/// The text of the first `<tag>` in an XML answer, unescaped.
+fn xml_text(xml: &str, tag: &str) -> String {
+    let open = format!("<{tag}>");
+    let text = xml.split(&open).nth(1).and_then(|rest| rest.split(&format!("</{tag}>")).next()).unwrap_or_default();
+    text.replace("&quot;", "\"").replace("&apos;", "'").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
+
+/// Errors say what SQS says, word for word, in both protocols: clients and SQS applications match
+/// on these messages (a missing queue, a bad receipt handle, an unknown attribute, a missing
+/// parameter, an attribute name SQS refuses, an empty batch, a batch entry's bad handle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_sqss_own_words_in_both_protocols() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-words")).await;
+    for name in ["plain", "words.fifo"] {
+        let attributes =
+            if name.ends_with(".fifo") { serde_json::json!({ "FifoQueue": "true" }) } else { serde_json::json!({}) };
+        let created =
+            sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
+                .await;
+        assert_eq!(created.0, 200, "{}", created.1);
+    }
+    let plain = format!("{endpoint}/000000000000/plain");
+    let fifo = format!("{endpoint}/000000000000/words.fifo");
+    let bad_name = "The message attribute name 'öther' is invalid. Attribute name can contain A-Z, a-z, 0-9, \
+                    underscore (_), hyphen (-), and period (.) characters.";
+    /// An action, its JSON input and its query parameters, the code in each protocol, the message.
+    type Case<'a> = (&'a str, serde_json::Value, Vec<(&'a str, &'a str)>, (&'a str, &'a str), &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "GetQueueUrl",
+            serde_json::json!({ "QueueName": "nope" }),
+            vec![("QueueName", "nope")],
+            ("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"),
+            "The specified queue does not exist.",
+        ),
+        (
+            "DeleteMessage",
+            serde_json::json!({ "QueueUrl": plain, "ReceiptHandle": "not-a-handle" }),
+            vec![("QueueUrl", &plain), ("ReceiptHandle", "not-a-handle")],
+            ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid"),
+            "The input receipt handle is invalid.",
+        ),
+        (
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": plain, "AttributeNames": ["not-existing"] }),
+            vec![("QueueUrl", &plain), ("AttributeName.1", "not-existing")],
+            ("InvalidAttributeName", "InvalidAttributeName"),
+            "Unknown Attribute not-existing.",
+        ),
+        (
+            "SendMessage",
+            serde_json::json!({ "QueueUrl": fifo, "MessageBody": "x", "MessageDeduplicationId": "d" }),
+            vec![("QueueUrl", &fifo), ("MessageBody", "x"), ("MessageDeduplicationId", "d")],
+            ("MissingParameter", "MissingParameter"),
+            "The request must contain the parameter MessageGroupId.",
+        ),
+        (
+            "SendMessage",
+            serde_json::json!({ "QueueUrl": plain, "MessageBody": "x",
+                "MessageAttributes": { "öther": { "DataType": "String", "StringValue": "v" } } }),
+            vec![
+                ("QueueUrl", &plain),
+                ("MessageBody", "x"),
+                ("MessageAttribute.1.Name", "öther"),
+                ("MessageAttribute.1.Value.DataType", "String"),
+                ("MessageAttribute.1.Value.StringValue", "v"),
+            ],
+            ("InvalidParameterValue", "InvalidParameterValue"),
+            bad_name,
+        ),
+        (
+            "DeleteMessageBatch",
+            serde_json::json!({ "QueueUrl": plain, "Entries": [] }),
+            vec![("QueueUrl", &plain)],
+            ("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest"),
+            "There should be at least one DeleteMessageBatchRequestEntry in the request.",
+        ),
+    ];
+    for (action, json, query, (shape, code), message) in cases {
+        let (status, answer) = sqs_json(&endpoint, action, json).await;
+        assert_eq!(status, 400, "{action} (JSON): {answer}");
+        assert!(answer["__type"].as_str().is_some_and(|t| t.ends_with(&format!("#{shape}"))), "{action}: {answer}");
+        assert_eq!(answer["message"], message, "{action} (JSON): {answer}");
+        let (status, xml) = sqs_query(&endpoint, action, &query).await;
+        assert_eq!(status, 400, "{action} (query): {xml}");
+        assert_eq!((xml_text(&xml, "Code").as_str(), xml_text(&xml, "Message").as_str()), (code, message), "{xml}");
+    }
+    // A batch entry's bad handle fails that entry, naming the handle, as SQS's do.
+    let entries = serde_json::json!([{ "Id": "a", "ReceiptHandle": "fake-1" }]);
+    let (status, answer) =
+        sqs_json(&endpoint, "DeleteMessageBatch", serde_json::json!({ "QueueUrl": plain, "Entries": entries })).await;
+    assert_eq!(status, 200, "{answer}");
+    let failed = &answer["Failed"][0];
+    assert_eq!(failed["Code"], "ReceiptHandleIsInvalid", "{answer}");
+    assert_eq!(failed["Message"], "The input receipt handle \"fake-1\" is not a valid receipt handle.", "{answer}");
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "DeleteMessageBatch",
+        &[
+            ("QueueUrl", &plain),
+            ("DeleteMessageBatchRequestEntry.1.Id", "a"),
+            ("DeleteMessageBatchRequestEntry.1.ReceiptHandle", "fake-1"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    assert_eq!(
+        xml_text(&xml, "Message"),
+        "The input receipt handle \"fake-1\" is not a valid receipt handle.",
+        "{xml}"
+    );
+}

@@ -83,11 +83,19 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
     let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
         Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
         Some(delay) if delay > 0 => {
-            return Err(SqsError::invalid_parameter(format!(
-                "DelaySeconds needs a delay queue; {} is a {} queue",
-                queue.name(),
-                queue.kind().as_str()
-            )));
+            // As SQS refuses it on a FIFO queue; on another, zkq says why.
+            return Err(SqsError::invalid_parameter(if queue.name().as_str().ends_with(".fifo") {
+                format!(
+                    "Value {delay} for parameter DelaySeconds is invalid. Reason: The request include parameter \
+                     that is not valid for this queue type."
+                )
+            } else {
+                format!(
+                    "DelaySeconds needs a delay queue; {} is a {} queue (docs/sqs.md)",
+                    queue.name(),
+                    queue.kind().as_str()
+                )
+            }));
         },
         _ => None,
     };
@@ -101,7 +109,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         if deduplication.is_none() {
             if queue.settings().content_deduplication != Some(true) {
                 return Err(SqsError::invalid_parameter(
-                    "the queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
+                    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
                      provided explicitly",
                 ));
             }
@@ -122,6 +130,31 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
     Ok((body, options))
 }
 
+/// Attributes refused, in SQS's words.
+fn attributes_refused(err: attributes::InvalidAttributes) -> SqsError {
+    use attributes::InvalidAttributes as Invalid;
+    SqsError::invalid_parameter(match err {
+        Invalid::TooMany(count) => {
+            format!(
+                "Number of message attributes [{count}] exceeds the allowed maximum [{}].",
+                attributes::MAX_ATTRIBUTES
+            )
+        },
+        Invalid::Name(name) => format!(
+            "The message attribute name '{name}' is invalid. Attribute name can contain A-Z, a-z, 0-9, underscore \
+             (_), hyphen (-), and period (.) characters."
+        ),
+        Invalid::DataType { name, .. } => format!(
+            "The message attribute '{name}' has an invalid message attribute type, the set of supported type \
+             prefixes is Binary, Number, and String."
+        ),
+        Invalid::Value { name, base } => format!(
+            "The message attribute '{name}' must contain non-empty message attribute value for message attribute \
+             type '{base}'."
+        ),
+    })
+}
+
 /// A request's `MessageAttributes` (the JSON protocol's shape: name → `DataType` and
 /// `StringValue` or base64 `BinaryValue`), checked as SQS checks them.
 fn message_attributes(given: Map<String, Value>) -> Result<MessageAttributes, SqsError> {
@@ -140,11 +173,14 @@ fn message_attributes(given: Map<String, Value>) -> Result<MessageAttributes, Sq
                 })?),
                 None => None,
             };
-        let data_type = field("DataType")
-            .ok_or_else(|| SqsError::invalid_parameter(format!("attribute {name}: DataType is required")))?;
+        let data_type = field("DataType").ok_or_else(|| {
+            SqsError::invalid_parameter(format!(
+                "The message attribute '{name}' must contain non-empty message attribute type."
+            ))
+        })?;
         attributes.insert(name, AttributeValue { data_type, string: field("StringValue"), binary });
     }
-    attributes::check(&attributes).map_err(|err| SqsError::invalid_parameter(err.to_string()))?;
+    attributes::check(&attributes).map_err(attributes_refused)?;
     Ok(attributes)
 }
 
@@ -153,10 +189,7 @@ fn message_attributes(given: Map<String, Value>) -> Result<MessageAttributes, Sq
 fn requested_attributes(attributes: &MessageAttributes, names: &[String]) -> MessageAttributes {
     let wanted = |name: &str| {
         names.iter().any(|n| {
-            n == "All"
-                || n == ".*"
-                || n == name
-                || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(&format!("{prefix}.")))
+            n == "All" || n == ".*" || n == name || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(prefix))
         })
     };
     attributes.iter().filter(|(name, _)| wanted(name)).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -255,19 +288,20 @@ impl BatchError {
     }
 }
 
-/// Checks a batch's entries: 1 to 10, each id 1 to 80 of `[A-Za-z0-9_-]`, all distinct.
-fn check_batch<'a>(ids: impl Iterator<Item = &'a str>) -> Result<(), SqsError> {
+/// Checks a batch's entries: 1 to 10, each id 1 to 80 of `[A-Za-z0-9_-]`, all distinct; `entry`
+/// is the action's entry type, as SQS names it in its errors.
+fn check_batch<'a>(ids: impl Iterator<Item = &'a str>, entry: &str) -> Result<(), SqsError> {
     let mut seen = HashSet::new();
     for id in ids {
         if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(SqsError::invalid_batch_entry_id(id));
+            return Err(SqsError::invalid_batch_entry_id());
         }
         if !seen.insert(id) {
             return Err(SqsError::ids_not_distinct(id));
         }
     }
     match seen.len() {
-        0 => Err(SqsError::empty_batch()),
+        0 => Err(SqsError::empty_batch(entry)),
         n if n > 10 => Err(SqsError::too_many_entries(n)),
         _ => Ok(()),
     }
@@ -290,7 +324,7 @@ pub(super) async fn send_message_batch(
     input: BatchInput<MessageEntry>,
 ) -> Result<BatchOutput<SentEntry>, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
+    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), "SendMessageBatchRequestEntry")?;
     let queue = ctx.existing(&url).await?;
     let mut failed = Vec::new();
     let mut valid = Vec::new();
@@ -557,19 +591,23 @@ pub(super) struct DeleteMessageInput {
     receipt_handle: Option<String>,
 }
 
-fn receipt_of(text: &str) -> Result<Receipt, SqsError> {
-    text.parse().map_err(|_| SqsError::receipt_handle_invalid(format!("the receipt handle {text:?} is not valid")))
+/// The receipt a single call's `ReceiptHandle` names (a batch entry's says which handle, as SQS's
+/// do: `receipt_batch`).
+fn receipt_of(text: Option<String>) -> Result<Receipt, SqsError> {
+    required(text, "ReceiptHandle")?
+        .parse()
+        .map_err(|_| SqsError::receipt_handle_invalid("The input receipt handle is invalid."))
 }
 
 pub(super) async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    delete_one(&ctx.leased_from(&url)?, input.receipt_handle).await?;
+    let queue = ctx.leased_from(&url)?;
+    delete_one(&queue, receipt_of(input.receipt_handle)?).await?;
     Ok(Empty {})
 }
 
 /// Acks the lease `receipt` names.
-async fn delete_one(queue: &QueueRef, receipt: Option<String>) -> Result<(), SqsError> {
-    let receipt = receipt_of(&required(receipt, "ReceiptHandle")?)?;
+async fn delete_one(queue: &QueueRef, receipt: Receipt) -> Result<(), SqsError> {
     Ok(queue.ack(receipt).await?)
 }
 
@@ -603,15 +641,27 @@ pub(super) async fn receipt_batch(
     step: ReceiptStep,
 ) -> Result<BatchOutput<IdEntry>, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")))?;
+    let entry = match step {
+        ReceiptStep::Delete => "DeleteMessageBatchRequestEntry",
+        ReceiptStep::ChangeVisibility => "ChangeMessageVisibilityBatchRequestEntry",
+    };
+    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), entry)?;
     let queue = ctx.leased_from(&url)?;
     let steps = input.entries.into_iter().map(|entry| {
         let queue = &queue;
         async move {
-            let result = match step {
-                ReceiptStep::Delete => delete_one(queue, entry.receipt_handle).await,
-                ReceiptStep::ChangeVisibility => {
-                    change_one(ctx, queue, entry.receipt_handle, entry.visibility_timeout).await
+            let receipt = required(entry.receipt_handle, "ReceiptHandle").and_then(|text| {
+                text.parse::<Receipt>().map_err(|_| {
+                    SqsError::receipt_handle_invalid(format!(
+                        "The input receipt handle {text:?} is not a valid receipt handle."
+                    ))
+                })
+            });
+            let result = match (receipt, step) {
+                (Err(err), _) => Err(err),
+                (Ok(receipt), ReceiptStep::Delete) => delete_one(queue, receipt).await,
+                (Ok(receipt), ReceiptStep::ChangeVisibility) => {
+                    change_one(ctx, queue, receipt, entry.visibility_timeout).await
                 },
             };
             (entry.id.unwrap_or_default(), result)
@@ -644,10 +694,9 @@ pub(super) struct ChangeVisibilityInput {
 async fn change_one(
     ctx: &Ctx<'_>,
     queue: &QueueRef,
-    receipt: Option<String>,
+    receipt: Receipt,
     visibility: Option<i64>,
 ) -> Result<(), SqsError> {
-    let receipt = receipt_of(&required(receipt, "ReceiptHandle")?)?;
     let longest = i64::try_from(ctx.state.config.lease.max_visibility.as_secs()).unwrap_or(43_200);
     let visibility = required(bounded("VisibilityTimeout", visibility, 0, 43_200.min(longest))?, "VisibilityTimeout")?;
     let step = if visibility == 0 {
@@ -666,6 +715,6 @@ async fn change_one(
 pub(super) async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.leased_from(&url)?;
-    change_one(ctx, &queue, input.receipt_handle, input.visibility_timeout).await?;
+    change_one(ctx, &queue, receipt_of(input.receipt_handle)?, input.visibility_timeout).await?;
     Ok(Empty {})
 }

@@ -158,7 +158,7 @@ impl Ctx<'_> {
     /// The queue a queue URL names: its last path segment.
     fn name_of(url: &str) -> Result<QueueName, SqsError> {
         let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
-        last.parse().map_err(|_| SqsError::no_such_queue(last))
+        last.parse().map_err(|_| SqsError::no_such_queue())
     }
 
     /// The queue `url` names, for a read or a lease: it must exist.
@@ -166,7 +166,7 @@ impl Ctx<'_> {
         let name = Ctx::name_of(url)?;
         match self.state.queues.existing(&name, Duration::ZERO).await? {
             Some(queue) => Ok(queue),
-            None => Err(SqsError::no_such_queue(name.as_str())),
+            None => Err(SqsError::no_such_queue()),
         }
     }
 

@@ -28,7 +28,7 @@ pub(super) async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Res
     // A queue open here may have been deleted (here, while in use, or on another sidecar): ask
     // ZooKeeper.
     if !ctx.state.queues.stored(queue.name()).await? {
-        return Err(SqsError::no_such_queue(queue.name().as_str()));
+        return Err(SqsError::no_such_queue());
     }
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
 }
@@ -419,7 +419,7 @@ pub(super) async fn get_queue_attributes(
     let all = input.attribute_names.iter().any(|n| n == "All");
     if let Some(unknown) = input.attribute_names.iter().find(|n| *n != "All" && !QUEUE_ATTRIBUTES.contains(&n.as_str()))
     {
-        return Err(SqsError::invalid_attribute_name(format!("unknown or unsupported attribute name {unknown}")));
+        return Err(SqsError::invalid_attribute_name(format!("Unknown Attribute {unknown}.")));
     }
     let queue = ctx.existing(&url).await?;
     let info = queue.info().await?;
