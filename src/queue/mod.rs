@@ -31,7 +31,7 @@ pub use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
 pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
 pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
-pub use names::{ItemMeta, MAX_ID_LEN, id_pattern};
+pub use names::{ItemMeta, MAX_ID_LEN, id_pattern, order_of};
 pub use put::idempotency::{
     MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key,
     key_pattern as idempotency_key_pattern,

@@ -100,6 +100,19 @@ fn split_base(name: &str) -> Option<&str> {
     ((4..=9).contains(&index.len()) && digits(index) && sequence.parse::<i64>().is_ok()).then_some(base)
 }
 
+/// The order ZooKeeper stored the message of node `name` in, as one number that grows with it:
+/// its node's sequence, then (for a node split from a putMulti node) its index in that node.
+/// Sequences go on across a queue deleted and made anew (`catalog.rs`), so the number never repeats
+/// within a queue's name. `None` for a name without a sequence, or one past the 32-bit counter.
+pub fn order_of(name: &str) -> Option<u128> {
+    let sequence = u128::try_from(sequence_of(name)?).ok()?;
+    let index = match split_base(name) {
+        Some(base) => name.get(base.len() + 1..)?.parse::<u128>().ok()?,
+        None => 0,
+    };
+    Some(sequence * 1_000_000_000 + index)
+}
+
 /// Whether `name` is a node split from a Curator putMulti node (named by zkq, not sequential).
 pub(crate) fn is_split(name: &str) -> bool {
     split_base(name).is_some()
@@ -404,6 +417,11 @@ mod tests {
 
     #[test]
     fn a_childs_sequence_is_read_from_its_name_a_split_nodes_from_its_base() {
+        assert_eq!(order_of("queue-0000000041"), Some(41_000_000_000));
+        assert_eq!(order_of("queue-0000000041-0002"), Some(41_000_000_002), "a split node's index follows");
+        assert!(order_of("queue-0000000041-0002") < order_of("queue-0000000042"));
+        assert_eq!(order_of("queue--000000001"), None, "past the 32-bit counter");
+        assert_eq!(order_of("foreign"), None);
         assert_eq!(sequence_of("queue-0000000041"), Some(41));
         assert_eq!(sequence_of("queue-10000000050000000042"), Some(42), "a priority name");
         assert_eq!(sequence_of("queue-0000000050-0001"), Some(50), "a split node is as old as its base");

@@ -1402,3 +1402,64 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
         "{xml}"
     );
 }
+
+/// A FIFO queue's messages carry a `SequenceNumber`, as SQS's do: in the `SendMessage` and
+/// `SendMessageBatch` answers (both protocols) and in the received message's attributes, the same
+/// number, growing with each message; every received message says its `SenderId` (the
+/// listener's account).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_messages_carry_growing_sequence_numbers_and_received_ones_a_sender() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-sequence")).await;
+    let attributes = serde_json::json!({ "FifoQueue": "true" });
+    let created =
+        sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "seq.fifo", "Attributes": attributes }))
+            .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let url = format!("{endpoint}/000000000000/seq.fifo");
+    let mut sent = Vec::new();
+    let one = sqs_json(
+        &endpoint,
+        "SendMessage",
+        serde_json::json!({ "QueueUrl": url, "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "1" }),
+    )
+    .await;
+    sent.push(one.1["SequenceNumber"].as_str().unwrap_or_else(|| panic!("a SequenceNumber: {}", one.1)).to_owned());
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SendMessage",
+        &[("QueueUrl", &url), ("MessageBody", "b"), ("MessageGroupId", "g"), ("MessageDeduplicationId", "2")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    sent.push(xml_text(&xml, "SequenceNumber"));
+    let entries = serde_json::json!([
+        { "Id": "c", "MessageBody": "c", "MessageGroupId": "g", "MessageDeduplicationId": "3" },
+        { "Id": "d", "MessageBody": "d", "MessageGroupId": "g", "MessageDeduplicationId": "4" },
+    ]);
+    let batch =
+        sqs_json(&endpoint, "SendMessageBatch", serde_json::json!({ "QueueUrl": url, "Entries": entries })).await;
+    for id in ["c", "d"] {
+        let entry = batch.1["Successful"].as_array().and_then(|a| a.iter().find(|e| e["Id"] == id));
+        let number = entry.and_then(|e| e["SequenceNumber"].as_str());
+        sent.push(number.unwrap_or_else(|| panic!("entry {id} has a SequenceNumber: {}", batch.1)).to_owned());
+    }
+    let numbers: Vec<u128> = sent.iter().map(|n| n.parse().unwrap_or_else(|_| panic!("a number: {n}"))).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "growing: {sent:?}");
+    // Received in order (one group), each with the number its send answered.
+    for expected in &sent {
+        let received = sqs_json(
+            &endpoint,
+            "ReceiveMessage",
+            serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5,
+                "MessageSystemAttributeNames": ["SequenceNumber", "SenderId"] }),
+        )
+        .await;
+        let message = &received.1["Messages"][0];
+        assert_eq!(message["Attributes"]["SequenceNumber"], expected.as_str(), "{}", received.1);
+        assert_eq!(message["Attributes"]["SenderId"], "000000000000", "{}", received.1);
+        let handle = message["ReceiptHandle"].clone();
+        let deleted =
+            sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await;
+        assert_eq!(deleted.0, 200, "{}", deleted.1);
+    }
+}

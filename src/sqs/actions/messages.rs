@@ -50,6 +50,14 @@ pub(super) struct SendMessageOutput {
     #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
     md5_of_message_attributes: Option<String>,
     message_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_number: Option<String>,
+}
+
+/// A FIFO queue's `SequenceNumber` of the message in node `node`: the order ZooKeeper stored it in
+/// (`queue::order_of`), 29 digits wide, so that text order is number order.
+fn sequence_number(fifo: bool, node: &str) -> Option<String> {
+    fifo.then(|| crate::queue::order_of(node)).flatten().map(|order| format!("{order:029}"))
 }
 
 /// `MD5OfMessageAttributes`, when there are attributes.
@@ -251,9 +259,11 @@ pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Resu
         crate::queue::QueueError::TooLarge { max, .. } => SqsError::message_too_long(max),
         other => other.into(),
     })?;
+    let fifo = queue.name().as_str().ends_with(".fifo");
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
         md5_of_message_attributes,
+        sequence_number: receipt.message_id.as_deref().and_then(|node| sequence_number(fifo, node)),
         message_id: receipt.message_id.map(|node| sqs_message_id(queue.path(), &node)).unwrap_or_default(),
     })
 }
@@ -316,6 +326,8 @@ pub(super) struct SentEntry {
     md5_of_message_body: String,
     #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
     md5_of_message_attributes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_number: Option<String>,
 }
 
 /// Every valid entry is stored in one transaction, all or none; an invalid one fails alone.
@@ -360,26 +372,25 @@ pub(super) async fn send_message_batch(
             },
         }
     }
-    let entry = |id: String, body: &str, options: &PutOptions, message_id: Option<String>| SentEntry {
+    let fifo = queue.name().as_str().ends_with(".fifo");
+    let entry = |id: String, body: &str, options: &PutOptions, node: Option<&String>| SentEntry {
         id,
-        message_id: message_id.unwrap_or_default(),
+        message_id: node.map(|node| sqs_message_id(queue.path(), node)).unwrap_or_default(),
         md5_of_message_body: md5_hex(body.as_bytes()),
         md5_of_message_attributes: attributes_md5(&options.attributes),
+        sequence_number: node.and_then(|node| sequence_number(fifo, node)),
     };
     let mut successful = Vec::with_capacity(unique.len() + duplicates.len());
     if !unique.is_empty() {
         let messages = unique.iter().map(|(_, body, options)| (body.as_bytes(), options.clone())).collect();
         match queue.put_many(messages, Duration::ZERO).await {
             Ok(receipts) => {
-                let ids: Vec<Option<String>> = receipts
-                    .into_iter()
-                    .map(|receipt| receipt.message_id.map(|node| sqs_message_id(queue.path(), &node)))
-                    .collect();
+                let nodes: Vec<Option<String>> = receipts.into_iter().map(|receipt| receipt.message_id).collect();
                 for (id, body, options, first) in duplicates {
-                    successful.push(entry(id, &body, &options, ids.get(first).cloned().flatten()));
+                    successful.push(entry(id, &body, &options, nodes.get(first).and_then(Option::as_ref)));
                 }
-                for ((id, body, options), message_id) in unique.into_iter().zip(ids) {
-                    successful.push(entry(id, &body, &options, message_id));
+                for ((id, body, options), node) in unique.into_iter().zip(&nodes) {
+                    successful.push(entry(id, &body, &options, node.as_ref()));
                 }
             },
             Err(err) => {
@@ -439,11 +450,21 @@ pub(super) struct ReceivedMessage {
 const SYSTEM_ATTRIBUTES: [&str; 4] =
     ["ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp", "SentTimestamp", "MessageGroupId"];
 
+/// What a received message's system attributes say of its queue and sender: the queue's path and
+/// whether it is grouped and a FIFO queue; `SenderId`, the account of the listener
+/// (`sqs.account_id`), as zkq does not know who put a message.
+struct Origin<'a> {
+    queue_path: &'a str,
+    grouped: bool,
+    fifo: bool,
+    sender: &'a str,
+}
+
 fn received(
     message: Message,
     grant: &LeaseGrant,
     (wanted, attribute_names): (&HashSet<&str>, &[String]),
-    (queue_path, grouped): (&str, bool),
+    origin: &Origin<'_>,
 ) -> ReceivedMessage {
     let chosen = requested_attributes(&message.attributes, attribute_names);
     // A body that is not SQS text (a Curator producer's bytes) is delivered base64-encoded, never
@@ -463,11 +484,15 @@ fn received(
     add("ApproximateReceiveCount", grant.delivery_count.to_string());
     add("SentTimestamp", grant.created_at_ms.to_string());
     add("ApproximateFirstReceiveTimestamp", grant.first_delivered_at_ms.to_string());
-    if let (true, ItemMeta::Id(group)) = (grouped, &message.meta) {
+    add("SenderId", origin.sender.to_owned());
+    if let (true, ItemMeta::Id(group)) = (origin.grouped, &message.meta) {
         add("MessageGroupId", group.clone());
     }
+    if let Some(sequence) = sequence_number(origin.fifo, &message.message_id) {
+        add("SequenceNumber", sequence);
+    }
     ReceivedMessage {
-        message_id: sqs_message_id(queue_path, &message.message_id),
+        message_id: sqs_message_id(origin.queue_path, &message.message_id),
         receipt_handle: grant.receipt.to_string(),
         md5_of_body: md5_hex(body.as_bytes()),
         body,
@@ -511,12 +536,15 @@ pub(super) async fn receive_message(
     .clamp(Duration::from_secs(1), lease.max_visibility);
     let max = usize::try_from(max).unwrap_or(1);
     let leased = lease_text(ctx, &queue, wait, visibility, max).await?;
-    let grouped = queue.grouped();
+    let origin = Origin {
+        queue_path: queue.path(),
+        grouped: queue.grouped(),
+        fifo: queue.name().as_str().ends_with(".fifo"),
+        sender: &ctx.state.config.sqs.account_id,
+    };
     let names = &input.message_attribute_names;
-    let messages = leased
-        .into_iter()
-        .map(|(message, grant)| received(message, &grant, (&wanted, names), (queue.path(), grouped)))
-        .collect();
+    let messages =
+        leased.into_iter().map(|(message, grant)| received(message, &grant, (&wanted, names), &origin)).collect();
     Ok(ReceiveMessageOutput { messages })
 }
 
