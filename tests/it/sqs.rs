@@ -1463,3 +1463,55 @@ async fn fifo_messages_carry_growing_sequence_numbers_and_received_ones_a_sender
         assert_eq!(deleted.0, 200, "{}", deleted.1);
     }
 }
+
+/// `CreateQueue` reads attribute names around stray spaces (`"VisibilityTimeout "` sets the
+/// visibility) and refuses `FifoQueue=true` for a name without `.fifo` as SQS does
+/// (`InvalidParameterValue`, in SQS's words), in both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_queue_reads_names_around_spaces_and_refuses_a_fifo_without_its_suffix() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-create-names")).await;
+    let attributes = serde_json::json!({ "VisibilityTimeout ": "7" });
+    let created =
+        sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "spaced", "Attributes": attributes }))
+            .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "CreateQueue",
+        &[("QueueName", "spaced-q"), ("Attribute.1.Name", " VisibilityTimeout"), ("Attribute.1.Value", "9")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    for (name, seconds) in [("spaced", "7"), ("spaced-q", "9")] {
+        let url = format!("{endpoint}/000000000000/{name}");
+        let got = sqs_json(
+            &endpoint,
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url, "AttributeNames": ["VisibilityTimeout"] }),
+        )
+        .await;
+        assert_eq!(got.1["Attributes"]["VisibilityTimeout"], seconds, "{name}: {}", got.1);
+    }
+    let words = "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
+                 end with .fifo suffix and be 1 to 80 in length.";
+    let refused = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "not-fifo", "Attributes": { "FifoQueue": "true" } }),
+    )
+    .await;
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert_eq!(refused.1["message"], words, "{}", refused.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "CreateQueue",
+        &[("QueueName", "not-fifo"), ("Attribute.1.Name", "FifoQueue"), ("Attribute.1.Value", "true")],
+    )
+    .await;
+    assert_eq!(
+        (status, xml_text(&xml, "Code").as_str(), xml_text(&xml, "Message").as_str()),
+        (400, "InvalidParameterValue", words)
+    );
+    let listed = sqs_json(&endpoint, "GetQueueUrl", serde_json::json!({ "QueueName": "not-fifo" })).await;
+    assert_eq!(listed.0, 400, "the refused queue was not made: {}", listed.1);
+}

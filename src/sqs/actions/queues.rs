@@ -124,8 +124,17 @@ struct Given {
 fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creating: bool) -> Result<Given, SqsError> {
     let served = served(ctx, queue, &queue.settings());
     let mut settable = Map::new();
-    for (key, value) in attributes {
+    let fifo = queue.name().as_str().ends_with(".fifo");
+    // Names as SQS reads them, around any spaces a client left.
+    for (key, value) in attributes.iter().map(|(key, value)| (key.trim(), value)) {
+        let key = &key.to_owned();
         let text = text_of(value);
+        if key == "FifoQueue" && boolean(&text) == Some(true) && !fifo {
+            return Err(SqsError::invalid_parameter(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
+                 end with .fifo suffix and be 1 to 80 in length.",
+            ));
+        }
         let fifo_only = key == "ContentBasedDeduplication" && !queue.name().as_str().ends_with(".fifo");
         if !queue.declared() && SETTABLE.contains(&key.as_str()) && !fifo_only {
             settable.insert(key.clone(), value.clone());
