@@ -1315,6 +1315,7 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
     let fifo = format!("{endpoint}/000000000000/words.fifo");
     let bad_name = "The message attribute name 'öther' is invalid. Attribute name can contain A-Z, a-z, 0-9, \
                     underscore (_), hyphen (-), and period (.) characters.";
+    let long_key = "k".repeat(129);
     /// An action, its JSON input and its query parameters, the code in each protocol, the message.
     type Case<'a> = (&'a str, serde_json::Value, Vec<(&'a str, &'a str)>, (&'a str, &'a str), &'a str);
     let cases: Vec<Case> = vec![
@@ -1367,6 +1368,13 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
             ("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest"),
             "There should be at least one DeleteMessageBatchRequestEntry in the request.",
         ),
+        (
+            "UntagQueue",
+            serde_json::json!({ "QueueUrl": plain, "TagKeys": [long_key] }),
+            vec![("QueueUrl", &plain), ("TagKey.1", &long_key)],
+            ("InvalidParameterValue", "InvalidParameterValue"),
+            "Tag keys must be between 1 and 128 characters in length.",
+        ),
     ];
     for (action, json, query, (shape, code), message) in cases {
         let (status, answer) = sqs_json(&endpoint, action, json).await;
@@ -1377,6 +1385,10 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
         assert_eq!(status, 400, "{action} (query): {xml}");
         assert_eq!((xml_text(&xml, "Code").as_str(), xml_text(&xml, "Message").as_str()), (code, message), "{xml}");
     }
+    let many: serde_json::Map<String, serde_json::Value> = (0..51).map(|i| (format!("k{i}"), "v".into())).collect();
+    let (status, answer) =
+        sqs_json(&endpoint, "TagQueue", serde_json::json!({ "QueueUrl": plain, "Tags": many })).await;
+    assert_eq!((status, answer["message"].as_str()), (400, Some("Too many tags added for queue plain.")), "{answer}");
     // A batch entry's bad handle fails that entry, naming the handle, as SQS's do.
     let entries = serde_json::json!([{ "Id": "a", "ReceiptHandle": "fake-1" }]);
     let (status, answer) =

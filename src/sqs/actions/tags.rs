@@ -63,8 +63,8 @@ pub(super) async fn tag_queue(ctx: &Ctx<'_>, input: TagQueueInput) -> Result<Emp
 
 pub(super) async fn untag_queue(ctx: &Ctx<'_>, input: UntagQueueInput) -> Result<Empty, SqsError> {
     let queue = ctx.existing(&required(input.queue_url, "QueueUrl")?).await?;
-    if input.tag_keys.is_empty() {
-        return Err(SqsError::missing_parameter("TagKeys"));
+    if input.tag_keys.is_empty() || input.tag_keys.iter().any(|key| !(1..=128).contains(&key.chars().count())) {
+        return Err(SqsError::invalid_parameter("Tag keys must be between 1 and 128 characters in length."));
     }
     change(ctx, queue.name(), |tags| {
         for key in &input.tag_keys {
@@ -144,10 +144,8 @@ async fn change(ctx: &Ctx<'_>, queue: &QueueName, edit: impl Fn(&mut Tags)) -> R
         let (mut tags, version) = read(ctx, &zk, &path).await?;
         edit(&mut tags);
         if tags.len() > MAX_TAGS {
-            return Err(SqsError::invalid_parameter(format!(
-                "a queue has at most {MAX_TAGS} tags, not {}",
-                tags.len()
-            )));
+            // SQS's words (a queue holds at most MAX_TAGS).
+            return Err(SqsError::invalid_parameter(format!("Too many tags added for queue {queue}.")));
         }
         let data = serde_json::to_vec(&tags).map_err(|err| SqsError::invalid_parameter(err.to_string()))?;
         let written = match version {
