@@ -6,8 +6,10 @@
 //!
 //! A message's W3C `traceparent` travels the same way. The trailer is `ZKQA`, a format byte, then
 //! JSON: format 1 is the attributes alone (an object by name), format 2 an object with the
-//! attributes (`a`) and the traceparent (`tp`), written only when there is a traceparent. Data read
-//! from ZooKeeper is untrusted: a trailer that does not parse is nothing, never an error.
+//! attributes (`a`), the traceparent (`tp`) and the deduplication id of a keyed put (`dd`, SQS's
+//! `MessageDeduplicationId`), written when there is a traceparent or a key. Data read from
+//! ZooKeeper is untrusted: a trailer that does not parse is nothing, never an error, and a `dd`
+//! that is not 1 to 128 visible ASCII characters is none.
 
 use std::collections::BTreeMap;
 
@@ -105,34 +107,62 @@ pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
 struct Annex {
     #[serde(rename = "a", default)]
     attributes: MessageAttributes,
-    #[serde(rename = "tp", default)]
+    #[serde(rename = "tp", default, skip_serializing_if = "Option::is_none")]
     traceparent: Option<String>,
+    #[serde(rename = "dd", default, skip_serializing_if = "Option::is_none")]
+    deduplication_id: Option<String>,
 }
 
-/// The trailer that carries `attributes` and `traceparent` after Curator's envelope; empty when
-/// there are neither.
-pub fn trailer(attributes: &MessageAttributes, traceparent: Option<&Traceparent>) -> Vec<u8> {
+/// What a message carries besides its body, in the trailer after Curator's envelope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trailer {
+    pub attributes: MessageAttributes,
+    pub traceparent: Option<Traceparent>,
+    /// The key of the put that stored it (SQS's `MessageDeduplicationId`), if it had one.
+    pub deduplication_id: Option<String>,
+}
+
+/// The longest deduplication id a trailer keeps (SQS's `MessageDeduplicationId` limit).
+pub const MAX_DEDUPLICATION_ID_LEN: usize = 128;
+
+/// Whether `id` is a deduplication id a trailer keeps: 1 to 128 visible ASCII characters.
+fn keepable(id: &str) -> bool {
+    (1..=MAX_DEDUPLICATION_ID_LEN).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The trailer that carries `trailer` after Curator's envelope; empty when it carries nothing. A
+/// deduplication id that is not [`keepable`] is left out.
+pub fn trailer(trailer: &Trailer) -> Vec<u8> {
+    let deduplication_id = trailer.deduplication_id.clone().filter(|id| keepable(id));
     // Serializing plain strings and bytes cannot fail.
-    match traceparent {
-        None if attributes.is_empty() => Vec::new(),
-        None => [MAGIC, &serde_json::to_vec(attributes).unwrap_or_default()].concat(),
-        Some(traceparent) => {
-            let annex = Annex { attributes: attributes.clone(), traceparent: Some(traceparent.to_string()) };
+    match (&trailer.traceparent, deduplication_id) {
+        (None, None) if trailer.attributes.is_empty() => Vec::new(),
+        (None, None) => [MAGIC, &serde_json::to_vec(&trailer.attributes).unwrap_or_default()].concat(),
+        (traceparent, deduplication_id) => {
+            let annex = Annex {
+                attributes: trailer.attributes.clone(),
+                traceparent: traceparent.as_ref().map(ToString::to_string),
+                deduplication_id,
+            };
             [MAGIC_WITH_TRACE, &serde_json::to_vec(&annex).unwrap_or_default()].concat()
         },
     }
 }
 
-/// The attributes and traceparent in the bytes after a node's envelope (see
-/// `envelope::after_end`); none when there is no trailer of ours or it does not parse (a
-/// traceparent that is not valid is none too).
-pub fn from_trailer(bytes: &[u8]) -> (MessageAttributes, Option<Traceparent>) {
+/// What the bytes after a node's envelope carry (see `envelope::after_end`); nothing when there is
+/// no trailer of ours or it does not parse (a traceparent that is not valid is none too, and so is
+/// a deduplication id that is not [`keepable`]).
+pub fn from_trailer(bytes: &[u8]) -> Trailer {
     if let Some(json) = bytes.strip_prefix(MAGIC) {
-        return (serde_json::from_slice(json).unwrap_or_default(), None);
+        return Trailer { attributes: serde_json::from_slice(json).unwrap_or_default(), ..Trailer::default() };
     }
     match bytes.strip_prefix(MAGIC_WITH_TRACE).and_then(|json| serde_json::from_slice::<Annex>(json).ok()) {
-        Some(annex) => (annex.attributes, annex.traceparent.and_then(|text| Traceparent::parse(&text).ok())),
-        None => (MessageAttributes::new(), None),
+        Some(annex) => Trailer {
+            attributes: annex.attributes,
+            traceparent: annex.traceparent.and_then(|text| Traceparent::parse(&text).ok()),
+            deduplication_id: annex.deduplication_id.filter(|id| keepable(id)),
+        },
+        None => Trailer::default(),
     }
 }
 
@@ -197,16 +227,32 @@ mod tests {
     #[test]
     fn attributes_survive_their_trailer_and_a_foreign_one_is_none() {
         let attributes: MessageAttributes = [("k".to_owned(), text("String.json", "{}"))].into();
-        assert_eq!(from_trailer(&trailer(&attributes, None)), (attributes.clone(), None));
-        assert!(trailer(&MessageAttributes::new(), None).is_empty());
+        let carrying = |attributes: &MessageAttributes, traceparent: Option<&Traceparent>, dd: Option<&str>| Trailer {
+            attributes: attributes.clone(),
+            traceparent: traceparent.cloned(),
+            deduplication_id: dd.map(str::to_owned),
+        };
+        let plain = carrying(&attributes, None, None);
+        assert_eq!(from_trailer(&trailer(&plain)), plain);
+        assert!(trailer(&Trailer::default()).is_empty());
         let trace = Traceparent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").ok();
-        assert_eq!(from_trailer(&trailer(&attributes, trace.as_ref())), (attributes, trace.clone()));
-        assert_eq!(
-            from_trailer(&trailer(&MessageAttributes::new(), trace.as_ref())),
-            (MessageAttributes::new(), trace)
-        );
+        for kept in [
+            carrying(&attributes, trace.as_ref(), None),
+            carrying(&MessageAttributes::new(), trace.as_ref(), None),
+            carrying(&attributes, trace.as_ref(), Some("d-1")),
+            carrying(&MessageAttributes::new(), None, Some(&"x".repeat(128))),
+        ] {
+            assert_eq!(from_trailer(&trailer(&kept)), kept);
+        }
+        // A deduplication id no SQS client could have sent is not kept, nor read.
+        for bad in ["", "a b", "é", &"x".repeat(129)] {
+            let given = carrying(&attributes, None, Some(bad));
+            assert_eq!(from_trailer(&trailer(&given)), carrying(&attributes, None, None), "{bad:?}");
+            let foreign = format!("ZKQA\x02{}", serde_json::json!({ "a": {}, "dd": bad }));
+            assert_eq!(from_trailer(foreign.as_bytes()).deduplication_id, None, "{bad:?}");
+        }
         for foreign in [b"anything else".as_slice(), b"ZKQA\x01not json", b"ZKQA\x02{\"tp\":\"not a trace\"}"] {
-            assert_eq!(from_trailer(foreign), (MessageAttributes::new(), None), "{foreign:?}");
+            assert_eq!(from_trailer(foreign), Trailer::default(), "{foreign:?}");
         }
     }
 

@@ -46,6 +46,8 @@ pub struct Message {
     pub attributes: super::MessageAttributes,
     /// Its producer's W3C trace context, if the put carried one.
     pub traceparent: Option<crate::types::Traceparent>,
+    /// The key of the put that stored it (SQS's `MessageDeduplicationId`), if it had one.
+    pub deduplication_id: Option<String>,
 }
 
 /// One message seen by a peek.

@@ -1417,10 +1417,10 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
 
 /// A FIFO queue's messages carry a `SequenceNumber`, as SQS's do: in the `SendMessage` and
 /// `SendMessageBatch` answers (both protocols) and in the received message's attributes, the same
-/// number, growing with each message; every received message says its `SenderId` (the
-/// listener's account).
+/// number, growing with each message; a received message says its `MessageDeduplicationId` and
+/// its `SenderId` (the listener's account).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifo_messages_carry_growing_sequence_numbers_and_received_ones_a_sender() {
+async fn fifo_messages_carry_growing_sequence_numbers_their_deduplication_ids_and_a_sender() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-sequence")).await;
     let attributes = serde_json::json!({ "FifoQueue": "true" });
     let created =
@@ -1463,11 +1463,14 @@ async fn fifo_messages_carry_growing_sequence_numbers_and_received_ones_a_sender
             &endpoint,
             "ReceiveMessage",
             serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5,
-                "MessageSystemAttributeNames": ["SequenceNumber", "SenderId"] }),
+                "MessageSystemAttributeNames": ["SequenceNumber", "SenderId", "MessageDeduplicationId"] }),
         )
         .await;
         let message = &received.1["Messages"][0];
         assert_eq!(message["Attributes"]["SequenceNumber"], expected.as_str(), "{}", received.1);
+        let body = message["Body"].as_str().expect("a body");
+        let dedup = ["a", "b", "c", "d"].iter().position(|b| *b == body).map(|i| (i + 1).to_string());
+        assert_eq!(message["Attributes"]["MessageDeduplicationId"].as_str(), dedup.as_deref(), "{}", received.1);
         assert_eq!(message["Attributes"]["SenderId"], "000000000000", "{}", received.1);
         let handle = message["ReceiptHandle"].clone();
         let deleted =

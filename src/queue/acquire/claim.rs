@@ -23,7 +23,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::super::QueueError;
-use super::super::attributes::{self, MessageAttributes};
+use super::super::attributes;
 use super::super::candidate::{Declined, Read};
 use super::super::claims::{ClaimMarkers, Outcome};
 use super::super::envelope;
@@ -34,7 +34,6 @@ use super::split::Fit;
 use super::take;
 use super::{Acquire, Delivery};
 use crate::metrics::ClaimOutcome;
-use crate::types::Traceparent;
 use crate::zk::{MAX_BATCH_BYTES, NodeStat, TxnError, TxnOp, TxnResult, Zk, ZkError};
 
 /// A candidate read and ready to claim: the operations it adds to the transaction and what its
@@ -44,7 +43,7 @@ enum Ready<'q> {
         candidate: ItemName,
         items: Vec<Vec<u8>>,
         /// The attributes and traceparent kept with the message.
-        annex: (MessageAttributes, Option<Traceparent>),
+        annex: attributes::Trailer,
         ops: Vec<TxnOp>,
         splits: Vec<ItemName>,
     },

@@ -15,12 +15,11 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Claims;
-use crate::queue::attributes::{self, MessageAttributes};
+use crate::queue::attributes;
 use crate::queue::claims::{ClaimMarkers, Outcome};
 use crate::queue::context::SETTLE_RETRIES;
 use crate::queue::message::Message;
 use crate::queue::names::{self, ItemName};
-use crate::types::Traceparent;
 use crate::zk::{ConnectionState, NodeMode, TxnOp, TxnResult, ZkError};
 
 impl Claims {
@@ -113,7 +112,11 @@ impl Claims {
             "taker disconnected after the message was removed; putting it back");
         let prefix = format!("{}/{}", self.ctx.path, names::put_prefix(self.ctx.naming, &message.meta));
         let mut data = self.ctx.encode(&message.body);
-        data.extend(attributes::trailer(&message.attributes, message.traceparent.as_ref()));
+        data.extend(attributes::trailer(&attributes::Trailer {
+            attributes: message.attributes.clone(),
+            traceparent: message.traceparent.clone(),
+            deduplication_id: message.deduplication_id.clone(),
+        }));
         let mut pause = SETTLE_RETRIES.retries();
         // A put-back whose answer was lost: its marker, and when it was sent.
         let mut unresolved: Option<(String, Instant)> = None;
@@ -176,16 +179,13 @@ impl Claims {
 }
 
 /// The message a claim of `candidate` hands out: the node's first item, under the node's name.
-pub(super) fn first_message(
-    candidate: &ItemName,
-    items: Vec<Vec<u8>>,
-    (attributes, traceparent): (MessageAttributes, Option<Traceparent>),
-) -> Message {
+pub(super) fn first_message(candidate: &ItemName, items: Vec<Vec<u8>>, trailer: attributes::Trailer) -> Message {
     Message {
         message_id: candidate.name.clone(),
         body: items.into_iter().next().unwrap_or_default(),
         meta: candidate.meta.clone(),
-        attributes,
-        traceparent,
+        attributes: trailer.attributes,
+        traceparent: trailer.traceparent,
+        deduplication_id: trailer.deduplication_id,
     }
 }

@@ -246,9 +246,15 @@ impl Leases {
                 .unwrap_or_else(|| epoch_ms_after(Duration::ZERO)),
             fencing_token,
         };
-        let (attributes, traceparent) = super::super::attributes::from_trailer(envelope::after_end(&data));
-        let message =
-            Message { message_id: candidate.name.clone(), body, meta: candidate.meta.clone(), attributes, traceparent };
+        let trailer = super::super::attributes::from_trailer(envelope::after_end(&data));
+        let message = Message {
+            message_id: candidate.name.clone(),
+            body,
+            meta: candidate.meta.clone(),
+            attributes: trailer.attributes,
+            traceparent: trailer.traceparent,
+            deduplication_id: trailer.deduplication_id,
+        };
         let lease = Lease {
             item: candidate,
             lock,

@@ -151,14 +151,24 @@ impl Puts {
                     )));
                 }
                 attributes::check(&options.attributes).map_err(|err| QueueError::InvalidParameter(err.to_string()))?;
-                let trailer = attributes::trailer(&options.attributes, options.traceparent.as_ref());
-                if body.len() + trailer.len() > self.ctx.max_message_bytes {
-                    return Err(QueueError::TooLarge {
-                        size: body.len() + trailer.len(),
-                        max: self.ctx.max_message_bytes,
-                    });
+                let carried = attributes::Trailer {
+                    attributes: options.attributes.clone(),
+                    traceparent: options.traceparent.clone(),
+                    deduplication_id: None,
+                };
+                let size = body.len() + attributes::trailer(&carried).len();
+                if size > self.ctx.max_message_bytes {
+                    return Err(QueueError::TooLarge { size, max: self.ctx.max_message_bytes });
                 }
-                data.extend(trailer);
+            }
+            // The put's key goes with the message (SQS's MessageDeduplicationId), beside what the
+            // client sent: at most 128 bytes more, not counted in the message's size.
+            if self.ctx.kind != QueueKind::Simple {
+                data.extend(attributes::trailer(&attributes::Trailer {
+                    attributes: options.attributes.clone(),
+                    traceparent: options.traceparent.clone(),
+                    deduplication_id: options.idempotency_key.clone(),
+                }));
             }
             creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.naming, &meta), data });
             keys.push(match options.idempotency_key.as_deref() {

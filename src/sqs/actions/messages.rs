@@ -491,6 +491,9 @@ fn received(
     if let Some(sequence) = sequence_number(origin.fifo, &message.message_id) {
         add("SequenceNumber", sequence);
     }
+    if let (true, Some(id)) = (origin.fifo, &message.deduplication_id) {
+        add("MessageDeduplicationId", id.clone());
+    }
     ReceivedMessage {
         message_id: sqs_message_id(origin.queue_path, &message.message_id),
         receipt_handle: grant.receipt.to_string(),
