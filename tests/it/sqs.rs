@@ -1530,3 +1530,85 @@ async fn create_queue_reads_names_around_spaces_and_refuses_a_fifo_without_its_s
     let listed = sqs_json(&endpoint, "GetQueueUrl", serde_json::json!({ "QueueName": "not-fifo" })).await;
     assert_eq!(listed.0, 400, "the refused queue was not made: {}", listed.1);
 }
+
+/// On a FIFO queue a batch entry without `MessageGroupId`, or without `MessageDeduplicationId`
+/// where the queue does not deduplicate by content, refuses the whole batch, as SQS does (nothing
+/// is stored); a FIFO queue's dead-letter queue must be a FIFO queue, and a standard queue's a
+/// standard one. Both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_batches_missing_a_group_or_deduplication_id_and_mixed_dead_letter_queues_are_refused() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-fifo-refusals")).await;
+    for (name, fifo) in [("f.fifo", "true"), ("plain-dlq", "false")] {
+        let attributes = serde_json::json!({ "FifoQueue": fifo });
+        let made =
+            sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
+                .await;
+        assert_eq!(made.0, 200, "{}", made.1);
+    }
+    let url = format!("{endpoint}/000000000000/f.fifo");
+    let no_group = serde_json::json!([
+        { "Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "1" },
+        { "Id": "b", "MessageBody": "b", "MessageDeduplicationId": "2" },
+    ]);
+    let refused =
+        sqs_json(&endpoint, "SendMessageBatch", serde_json::json!({ "QueueUrl": url, "Entries": no_group })).await;
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert_eq!(refused.1["message"], "The request must contain the parameter MessageGroupId.", "{}", refused.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SendMessageBatch",
+        &[
+            ("QueueUrl", &url),
+            ("SendMessageBatchRequestEntry.1.Id", "a"),
+            ("SendMessageBatchRequestEntry.1.MessageBody", "a"),
+            ("SendMessageBatchRequestEntry.1.MessageGroupId", "g"),
+            ("SendMessageBatchRequestEntry.2.Id", "b"),
+            ("SendMessageBatchRequestEntry.2.MessageBody", "b"),
+            ("SendMessageBatchRequestEntry.2.MessageGroupId", "g"),
+            ("SendMessageBatchRequestEntry.2.MessageDeduplicationId", "2"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{xml}");
+    assert_eq!(
+        xml_text(&xml, "Message"),
+        "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly",
+        "{xml}"
+    );
+    let depth = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages"] }),
+    )
+    .await;
+    assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessages"], "0", "nothing was stored: {}", depth.1);
+
+    // Dead letters stay within their type of queue.
+    let policy = |target: &str| {
+        serde_json::json!({ "deadLetterTargetArn": format!("arn:aws:sqs:us-east-1:000000000000:{target}"),
+            "maxReceiveCount": 2 })
+        .to_string()
+    };
+    let mixed = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "g.fifo", "Attributes": { "FifoQueue": "true", "RedrivePolicy": policy("plain-dlq") } }),
+    )
+    .await;
+    assert_eq!(mixed.0, 400, "a FIFO queue with a standard dead-letter queue: {}", mixed.1);
+    let standard_policy = policy("f.fifo");
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "CreateQueue",
+        &[("QueueName", "s"), ("Attribute.1.Name", "RedrivePolicy"), ("Attribute.1.Value", &standard_policy)],
+    )
+    .await;
+    assert_eq!((status, xml_text(&xml, "Code").as_str()), (400, "InvalidParameterValue"), "{xml}");
+    let same = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "h.fifo", "Attributes": { "FifoQueue": "true", "RedrivePolicy": policy("f.fifo") } }),
+    )
+    .await;
+    assert_eq!(same.0, 200, "a FIFO queue with a FIFO dead-letter queue: {}", same.1);
+}

@@ -116,10 +116,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         }
         if deduplication.is_none() {
             if queue.settings().content_deduplication != Some(true) {
-                return Err(SqsError::invalid_parameter(
-                    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
-                     provided explicitly",
-                ));
+                return Err(SqsError::invalid_parameter(NO_DEDUPLICATION));
             }
             let digest = sha2::Sha256::digest(body.as_bytes());
             deduplication = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
@@ -298,6 +295,10 @@ impl BatchError {
     }
 }
 
+/// A FIFO message with no deduplication id, on a queue that does not deduplicate by content.
+const NO_DEDUPLICATION: &str =
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly";
+
 /// Checks a batch's entries: 1 to 10, each id 1 to 80 of `[A-Za-z0-9_-]`, all distinct; `entry`
 /// is the action's entry type, as SQS names it in its errors.
 fn check_batch<'a>(ids: impl Iterator<Item = &'a str>, entry: &str) -> Result<(), SqsError> {
@@ -338,6 +339,18 @@ pub(super) async fn send_message_batch(
     let url = required(input.queue_url, "QueueUrl")?;
     check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), "SendMessageBatchRequestEntry")?;
     let queue = ctx.existing(&url).await?;
+    // As SQS: on a FIFO queue, an entry without a group, or without a deduplication id where the
+    // queue does not deduplicate by content, refuses the whole batch (the other checks fail an
+    // entry alone).
+    if queue.name().as_str().ends_with(".fifo") {
+        if input.entries.iter().any(|entry| entry.message_group_id.is_none()) {
+            return Err(SqsError::missing_parameter("MessageGroupId"));
+        }
+        let by_content = queue.settings().content_deduplication == Some(true);
+        if !by_content && input.entries.iter().any(|entry| entry.message_deduplication_id.is_none()) {
+            return Err(SqsError::invalid_parameter(NO_DEDUPLICATION));
+        }
+    }
     let mut failed = Vec::new();
     let mut valid = Vec::new();
     for entry in input.entries {

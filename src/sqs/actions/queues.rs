@@ -176,7 +176,7 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
             queue.name()
         )));
     }
-    let change = SettingsChange::of(ctx, &settable)?;
+    let change = SettingsChange::of(ctx, &settable, fifo)?;
     Ok(Given { change, settable: settable.iter().map(|(key, value)| (key.clone(), text_of(value))).collect() })
 }
 
@@ -194,7 +194,9 @@ struct SettingsChange {
 }
 
 impl SettingsChange {
-    fn of(ctx: &Ctx<'_>, attributes: &Map<String, Value>) -> Result<SettingsChange, SqsError> {
+    /// `fifo`: the queue is a FIFO queue, whose dead letters go to a FIFO queue (and a standard
+    /// queue's to a standard one), as SQS requires.
+    fn of(ctx: &Ctx<'_>, attributes: &Map<String, Value>, fifo: bool) -> Result<SettingsChange, SqsError> {
         let longest = ctx.state.config.lease.max_visibility.as_secs().min(43_200);
         let seconds = |key: &str, max: u64| -> Result<Option<Option<u64>>, SqsError> {
             let Some(value) = attributes.get(key) else { return Ok(None) };
@@ -222,6 +224,12 @@ impl SettingsChange {
                     ))
                 })?;
                 let target = super::moves::queue_of_arn(&policy.dead_letter_target_arn)?;
+                if target.as_str().ends_with(".fifo") != fifo {
+                    return Err(SqsError::invalid_parameter(format!(
+                        "Value {text} for parameter RedrivePolicy is invalid. Reason: Dead-letter target must be the \
+                         same type of queue as its source (both FIFO, or both standard)."
+                    )));
+                }
                 let max = text_of(&policy.max_receive_count).trim().parse::<u32>().map_err(|_| {
                     SqsError::invalid_attribute_value("maxReceiveCount must be a whole number of 1 to 1000")
                 })?;
