@@ -63,6 +63,39 @@ impl Traceparent {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The trace context of an AWS X-Ray trace header (SQS's `AWSTraceHeader`):
+    /// `Root=1-{8 hex}-{24 hex};Parent={16 hex};Sampled={0|1}`, its fields in any order (others,
+    /// such as `Lineage`, are left out). The trace id is the root's 32 hex digits, the parent id
+    /// the parent's, and `Sampled=1` the sampled flag (01), as X-Ray's own W3C mapping has it.
+    pub fn from_xray(header: &str) -> Result<Traceparent, &'static str> {
+        let field = |key: &str| {
+            header.split(';').map(|f| f.trim()).find_map(|f| f.split_once('=').filter(|(k, _)| *k == key)).map(|f| f.1)
+        };
+        let root = field("Root").ok_or("has no Root=1-{8 hex}-{24 hex}")?;
+        let mut parts = root.split('-');
+        let (Some("1"), Some(time), Some(random), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err("has a Root that is not 1-{8 hex}-{24 hex}");
+        };
+        if time.len() != 8 || random.len() != 24 {
+            return Err("has a Root that is not 1-{8 hex}-{24 hex}");
+        }
+        let parent = field("Parent").ok_or("has no Parent={16 hex}")?;
+        let flags = if field("Sampled") == Some("1") { "01" } else { "00" };
+        Traceparent::parse(&format!("00-{}{}-{}-{flags}", time, random, parent).to_ascii_lowercase())
+            .map_err(|_| "has a Root or Parent that is not hex digits (or is all zeros)")
+    }
+
+    /// This trace context as an AWS X-Ray trace header (the inverse of [`Traceparent::from_xray`]).
+    pub fn to_xray(&self) -> String {
+        let mut parts = self.0.split('-').skip(1);
+        let (trace, parent, flags) =
+            (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (time, random) = trace.split_at_checked(8).unwrap_or((trace, ""));
+        let sampled = u8::from_str_radix(flags, 16).map_or(0, |flags| flags & 1);
+        format!("Root=1-{time}-{random};Parent={parent};Sampled={sampled}")
+    }
 }
 
 impl fmt::Display for Traceparent {
@@ -92,6 +125,33 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
         ] {
             assert!(Traceparent::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_xray_header_maps_to_a_traceparent_and_back() {
+        let xray = "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72;Sampled=1";
+        let trace = Traceparent::from_xray(xray).expect("valid");
+        assert_eq!(trace.as_str(), "00-3152b7998954dae64eda91bc9a23a7e8-7fa8c0f79203be72-01");
+        assert_eq!(trace.to_xray(), xray);
+        let unsampled =
+            Traceparent::from_xray("Parent=7FA8C0F79203BE72; Root=1-3152B799-8954DAE64EDA91BC9A23A7E8; Lineage=a:1")
+                .expect("any order, any case, other fields");
+        assert_eq!(unsampled.as_str(), "00-3152b7998954dae64eda91bc9a23a7e8-7fa8c0f79203be72-00");
+        assert_eq!(
+            Traceparent::parse(VALID).expect("valid").to_xray(),
+            "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1"
+        );
+        for bad in [
+            "",
+            "Root=1-3152b799-8954dae64eda91bc9a23a7e8",
+            "Parent=7fa8c0f79203be72",
+            "Root=2-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72",
+            "Root=1-3152b79-98954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72",
+            "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=xyz8c0f79203be72",
+            "Root=1-00000000-000000000000000000000000;Parent=7fa8c0f79203be72",
+        ] {
+            assert!(Traceparent::from_xray(bad).is_err(), "{bad:?}");
         }
     }
 }

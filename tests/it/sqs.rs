@@ -1612,3 +1612,82 @@ async fn fifo_batches_missing_a_group_or_deduplication_id_and_mixed_dead_letter_
     .await;
     assert_eq!(same.0, 200, "a FIFO queue with a FIFO dead-letter queue: {}", same.1);
 }
+
+/// `AWSTraceHeader` (SQS's one message system attribute, an AWS X-Ray trace header) is kept as the
+/// message's W3C `traceparent`: received back as it was sent, in both protocols; zkq's own API
+/// delivers the same trace as `traceparent`, and a message put there with a `traceparent` is
+/// received over SQS with its `AWSTraceHeader`. A header that is not X-Ray's is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_trace_headers_travel_as_the_messages_traceparent() {
+    let (zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-trace")).await;
+    let made = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "traced" })).await;
+    assert_eq!(made.0, 200, "{}", made.1);
+    let url = format!("{endpoint}/000000000000/traced");
+    let xray = "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72;Sampled=1";
+    let w3c = "00-3152b7998954dae64eda91bc9a23a7e8-7fa8c0f79203be72-01";
+    let sent = sqs_json(
+        &endpoint,
+        "SendMessage",
+        serde_json::json!({ "QueueUrl": url, "MessageBody": "json",
+            "MessageSystemAttributes": { "AWSTraceHeader": { "DataType": "String", "StringValue": xray } } }),
+    )
+    .await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SendMessage",
+        &[
+            ("QueueUrl", &url),
+            ("MessageBody", "query"),
+            ("MessageSystemAttribute.1.Name", "AWSTraceHeader"),
+            ("MessageSystemAttribute.1.Value.DataType", "String"),
+            ("MessageSystemAttribute.1.Value.StringValue", xray),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    // zkq's own API delivers the first with its traceparent...
+    let taken = zkq.http.post(zkq.url("/v1/queues/traced/take?wait=5s")).send().await.expect("take");
+    assert_eq!(taken.headers().get("traceparent").and_then(|v| v.to_str().ok()), Some(w3c));
+    assert_eq!(taken.bytes().await.expect("body").as_ref(), b"json");
+    // ...SQS the second with its AWSTraceHeader, and one put with a traceparent likewise.
+    let put = zkq
+        .http
+        .post(zkq.url("/v1/queues/traced/messages"))
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+        .body("native")
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(put.status(), 201);
+    for (body, header) in
+        [("query", xray), ("native", "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=0")]
+    {
+        let received = sqs_json(
+            &endpoint,
+            "ReceiveMessage",
+            serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MessageSystemAttributeNames": ["All"] }),
+        )
+        .await;
+        let message = &received.1["Messages"][0];
+        assert_eq!(
+            (message["Body"].as_str(), message["Attributes"]["AWSTraceHeader"].as_str()),
+            (Some(body), Some(header))
+        );
+        let handle = message["ReceiptHandle"].clone();
+        let deleted =
+            sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await;
+        assert_eq!(deleted.0, 200, "{}", deleted.1);
+    }
+    let refused = sqs_json(
+        &endpoint,
+        "SendMessage",
+        serde_json::json!({ "QueueUrl": url, "MessageBody": "x",
+            "MessageSystemAttributes": { "AWSTraceHeader": { "DataType": "String", "StringValue": "Root=nope" } } }),
+    )
+    .await;
+    assert_eq!(
+        (refused.0, refused.1["__type"].as_str().map(|t| t.ends_with("#InvalidParameterValue"))),
+        (400, Some(true))
+    );
+}

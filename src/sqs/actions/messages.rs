@@ -16,7 +16,7 @@ use crate::queue::{
     AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,
 };
 use crate::sqs::error::SqsError;
-use crate::types::now_epoch_ms;
+use crate::types::{Traceparent, now_epoch_ms};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -81,11 +81,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
             u32::from(bad)
         )));
     }
-    if entry.message_system_attributes.as_ref().is_some_and(|a| !a.is_empty()) {
-        return Err(SqsError::invalid_parameter(
-            "zkq's SQS-compatible API does not keep message system attributes (AWSTraceHeader); send without them",
-        ));
-    }
+    let traceparent = trace_header(entry.message_system_attributes.unwrap_or_default())?;
     let attributes = message_attributes(entry.message_attributes.unwrap_or_default())?;
     // A delay queue's messages wait; another kind has no place in its names for a delivery time.
     let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
@@ -130,9 +126,32 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
         group: entry.message_group_id,
         wait: Duration::ZERO,
         idempotency_key: deduplication,
-        traceparent: None,
+        traceparent,
     };
     Ok((body, options))
+}
+
+/// The trace context a message's system attributes carry: SQS's only one, `AWSTraceHeader` (a
+/// `String`, an AWS X-Ray trace header), kept as the W3C `traceparent` zkq keeps with a message.
+fn trace_header(given: Map<String, Value>) -> Result<Option<Traceparent>, SqsError> {
+    let mut traceparent = None;
+    for (name, value) in given {
+        if name != "AWSTraceHeader" {
+            return Err(SqsError::invalid_parameter(format!(
+                "Message system attribute name '{name}' is invalid; AWSTraceHeader is the only one"
+            )));
+        }
+        let field = |key: &str| value.get(key).and_then(Value::as_str);
+        if field("DataType") != Some("String") {
+            return Err(SqsError::invalid_parameter("AWSTraceHeader's DataType must be String"));
+        }
+        let header = field("StringValue").ok_or_else(|| SqsError::missing_parameter("StringValue"))?;
+        let parsed = Traceparent::from_xray(header).map_err(|why| {
+            SqsError::invalid_parameter(format!("the AWSTraceHeader {why}; AWS X-Ray: Root=1-…;Parent=…;Sampled=…"))
+        })?;
+        traceparent = Some(parsed);
+    }
+    Ok(traceparent)
 }
 
 /// Attributes refused, in SQS's words.
@@ -503,6 +522,9 @@ fn received(
     }
     if let Some(sequence) = sequence_number(origin.fifo, &message.message_id) {
         add("SequenceNumber", sequence);
+    }
+    if let Some(trace) = &message.traceparent {
+        add("AWSTraceHeader", trace.to_xray());
     }
     if let (true, Some(id)) = (origin.fifo, &message.deduplication_id) {
         add("MessageDeduplicationId", id.clone());
