@@ -52,7 +52,14 @@ pub struct QueueSettings {
     /// (SQS's `ContentBasedDeduplication`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_deduplication: Option<bool>,
+    /// An access policy (SQS's `Policy`: a JSON object of up to [`MAX_POLICY_BYTES`]), stored and
+    /// answered, never enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
+
+/// The largest `Policy` a queue keeps (SQS's limit, 20 KiB).
+pub const MAX_POLICY_BYTES: usize = 20_480;
 
 impl QueueSettings {
     /// Reads a settings node: a JSON object of the fields above (others are ignored).
@@ -79,6 +86,12 @@ impl QueueSettings {
     /// Checks values a client gives: a dead-letter queue with a `max_deliveries` of 1 to
     /// [`MAX_DELIVERIES_SETTING`], never the queue itself.
     pub fn check(&self, queue: &QueueName) -> Result<(), String> {
+        if let Some(policy) = &self.policy {
+            let object = serde_json::from_str::<serde_json::Value>(policy).is_ok_and(|v| v.is_object());
+            if policy.len() > MAX_POLICY_BYTES || !object {
+                return Err(format!("a Policy is a JSON object of at most {MAX_POLICY_BYTES} bytes"));
+            }
+        }
         match (&self.dead_letter, self.max_deliveries) {
             (Some(target), _) if target == queue => Err("a queue cannot be its own dead-letter queue".to_owned()),
             (Some(_), Some(1..=MAX_DELIVERIES_SETTING)) | (None, None) => Ok(()),

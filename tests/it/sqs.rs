@@ -1691,3 +1691,44 @@ async fn aws_trace_headers_travel_as_the_messages_traceparent() {
         (400, Some(true))
     );
 }
+
+/// A dynamic queue keeps the `Policy` it is given (stored and answered, not enforced), in both
+/// protocols; an empty one removes it, and one that is not a JSON object is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_keeps_its_policy_and_an_empty_one_removes_it() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-policy")).await;
+    let policy = serde_json::json!({ "Version": "2012-10-17", "Id": "test",
+        "Statement": [{ "Effect": "Allow", "Principal": "*", "Action": "*" }] });
+    let made = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "guarded", "Attributes": { "Policy": policy.to_string() } }),
+    )
+    .await;
+    assert_eq!(made.0, 200, "{}", made.1);
+    let url = format!("{endpoint}/000000000000/guarded");
+    let (status, xml) =
+        sqs_query(&endpoint, "GetQueueAttributes", &[("QueueUrl", &url), ("AttributeName.1", "Policy")]).await;
+    assert_eq!(status, 200, "{xml}");
+    let kept: serde_json::Value = serde_json::from_str(&xml_text(&xml, "Value")).expect("JSON");
+    assert_eq!(kept, policy, "{xml}");
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SetQueueAttributes",
+        &[("QueueUrl", &url), ("Attribute.1.Name", "Policy"), ("Attribute.1.Value", "")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    let all =
+        sqs_json(&endpoint, "GetQueueAttributes", serde_json::json!({ "QueueUrl": url, "AttributeNames": ["All"] }))
+            .await;
+    assert!(all.1["Attributes"].get("Policy").is_none(), "removed: {}", all.1);
+    let refused = sqs_json(
+        &endpoint,
+        "SetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "Attributes": { "Policy": "not json" } }),
+    )
+    .await;
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert!(refused.1["__type"].as_str().is_some_and(|t| t.ends_with("#InvalidAttributeValue")), "{}", refused.1);
+}

@@ -45,8 +45,8 @@ pub(super) struct CreateQueueInput {
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
-const SETTABLE: [&str; 4] =
-    ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy", "ContentBasedDeduplication"];
+const SETTABLE: [&str; 5] =
+    ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy", "ContentBasedDeduplication", "Policy"];
 
 /// The queue's settings as SQS attributes: `own` (a dynamic queue's settings node) where it has
 /// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what
@@ -71,6 +71,9 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
         true => queue.dead_letter().map(|d| (d.name.clone(), d.max_deliveries)),
         false => own.dead_letter.clone().map(|name| (name, own.max_deliveries)),
     };
+    if let Some(policy) = &own.policy {
+        values.push(("Policy", policy.clone()));
+    }
     if let Some((name, max_deliveries)) = dead_letter {
         let policy = serde_json::json!({
             "deadLetterTargetArn": ctx.queue_arn(name.as_str()),
@@ -191,6 +194,8 @@ struct SettingsChange {
     wait: Option<Option<u64>>,
     redrive: Option<(Option<QueueName>, Option<u32>)>,
     content: Option<bool>,
+    /// `Some(None)`: removed (an empty `Policy`).
+    policy: Option<Option<String>>,
 }
 
 impl SettingsChange {
@@ -247,11 +252,25 @@ impl SettingsChange {
                 },
             },
         };
-        Ok(SettingsChange { visibility, wait, redrive, content })
+        let policy = attributes.get("Policy").map(text_of).map(|text| (!text.trim().is_empty()).then_some(text));
+        if let Some(Some(text)) = &policy {
+            let object = serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object());
+            if text.len() > crate::queue::MAX_POLICY_BYTES || !object {
+                return Err(SqsError::invalid_attribute_value(format!(
+                    "Policy must be a JSON object of at most {} bytes",
+                    crate::queue::MAX_POLICY_BYTES
+                )));
+            }
+        }
+        Ok(SettingsChange { visibility, wait, redrive, content, policy })
     }
 
     fn is_empty(&self) -> bool {
-        self.visibility.is_none() && self.wait.is_none() && self.redrive.is_none() && self.content.is_none()
+        self.visibility.is_none()
+            && self.wait.is_none()
+            && self.redrive.is_none()
+            && self.content.is_none()
+            && self.policy.is_none()
     }
 
     fn apply(&self, mut settings: QueueSettings) -> QueueSettings {
@@ -267,6 +286,9 @@ impl SettingsChange {
         if let Some((target, max)) = self.redrive.clone() {
             settings.dead_letter = target;
             settings.max_deliveries = max;
+        }
+        if let Some(policy) = self.policy.clone() {
+            settings.policy = policy;
         }
         settings
     }
@@ -414,7 +436,7 @@ pub(super) struct AttributesOutput {
 }
 
 /// Every queue attribute zkq answers.
-const QUEUE_ATTRIBUTES: [&str; 11] = [
+const QUEUE_ATTRIBUTES: [&str; 12] = [
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
@@ -426,6 +448,7 @@ const QUEUE_ATTRIBUTES: [&str; 11] = [
     "FifoQueue",
     "ContentBasedDeduplication",
     "RedrivePolicy",
+    "Policy",
 ];
 
 pub(super) async fn get_queue_attributes(
