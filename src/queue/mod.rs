@@ -39,7 +39,7 @@ pub use put::idempotency::{
 pub(crate) use service::queue_layout;
 pub use service::{Created, QueueService};
 pub use settings::DeadLetter;
-pub use settings::{MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, QueueSettings};
+pub use settings::{MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, MIN_MESSAGE_BYTES_SETTING, QueueSettings};
 
 use crate::types::QueueName;
 use crate::zk::ZkError;

@@ -56,7 +56,15 @@ pub struct QueueSettings {
     /// answered, never enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The largest message an SQS send may put, bytes of body and attributes (SQS's
+    /// `MaximumMessageSize`, at least [`MIN_MESSAGE_BYTES_SETTING`]); never more than
+    /// `api.max_message_bytes`, whatever the node says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u64>,
 }
+
+/// The smallest `MaximumMessageSize` a queue takes (SQS's 1 KiB).
+pub const MIN_MESSAGE_BYTES_SETTING: u64 = 1_024;
 
 /// The largest `Policy` a queue keeps (SQS's limit, 20 KiB).
 pub const MAX_POLICY_BYTES: usize = 20_480;
@@ -91,6 +99,9 @@ impl QueueSettings {
             if policy.len() > MAX_POLICY_BYTES || !object {
                 return Err(format!("a Policy is a JSON object of at most {MAX_POLICY_BYTES} bytes"));
             }
+        }
+        if self.max_message_bytes.is_some_and(|bytes| bytes < MIN_MESSAGE_BYTES_SETTING) {
+            return Err(format!("a MaximumMessageSize is at least {MIN_MESSAGE_BYTES_SETTING} bytes"));
         }
         match (&self.dead_letter, self.max_deliveries) {
             (Some(target), _) if target == queue => Err("a queue cannot be its own dead-letter queue".to_owned()),

@@ -1732,3 +1732,56 @@ async fn a_queue_keeps_its_policy_and_an_empty_one_removes_it() {
     assert_eq!(refused.0, 400, "{}", refused.1);
     assert!(refused.1["__type"].as_str().is_some_and(|t| t.ends_with("#InvalidAttributeValue")), "{}", refused.1);
 }
+
+/// A dynamic queue's `MaximumMessageSize` (1,024 bytes up to `api.max_message_bytes`) bounds what
+/// an SQS send puts, body and attributes, as SQS counts them; in both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_maximum_message_size_bounds_its_sends() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-max-size")).await;
+    let made = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "small", "Attributes": { "MaximumMessageSize": "2048" } }),
+    )
+    .await;
+    assert_eq!(made.0, 200, "{}", made.1);
+    let url = format!("{endpoint}/000000000000/small");
+    let (status, xml) =
+        sqs_query(&endpoint, "GetQueueAttributes", &[("QueueUrl", &url), ("AttributeName.1", "MaximumMessageSize")])
+            .await;
+    assert_eq!((status, xml_text(&xml, "Value").as_str()), (200, "2048"), "{xml}");
+    let fits =
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "a".repeat(2048) }))
+            .await;
+    assert_eq!(fits.0, 200, "{}", fits.1);
+    let words = "One or more parameters are invalid. Reason: Message must be shorter than 2048 bytes.";
+    let long =
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "a".repeat(2049) }))
+            .await;
+    assert_eq!((long.0, long.1["message"].as_str()), (400, Some(words)), "{}", long.1);
+    // Attributes count: 2,040 bytes of body and an attribute of 4 + 6 + 1 bytes.
+    let body = "b".repeat(2040);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SendMessage",
+        &[
+            ("QueueUrl", &url),
+            ("MessageBody", &body),
+            ("MessageAttribute.1.Name", "name"),
+            ("MessageAttribute.1.Value.DataType", "String"),
+            ("MessageAttribute.1.Value.StringValue", "v"),
+        ],
+    )
+    .await;
+    assert_eq!((status, xml_text(&xml, "Message").as_str()), (400, words), "{xml}");
+    for bad in ["1023", "1048577000"] {
+        let refused = sqs_json(
+            &endpoint,
+            "SetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url, "Attributes": { "MaximumMessageSize": bad } }),
+        )
+        .await;
+        assert_eq!(refused.0, 400, "{bad}: {}", refused.1);
+        assert!(refused.1["__type"].as_str().is_some_and(|t| t.ends_with("#InvalidAttributeValue")), "{}", refused.1);
+    }
+}

@@ -70,7 +70,9 @@ fn md5_hex(bytes: &[u8]) -> String {
 }
 
 /// The body and put options of one message to send to `queue`.
-fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions), SqsError> {
+/// `largest`: the queue's `MaximumMessageSize` (`queues::largest_message`), which the body and the
+/// attributes (names, types and values) fit, as SQS counts them.
+fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(String, PutOptions), SqsError> {
     let body = required(entry.message_body, "MessageBody")?;
     if body.is_empty() {
         return Err(SqsError::invalid_parameter("MessageBody must not be empty"));
@@ -83,6 +85,13 @@ fn prepare(entry: MessageEntry, queue: &QueueRef) -> Result<(String, PutOptions)
     }
     let traceparent = trace_header(entry.message_system_attributes.unwrap_or_default())?;
     let attributes = message_attributes(entry.message_attributes.unwrap_or_default())?;
+    let size = attributes.iter().fold(body.len(), |size, (name, value)| {
+        let value_len = value.string.as_ref().map_or(0, String::len) + value.binary.as_ref().map_or(0, Vec::len);
+        size.saturating_add(name.len() + value.data_type.len() + value_len)
+    });
+    if size > largest {
+        return Err(SqsError::message_too_long(largest));
+    }
     // A delay queue's messages wait; another kind has no place in its names for a delivery time.
     let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
         Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
@@ -268,7 +277,8 @@ fn sqs_message_id(queue_path: &str, node: &str) -> String {
 pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let (body, options) = prepare(input.message, &queue)?;
+    let largest = super::queues::largest_message(&ctx.state.config, &queue.settings());
+    let (body, options) = prepare(input.message, &queue, largest)?;
     let md5_of_message_attributes = attributes_md5(&options.attributes);
     let receipt = queue.put(body.as_bytes(), options).await.map_err(|err| match err {
         // One message: SQS's error for a body too long, not a batch's.
@@ -372,9 +382,10 @@ pub(super) async fn send_message_batch(
     }
     let mut failed = Vec::new();
     let mut valid = Vec::new();
+    let largest = super::queues::largest_message(&ctx.state.config, &queue.settings());
     for entry in input.entries {
         let id = entry.id.clone().unwrap_or_default();
-        match prepare(entry, &queue) {
+        match prepare(entry, &queue, largest) {
             Ok((body, options)) => valid.push((id, body, options)),
             Err(err) => failed.push(BatchError::of(id, err)),
         }

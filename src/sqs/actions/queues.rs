@@ -45,8 +45,14 @@ pub(super) struct CreateQueueInput {
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
-const SETTABLE: [&str; 5] =
-    ["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy", "ContentBasedDeduplication", "Policy"];
+const SETTABLE: [&str; 6] = [
+    "VisibilityTimeout",
+    "ReceiveMessageWaitTimeSeconds",
+    "RedrivePolicy",
+    "ContentBasedDeduplication",
+    "Policy",
+    "MaximumMessageSize",
+];
 
 /// The queue's settings as SQS attributes: `own` (a dynamic queue's settings node) where it has
 /// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what
@@ -58,7 +64,7 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
             "VisibilityTimeout",
             own.visibility_seconds.unwrap_or_else(|| config.lease.default_visibility.as_secs()).to_string(),
         ),
-        ("MaximumMessageSize", config.api.max_message_bytes.to_string()),
+        ("MaximumMessageSize", largest_message(config, own).to_string()),
         ("DelaySeconds", "0".to_owned()),
         ("ReceiveMessageWaitTimeSeconds", own.receive_wait_seconds.unwrap_or(0).to_string()),
     ];
@@ -82,6 +88,13 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
         values.push(("RedrivePolicy", policy.to_string()));
     }
     values
+}
+
+/// The largest message an SQS send to a queue with `own` settings may put: its
+/// `MaximumMessageSize`, within `api.max_message_bytes`.
+pub(super) fn largest_message(config: &crate::config::Config, own: &QueueSettings) -> usize {
+    let api = config.api.max_message_bytes;
+    own.max_message_bytes.map_or(api, |bytes| usize::try_from(bytes).unwrap_or(usize::MAX).min(api))
 }
 
 /// An attribute's value as text (the query protocol sends text; the JSON one may send numbers).
@@ -196,6 +209,7 @@ struct SettingsChange {
     content: Option<bool>,
     /// `Some(None)`: removed (an empty `Policy`).
     policy: Option<Option<String>>,
+    max_message_bytes: Option<u64>,
 }
 
 impl SettingsChange {
@@ -262,7 +276,25 @@ impl SettingsChange {
                 )));
             }
         }
-        Ok(SettingsChange { visibility, wait, redrive, content, policy })
+        let largest = ctx.state.config.api.max_message_bytes;
+        let max_message_bytes = match attributes.get("MaximumMessageSize").map(text_of) {
+            None => None,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(bytes)
+                    if bytes >= crate::queue::MIN_MESSAGE_BYTES_SETTING
+                        && usize::try_from(bytes).is_ok_and(|bytes| bytes <= largest) =>
+                {
+                    Some(bytes)
+                },
+                _ => {
+                    return Err(SqsError::invalid_attribute_value(format!(
+                        "MaximumMessageSize must be {} to {largest} bytes (api.max_message_bytes), not {text}",
+                        crate::queue::MIN_MESSAGE_BYTES_SETTING
+                    )));
+                },
+            },
+        };
+        Ok(SettingsChange { visibility, wait, redrive, content, policy, max_message_bytes })
     }
 
     fn is_empty(&self) -> bool {
@@ -271,6 +303,7 @@ impl SettingsChange {
             && self.redrive.is_none()
             && self.content.is_none()
             && self.policy.is_none()
+            && self.max_message_bytes.is_none()
     }
 
     fn apply(&self, mut settings: QueueSettings) -> QueueSettings {
@@ -289,6 +322,9 @@ impl SettingsChange {
         }
         if let Some(policy) = self.policy.clone() {
             settings.policy = policy;
+        }
+        if let Some(bytes) = self.max_message_bytes {
+            settings.max_message_bytes = Some(bytes);
         }
         settings
     }
