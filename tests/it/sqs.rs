@@ -1785,3 +1785,48 @@ async fn a_queues_maximum_message_size_bounds_its_sends() {
         assert!(refused.1["__type"].as_str().is_some_and(|t| t.ends_with("#InvalidAttributeValue")), "{}", refused.1);
     }
 }
+
+/// A receive with `VisibilityTimeout=0` leaves the message visible at once, as SQS does: the next
+/// receive (the other protocol), which does not wait, gets it again, its receive count grown, and
+/// deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_with_visibility_zero_leaves_the_message_visible_at_once() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-visibility-zero")).await;
+    let made = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "peek" })).await;
+    assert_eq!(made.0, 200, "{}", made.1);
+    let url = format!("{endpoint}/000000000000/peek");
+    let sent = sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "again" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let first = sqs_json(
+        &endpoint,
+        "ReceiveMessage",
+        serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "VisibilityTimeout": 0, "AttributeNames": ["All"] }),
+    )
+    .await;
+    let message = &first.1["Messages"][0];
+    assert_eq!(
+        (message["Body"].as_str(), message["Attributes"]["ApproximateReceiveCount"].as_str()),
+        (Some("again"), Some("1"))
+    );
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "ReceiveMessage",
+        &[("QueueUrl", &url), ("WaitTimeSeconds", "0"), ("AttributeName.1", "ApproximateReceiveCount")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    assert_eq!(xml_text(&xml, "MessageId"), message["MessageId"].as_str().expect("an id"), "the same message: {xml}");
+    assert!(xml.contains("<Name>ApproximateReceiveCount</Name><Value>2</Value>"), "received twice: {xml}");
+    let handle = xml_text(&xml, "ReceiptHandle");
+    let deleted =
+        sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await;
+    assert_eq!(deleted.0, 200, "{}", deleted.1);
+    let depth = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"] }),
+    )
+    .await;
+    assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessages"], "0", "{}", depth.1);
+    assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0", "{}", depth.1);
+}

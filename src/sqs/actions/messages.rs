@@ -576,8 +576,10 @@ pub(super) async fn receive_message(
     // Unsaid, the queue's own settings (a dynamic queue's `SetQueueAttributes`) or zkq's defaults.
     let own = queue.settings();
     let wait = wait.map_or_else(|| Duration::from_secs(own.receive_wait_seconds.unwrap_or(0)), seconds);
+    // Visible again at once, as in SQS: leased for the shortest time there is, and released as
+    // soon as it is read (should the release fail, the lease ends after its second).
+    let release_at_once = visibility == Some(0);
     let visibility = match visibility {
-        // Visible again at once in SQS; a lease of one second here, the shortest there is.
         Some(0) => Duration::from_secs(1),
         Some(seconds_) => seconds(seconds_),
         None => own.visibility_seconds.map_or(lease.default_visibility, Duration::from_secs),
@@ -592,6 +594,14 @@ pub(super) async fn receive_message(
         sender: &ctx.state.config.sqs.account_id,
     };
     let names = &input.message_attribute_names;
+    if release_at_once {
+        let releases = leased.iter().map(|(_, grant)| queue.nack(grant.receipt, NackMode::Keep, Duration::ZERO));
+        for released in futures::future::join_all(releases).await {
+            if let Err(err) = released {
+                tracing::debug!(queue = %queue.name(), error = %err, "a VisibilityTimeout=0 receive's release failed; its lease ends in a second");
+            }
+        }
+    }
     let messages =
         leased.into_iter().map(|(message, grant)| received(message, &grant, (&wanted, names), &origin)).collect();
     Ok(ReceiveMessageOutput { messages })
