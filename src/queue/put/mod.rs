@@ -143,32 +143,34 @@ impl Puts {
             }
             let meta = self.meta_for(options)?;
             let mut data = self.ctx.encode(body);
-            if !options.attributes.is_empty() || options.traceparent.is_some() {
-                if self.ctx.kind == QueueKind::Simple {
-                    return Err(QueueError::NotForKind(format!(
-                        "simple queue {:?} stores bare bodies: it has no place for message attributes or a traceparent",
-                        self.ctx.name
-                    )));
-                }
+            let carries = !options.attributes.is_empty() || options.traceparent.is_some();
+            if carries && self.ctx.kind == QueueKind::Simple {
+                return Err(QueueError::NotForKind(format!(
+                    "simple queue {:?} stores bare bodies: it has no place for message attributes or a traceparent",
+                    self.ctx.name
+                )));
+            }
+            // The put's key goes with the message (SQS's MessageDeduplicationId), beside what the
+            // client sent: at most 128 bytes more, not counted in the message's size. A simple
+            // queue's bare bodies keep none.
+            let key = options.idempotency_key.clone().filter(|_| self.ctx.kind != QueueKind::Simple);
+            if carries || key.is_some() {
                 attributes::check(&options.attributes).map_err(|err| QueueError::InvalidParameter(err.to_string()))?;
-                let carried = attributes::Trailer {
+                let mut trailer = attributes::Trailer {
                     attributes: options.attributes.clone(),
                     traceparent: options.traceparent.clone(),
                     deduplication_id: None,
                 };
-                let size = body.len() + attributes::trailer(&carried).len();
+                let mut bytes = attributes::trailer(&trailer);
+                let size = body.len() + bytes.len();
                 if size > self.ctx.max_message_bytes {
                     return Err(QueueError::TooLarge { size, max: self.ctx.max_message_bytes });
                 }
-            }
-            // The put's key goes with the message (SQS's MessageDeduplicationId), beside what the
-            // client sent: at most 128 bytes more, not counted in the message's size.
-            if self.ctx.kind != QueueKind::Simple {
-                data.extend(attributes::trailer(&attributes::Trailer {
-                    attributes: options.attributes.clone(),
-                    traceparent: options.traceparent.clone(),
-                    deduplication_id: options.idempotency_key.clone(),
-                }));
+                if key.is_some() {
+                    trailer.deduplication_id = key;
+                    bytes = attributes::trailer(&trailer);
+                }
+                data.extend(bytes);
             }
             creates.push(NodeCreate { prefix: names::put_prefix(self.ctx.naming, &meta), data });
             keys.push(match options.idempotency_key.as_deref() {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::Digest;
 
-use super::{Ctx, Empty, bounded, number, required, seconds};
+use super::{Ctx, Empty, bounded, is_fifo, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
 use crate::queue::attributes;
 use crate::queue::{
@@ -97,7 +97,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
         Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
         Some(delay) if delay > 0 => {
             // As SQS refuses it on a FIFO queue; on another, zkq says why.
-            return Err(SqsError::invalid_parameter(if queue.name().as_str().ends_with(".fifo") {
+            return Err(SqsError::invalid_parameter(if is_fifo(queue.name()) {
                 format!(
                     "Value {delay} for parameter DelaySeconds is invalid. Reason: The request include parameter \
                      that is not valid for this queue type."
@@ -113,7 +113,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
         _ => None,
     };
     let mut deduplication = entry.message_deduplication_id;
-    if queue.name().as_str().ends_with(".fifo") {
+    if is_fifo(queue.name()) {
         // As SQS: a FIFO queue's message names its group, and is deduplicated by its id or, with
         // ContentBasedDeduplication, by its body's SHA-256.
         if entry.message_group_id.is_none() {
@@ -285,7 +285,7 @@ pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Resu
         crate::queue::QueueError::TooLarge { max, .. } => SqsError::message_too_long(max),
         other => other.into(),
     })?;
-    let fifo = queue.name().as_str().ends_with(".fifo");
+    let fifo = is_fifo(queue.name());
     Ok(SendMessageOutput {
         md5_of_message_body: md5_hex(body.as_bytes()),
         md5_of_message_attributes,
@@ -371,7 +371,7 @@ pub(super) async fn send_message_batch(
     // As SQS: on a FIFO queue, an entry without a group, or without a deduplication id where the
     // queue does not deduplicate by content, refuses the whole batch (the other checks fail an
     // entry alone).
-    if queue.name().as_str().ends_with(".fifo") {
+    if is_fifo(queue.name()) {
         if input.entries.iter().any(|entry| entry.message_group_id.is_none()) {
             return Err(SqsError::missing_parameter("MessageGroupId"));
         }
@@ -415,7 +415,7 @@ pub(super) async fn send_message_batch(
             },
         }
     }
-    let fifo = queue.name().as_str().ends_with(".fifo");
+    let fifo = is_fifo(queue.name());
     let entry = |id: String, body: &str, options: &PutOptions, node: Option<&String>| SentEntry {
         id,
         message_id: node.map(|node| sqs_message_id(queue.path(), node)).unwrap_or_default(),
@@ -590,7 +590,7 @@ pub(super) async fn receive_message(
     let origin = Origin {
         queue_path: queue.path(),
         grouped: queue.grouped(),
-        fifo: queue.name().as_str().ends_with(".fifo"),
+        fifo: is_fifo(queue.name()),
         sender: &ctx.state.config.sqs.account_id,
     };
     let names = &input.message_attribute_names;

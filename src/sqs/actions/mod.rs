@@ -177,6 +177,11 @@ impl Ctx<'_> {
     }
 }
 
+/// Whether queue `name` is a FIFO queue: SQS's rule, its name ends in `.fifo`.
+fn is_fifo(name: &QueueName) -> bool {
+    name.as_str().ends_with(".fifo")
+}
+
 fn required<T>(value: Option<T>, name: &str) -> Result<T, SqsError> {
     value.ok_or_else(|| SqsError::missing_parameter(name))
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{Ctx, Empty, bounded, number, required};
+use super::{Ctx, Empty, bounded, is_fifo, number, required};
 use crate::queue::{QueueError, QueueRef, QueueSettings};
 use crate::sqs::error::SqsError;
 use crate::types::QueueName;
@@ -68,7 +68,7 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
         ("DelaySeconds", "0".to_owned()),
         ("ReceiveMessageWaitTimeSeconds", own.receive_wait_seconds.unwrap_or(0).to_string()),
     ];
-    if queue.name().as_str().ends_with(".fifo") {
+    if is_fifo(queue.name()) {
         values.push(("FifoQueue", "true".to_owned()));
         let content = own.content_deduplication.unwrap_or(false);
         values.push(("ContentBasedDeduplication", content.to_string()));
@@ -140,10 +140,10 @@ struct Given {
 fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creating: bool) -> Result<Given, SqsError> {
     let served = served(ctx, queue, &queue.settings());
     let mut settable = Map::new();
-    let fifo = queue.name().as_str().ends_with(".fifo");
+    let fifo = is_fifo(queue.name());
     // Names as SQS reads them, around any spaces a client left.
-    for (key, value) in attributes.iter().map(|(key, value)| (key.trim(), value)) {
-        let key = &key.to_owned();
+    for (key, value) in attributes {
+        let key = key.trim();
         let text = text_of(value);
         if key == "FifoQueue" && boolean(&text) == Some(true) && !fifo {
             return Err(SqsError::invalid_parameter(
@@ -151,14 +151,14 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
                  end with .fifo suffix and be 1 to 80 in length.",
             ));
         }
-        let fifo_only = key == "ContentBasedDeduplication" && !queue.name().as_str().ends_with(".fifo");
-        if !queue.declared() && SETTABLE.contains(&key.as_str()) && !fifo_only {
-            settable.insert(key.clone(), value.clone());
+        let fifo_only = key == "ContentBasedDeduplication" && !fifo;
+        if !queue.declared() && SETTABLE.contains(&key) && !fifo_only {
+            settable.insert(key.to_owned(), value.clone());
             continue;
         }
-        let served = served.iter().find(|(name, _)| name == key).map(|(_, served)| served.as_str());
+        let served = served.iter().find(|(name, _)| *name == key).map(|(_, served)| served.as_str());
         let Some(served) = served.or((key == "RedrivePolicy").then_some("")) else {
-            if key == "FifoQueue" && boolean(&text) == Some(false) && !queue.name().as_str().ends_with(".fifo") {
+            if key == "FifoQueue" && boolean(&text) == Some(false) && !fifo {
                 continue;
             }
             return Err(SqsError::invalid_attribute_name(format!(
@@ -184,7 +184,7 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
             )));
         }
     }
-    if queue.name().as_str().ends_with(".fifo") && !queue.grouped() {
+    if is_fifo(queue.name()) && !queue.grouped() {
         return Err(SqsError::invalid_parameter(format!(
             "a FIFO queue ({}) is a grouped queue in zkq: declare queues.{}.grouped = true (or set \
              queues_dynamic_grouped)",
@@ -243,7 +243,7 @@ impl SettingsChange {
                     ))
                 })?;
                 let target = super::moves::queue_of_arn(&policy.dead_letter_target_arn)?;
-                if target.as_str().ends_with(".fifo") != fifo {
+                if is_fifo(&target) != fifo {
                     return Err(SqsError::invalid_parameter(format!(
                         "Value {text} for parameter RedrivePolicy is invalid. Reason: Dead-letter target must be the \
                          same type of queue as its source (both FIFO, or both standard)."
