@@ -1265,6 +1265,14 @@ async fn boolean_attributes_are_read_in_any_case_in_both_protocols() {
     assert!(refused.1["__type"].as_str().is_some_and(|t| t.contains("QueueNameExists")), "{}", refused.1);
 }
 
+/// Makes queue `name` with `attributes` through the JSON protocol (it must succeed); its URL.
+async fn create_queue(endpoint: &str, name: &str, attributes: serde_json::Value) -> String {
+    let made =
+        sqs_json(endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes })).await;
+    assert_eq!(made.0, 200, "CreateQueue {name}: {}", made.1);
+    format!("{endpoint}/000000000000/{name}")
+}
+
 /// An SQS call in the query protocol (form-encoded `params`), its status and its body.
 async fn sqs_query(endpoint: &str, action: &str, params: &[(&str, &str)]) -> (u16, String) {
     let encode = |text: &str| {
@@ -1303,16 +1311,8 @@ fn xml_text(xml: &str, tag: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_carry_sqss_own_words_in_both_protocols() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-words")).await;
-    for name in ["plain", "words.fifo"] {
-        let attributes =
-            if name.ends_with(".fifo") { serde_json::json!({ "FifoQueue": "true" }) } else { serde_json::json!({}) };
-        let created =
-            sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
-                .await;
-        assert_eq!(created.0, 200, "{}", created.1);
-    }
-    let plain = format!("{endpoint}/000000000000/plain");
-    let fifo = format!("{endpoint}/000000000000/words.fifo");
+    let plain = create_queue(&endpoint, "plain", serde_json::json!({})).await;
+    let fifo = create_queue(&endpoint, "words.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
     let bad_name = "The message attribute name 'öther' is invalid. Attribute name can contain A-Z, a-z, 0-9, \
                     underscore (_), hyphen (-), and period (.) characters.";
     let long_key = "k".repeat(129);
@@ -1422,12 +1422,7 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_messages_carry_growing_sequence_numbers_their_deduplication_ids_and_a_sender() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-sequence")).await;
-    let attributes = serde_json::json!({ "FifoQueue": "true" });
-    let created =
-        sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "seq.fifo", "Attributes": attributes }))
-            .await;
-    assert_eq!(created.0, 200, "{}", created.1);
-    let url = format!("{endpoint}/000000000000/seq.fifo");
+    let url = create_queue(&endpoint, "seq.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
     let mut sent = Vec::new();
     let one = sqs_json(
         &endpoint,
@@ -1538,14 +1533,8 @@ async fn create_queue_reads_names_around_spaces_and_refuses_a_fifo_without_its_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_batches_missing_a_group_or_deduplication_id_and_mixed_dead_letter_queues_are_refused() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-fifo-refusals")).await;
-    for (name, fifo) in [("f.fifo", "true"), ("plain-dlq", "false")] {
-        let attributes = serde_json::json!({ "FifoQueue": fifo });
-        let made =
-            sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
-                .await;
-        assert_eq!(made.0, 200, "{}", made.1);
-    }
-    let url = format!("{endpoint}/000000000000/f.fifo");
+    let url = create_queue(&endpoint, "f.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
+    create_queue(&endpoint, "plain-dlq", serde_json::json!({ "FifoQueue": "false" })).await;
     let no_group = serde_json::json!([
         { "Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "1" },
         { "Id": "b", "MessageBody": "b", "MessageDeduplicationId": "2" },
@@ -1620,9 +1609,7 @@ async fn fifo_batches_missing_a_group_or_deduplication_id_and_mixed_dead_letter_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_trace_headers_travel_as_the_messages_traceparent() {
     let (zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-trace")).await;
-    let made = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "traced" })).await;
-    assert_eq!(made.0, 200, "{}", made.1);
-    let url = format!("{endpoint}/000000000000/traced");
+    let url = create_queue(&endpoint, "traced", serde_json::json!({})).await;
     let xray = "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72;Sampled=1";
     let w3c = "00-3152b7998954dae64eda91bc9a23a7e8-7fa8c0f79203be72-01";
     let sent = sqs_json(
@@ -1699,14 +1686,7 @@ async fn a_queue_keeps_its_policy_and_an_empty_one_removes_it() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-policy")).await;
     let policy = serde_json::json!({ "Version": "2012-10-17", "Id": "test",
         "Statement": [{ "Effect": "Allow", "Principal": "*", "Action": "*" }] });
-    let made = sqs_json(
-        &endpoint,
-        "CreateQueue",
-        serde_json::json!({ "QueueName": "guarded", "Attributes": { "Policy": policy.to_string() } }),
-    )
-    .await;
-    assert_eq!(made.0, 200, "{}", made.1);
-    let url = format!("{endpoint}/000000000000/guarded");
+    let url = create_queue(&endpoint, "guarded", serde_json::json!({ "Policy": policy.to_string() })).await;
     let (status, xml) =
         sqs_query(&endpoint, "GetQueueAttributes", &[("QueueUrl", &url), ("AttributeName.1", "Policy")]).await;
     assert_eq!(status, 200, "{xml}");
@@ -1738,14 +1718,7 @@ async fn a_queue_keeps_its_policy_and_an_empty_one_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queues_maximum_message_size_bounds_its_sends() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-max-size")).await;
-    let made = sqs_json(
-        &endpoint,
-        "CreateQueue",
-        serde_json::json!({ "QueueName": "small", "Attributes": { "MaximumMessageSize": "2048" } }),
-    )
-    .await;
-    assert_eq!(made.0, 200, "{}", made.1);
-    let url = format!("{endpoint}/000000000000/small");
+    let url = create_queue(&endpoint, "small", serde_json::json!({ "MaximumMessageSize": "2048" })).await;
     let (status, xml) =
         sqs_query(&endpoint, "GetQueueAttributes", &[("QueueUrl", &url), ("AttributeName.1", "MaximumMessageSize")])
             .await;
@@ -1792,9 +1765,7 @@ async fn a_queues_maximum_message_size_bounds_its_sends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_with_visibility_zero_leaves_the_message_visible_at_once() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-visibility-zero")).await;
-    let made = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "peek" })).await;
-    assert_eq!(made.0, 200, "{}", made.1);
-    let url = format!("{endpoint}/000000000000/peek");
+    let url = create_queue(&endpoint, "peek", serde_json::json!({})).await;
     let sent = sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "again" })).await;
     assert_eq!(sent.0, 200, "{}", sent.1);
     let first = sqs_json(
