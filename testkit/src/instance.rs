@@ -8,7 +8,7 @@ use std::time::Duration;
 use zkq::config::{Config, QueueConfig, QueueKind};
 
 use crate::api::Api;
-use crate::process::{free_addr, process_cpu_time, spawn_supervised, zkq_binary};
+use crate::process::{free_addrs, process_cpu_time, spawn_supervised, zkq_binary};
 use crate::server::ConnectTarget;
 use crate::wait::eventually;
 
@@ -196,7 +196,7 @@ impl ChildZkq {
         root: &str,
         env: &[(&str, &str)],
     ) -> ChildZkq {
-        let (api, admin) = (free_addr(), free_addr());
+        let [api, admin] = free_addrs();
         let mut command = Command::new(binary);
         command
             .args(["--zk-connect", &zk.connect_string(), "--zk-root", root])

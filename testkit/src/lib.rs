@@ -37,8 +37,8 @@ pub use instance::{ChildZkq, TestZkq, declare, test_config, unique_root};
 pub use load::{Confirmed, await_all_processed, body, confirming_putters, restart_zookeeper_during};
 pub use metrics::{metric, metric_sum, metric_value, promtool_accepts};
 pub use process::{
-    exists, free_addr, free_port, process_cpu_time, raise_open_files, repo_file, repo_root, rss_kib, spawn_supervised,
-    stable_port, zkq_binary,
+    exists, free_addr, free_addrs, free_port, process_cpu_time, raise_open_files, repo_file, repo_root, rss_kib,
+    spawn_supervised, stable_port, zkq_binary,
 };
 pub use server::{
     ConnectTarget, JavaTarget, ServerOptions, ZkServer, children, ensemble_classpath, four_letter,

@@ -75,6 +75,18 @@ pub fn free_addr() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
+/// `N` free `127.0.0.1:PORT`s, all different: each is held until every one is found (two
+/// [`free_addr`] calls in a row can return the same port, which the kernel hands out again once
+/// released; a zkq given it twice refuses its configuration).
+pub fn free_addrs<const N: usize>() -> [String; N] {
+    let held: Vec<TcpListener> =
+        (0..N).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port")).collect();
+    std::array::from_fn(|i| {
+        let port = held.get(i).and_then(|l| l.local_addr().ok()).map(|a| a.port()).expect("a bound port");
+        format!("127.0.0.1:{port}")
+    })
+}
+
 /// A free loopback port below the kernel's ephemeral range, so that no outgoing connection can
 /// take it while its server is down (a restarted server must bind the same ports again).
 pub fn stable_port() -> u16 {

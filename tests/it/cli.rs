@@ -552,3 +552,15 @@ async fn inspect_shows_a_grouped_queue_and_its_groups() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(text.contains("fifo (grouped)") && text.contains("2 groups"), "{text}");
 }
+
+/// The listen addresses the test kit gives a child zkq are all different, however many are asked
+/// for at once: two free ports taken one after the other can be the same one (a child zkq was
+/// once given one port for both listeners under load, and refused its configuration).
+#[test]
+fn free_addresses_asked_together_are_all_different() {
+    for _ in 0..200 {
+        let addrs: [String; 8] = zkq_testkit::free_addrs();
+        let distinct: std::collections::HashSet<&String> = addrs.iter().collect();
+        assert_eq!(distinct.len(), addrs.len(), "{addrs:?}");
+    }
+}

@@ -281,7 +281,8 @@ async fn certificates_are_read_again_when_the_files_change() {
 async fn run_binary(args: &[&str], env: &[(&str, String)]) -> (Option<i32>, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_zkq"));
     command.args(args).env_remove("ZKQ__ZOOKEEPER__CONNECT");
-    command.args(["--api-listen", &free_addr(), "--admin-listen", &free_addr()]);
+    let [api, admin] = free_addrs();
+    command.args(["--api-listen", &api, "--admin-listen", &admin]);
     for (key, value) in env {
         command.env(key, value);
     }
