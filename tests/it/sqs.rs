@@ -1801,3 +1801,40 @@ async fn a_receive_with_visibility_zero_leaves_the_message_visible_at_once() {
     assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessages"], "0", "{}", depth.1);
     assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0", "{}", depth.1);
 }
+
+/// `MessageAttributeNames` `prefix.*` takes every attribute whose name starts with the prefix, as
+/// SQS does (`Hel.*` takes `Hello` and `Help.Me`, not `Other`), in both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_wildcard_takes_every_attribute_name_with_the_prefix() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-prefix")).await;
+    let url = create_queue(&endpoint, "prefixed", serde_json::json!({})).await;
+    let attribute = serde_json::json!({ "DataType": "String", "StringValue": "v" });
+    for _ in 0..2 {
+        let sent = sqs_json(
+            &endpoint,
+            "SendMessage",
+            serde_json::json!({ "QueueUrl": url, "MessageBody": "m",
+                "MessageAttributes": { "Hello": attribute, "Help.Me": attribute, "Other": attribute } }),
+        )
+        .await;
+        assert_eq!(sent.0, 200, "{}", sent.1);
+    }
+    let received = sqs_json(
+        &endpoint,
+        "ReceiveMessage",
+        serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MessageAttributeNames": ["Hel.*"] }),
+    )
+    .await;
+    let names: Vec<&String> =
+        received.1["Messages"][0]["MessageAttributes"].as_object().map(|a| a.keys().collect()).unwrap_or_default();
+    assert_eq!(names, ["Hello", "Help.Me"], "{}", received.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "ReceiveMessage",
+        &[("QueueUrl", &url), ("WaitTimeSeconds", "5"), ("MessageAttributeName.1", "Hel.*")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    assert!(xml.contains("<Name>Hello</Name>") && xml.contains("<Name>Help.Me</Name>"), "{xml}");
+    assert!(!xml.contains("<Name>Other</Name>"), "{xml}");
+}
