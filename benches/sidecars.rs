@@ -46,6 +46,8 @@ use zkq_testkit::*;
 
 const CONSUMERS: usize = 16;
 const QUEUE: &str = "bench";
+/// `queues_fleet_watchers`' default: the members that watch a queue, the others standing by.
+const WATCHERS: usize = 3;
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -330,7 +332,8 @@ async fn run_trickle(
             consumers.spawn(trickle_consumer(http.clone(), sidecar.api.clone(), mode, stop.clone()));
         }
     }
-    // The warm-up messages drained, and the consumers' fleet known (builds without one: 10 s).
+    // The warm-up messages drained, the consumers' fleet known, and the members that stand by
+    // no longer watching (builds without a fleet or a standby: 25 s).
     let settled = Instant::now();
     loop {
         let text = scrape(&http, &sidecars).await;
@@ -339,7 +342,9 @@ async fn run_trickle(
         // A build without fleets has no such series.
         let fleet_known =
             consuming == 1 || members == (consuming * consuming) as f64 || !text.contains("zkq_queue_fleet_members");
-        if (fleet_known && children == 0.0) || settled.elapsed() > Duration::from_secs(10) {
+        let watching = metric_sum(&text, "zkq_queue_watched", &[], &[]);
+        let standby_settled = !text.contains("zkq_queue_watched") || watching <= consuming.min(WATCHERS) as f64;
+        if (fleet_known && standby_settled && children == 0.0) || settled.elapsed() > Duration::from_secs(25) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -60,6 +60,9 @@ pub struct Config {
     /// A queue's children and locks are watched only while this process has a taker or a read
     /// there (and 30 s after), so a sidecar that only puts receives none of its events.
     pub queues_watch_on_demand: bool,
+    /// At most how many sidecars of a queue's fleet watch it and own its new messages (0: every
+    /// sidecar that takes from it); the others stand by until one asks for help.
+    pub queues_fleet_watchers: usize,
     /// Declared queues, by name.
     pub queues: BTreeMap<QueueName, QueueConfig>,
     /// Whether counters that are not declared under `[counters]` are created on first use.
@@ -465,6 +468,7 @@ impl Default for Config {
             max_dynamic_queues: 1000,
             queue_idle_close: Duration::from_secs(600),
             queues_watch_on_demand: true,
+            queues_fleet_watchers: 3,
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),

@@ -141,6 +141,13 @@ impl Config {
             Duration::from_secs(1),
             Duration::from_secs(7 * 24 * 3600),
         )?;
+        if self.queues_fleet_watchers > 1000 {
+            return Err(invalid(
+                "queues_fleet_watchers",
+                self.queues_fleet_watchers,
+                "at most 1000 (0: every sidecar)",
+            ));
+        }
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
         }

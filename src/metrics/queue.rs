@@ -61,6 +61,9 @@ pub(crate) struct FlowVecs {
     pub(crate) leases_extended: IntCounterVec,
     pub(crate) leases_in_flight: IntGaugeVec,
     pub(crate) fleet_members: IntGaugeVec,
+    pub(crate) fleet_standby: IntGaugeVec,
+    pub(crate) watched: IntGaugeVec,
+    pub(crate) help_calls: IntCounterVec,
 }
 
 impl FlowVecs {
@@ -163,6 +166,31 @@ impl FlowVecs {
                     "Sidecars taking from the queue, as this zkq sees them, while it is one of them: each new \
                      message is claimed first by one of them (its owner), the others only after a grace. 0 while \
                      this zkq has no taker there, or is the only one.",
+                ),
+                &["queue"],
+            )?)?,
+            fleet_standby: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_fleet_standby",
+                    "1 while this zkq stands by in the queue's fleet: other members watch the queue and own its \
+                     new messages (queues_fleet_watchers), and its takers wait for a call for help or the end of \
+                     their wait, when they read the queue once.",
+                ),
+                &["queue"],
+            )?)?,
+            watched: reg.add(IntGaugeVec::new(
+                Opts::new(
+                    "zkq_queue_watched",
+                    "1 while this zkq watches the queue's children (and receives an event for each change there); \
+                     0 while nobody here needs it (queues_watch_on_demand) or this zkq stands by in its fleet.",
+                ),
+                &["queue"],
+            )?)?,
+            help_calls: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_queue_fleet_help_calls_total",
+                    "Calls for help this zkq made to the queue's fleet: a message waited here unclaimed for a \
+                     second, and every member watched the queue until none did for 5 s.",
                 ),
                 &["queue"],
             )?)?,
@@ -298,6 +326,9 @@ impl QueueVecs {
             waiting_takers: self.flow.waiting_takers.with_label_values(q),
             leases_in_flight: self.flow.leases_in_flight.with_label_values(q),
             fleet_members: self.flow.fleet_members.with_label_values(q),
+            fleet_standby: self.flow.fleet_standby.with_label_values(q),
+            watched: self.flow.watched.with_label_values(q),
+            help_calls: self.flow.help_calls.with_label_values(q),
             messages_put: self.flow.messages_put.with_label_values(q),
             messages_taken: self.flow.messages_taken.with_label_values(q),
             undecodable_messages: self.flow.undecodable_messages.with_label_values(q),
@@ -330,6 +361,8 @@ impl QueueVecs {
             &self.flow.waiting_takers,
             &self.flow.leases_in_flight,
             &self.flow.fleet_members,
+            &self.flow.fleet_standby,
+            &self.flow.watched,
             &self.work.children_bytes,
             &self.work.idempotency_records,
             &self.flow.groups_in_flight,
@@ -350,8 +383,9 @@ impl QueueVecs {
         }
     }
 
-    fn counters(&self) -> [&IntCounterVec; 15] {
+    fn counters(&self) -> [&IntCounterVec; 16] {
         [
+            &self.flow.help_calls,
             &self.flow.messages_put,
             &self.flow.messages_taken,
             &self.flow.undecodable_messages,
@@ -381,6 +415,9 @@ pub struct QueueMetrics {
     pub waiting_takers: IntGauge,
     pub leases_in_flight: IntGauge,
     pub fleet_members: IntGauge,
+    pub fleet_standby: IntGauge,
+    pub watched: IntGauge,
+    pub help_calls: IntCounter,
     pub messages_put: IntCounter,
     pub messages_taken: IntCounter,
     pub undecodable_messages: IntCounter,

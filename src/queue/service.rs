@@ -422,14 +422,18 @@ impl QueueService {
             .map(|target| Arc::new(self.dead_letter_of(target, declared_config.and_then(|q| q.max_deliveries))));
         let stop = self.shutdown.child_token();
         let settings = Arc::new(if declared { SettingsCell::declared() } else { SettingsCell::unloaded() });
+        let watch_always = !self.config.queues_watch_on_demand
+            || grouped
+            || max_items.is_some()
+            || (dead_letter.is_some() && kind != QueueKind::Simple);
         let rules = Rules {
             naming: names::naming(kind, grouped),
             grouped,
             eager: dead_letter.is_some() && kind != QueueKind::Simple,
-            watch_always: !self.config.queues_watch_on_demand
-                || grouped
-                || max_items.is_some()
-                || (dead_letter.is_some() && kind != QueueKind::Simple),
+            watch_always,
+            // A queue every member watches anyway, or whose messages fall due by the clock, has
+            // no members standing by.
+            watchers: if watch_always || kind == QueueKind::Delay { 0 } else { self.config.queues_fleet_watchers },
         };
         let cache = ChildrenCache::new(
             rules,

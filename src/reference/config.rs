@@ -195,6 +195,11 @@ const KEYS: &[Key] = &[
         "boolean",
         "watch a queue's children and locks only while this zkq has a taker, lease request or peek there (and for 30 s after): a sidecar that only puts then receives none of the queue's events ([sizing a fleet](../fleet.md)); grouped, `max_items` and dead-lettering queues are always watched",
     ),
+    key(
+        "queues_fleet_watchers",
+        "integer",
+        "at most this many of the sidecars that take from a queue watch it and own its new messages, the same ones in every sidecar's view; the others stand by (no watch, no events) until a watching one asks for help because a message waited there unclaimed for a second; 0: every sidecar that takes watches ([sizing a fleet](../fleet.md)); grouped, delay, `max_items` and dead-lettering queues are watched by every member",
+    ),
     key("counters_dynamic", "boolean", "create undeclared counters on their first set or add"),
     key_or("counters.NAME.path", "ZooKeeper path", "`{root}/counters/NAME`", "the counter's ZooKeeper path"),
     key("counters.NAME.seed", "32-bit integer", "value written only if the node does not exist"),

@@ -480,8 +480,9 @@ async fn exactly_once_through_random_server_kills_and_lost_answers() {
     }
 }
 
-/// A fleet under kills: three zkq processes serve one queue, and every few seconds one of them,
-/// chosen at random (whichever owns what at that moment), is killed -9 and started again (a new
+/// A fleet under kills: three zkq processes serve one queue (two of its members watch it, the
+/// others stand by), and every few seconds one of them, chosen at random (whichever watches or
+/// owns what at that moment), is killed -9 and started again (a new
 /// session, so a new member of the queue's fleet; the dead one's member node and locks stay
 /// until its session expires). Putters and lease consumers on each go on throughout. Every put
 /// answered 201 is processed exactly once (a lease whose ack answered 204): ownership and
@@ -503,6 +504,9 @@ async fn exactly_once_through_random_sidecar_kills_in_a_fleet() {
         ("ZKQ__QUEUES__JOBS__KIND", "fifo"),
         ("ZKQ__QUEUES__JOBS__PATH", &path),
         ("ZKQ__QUEUES__JOBS__LOCK_PATH", &locks),
+        // Two of the members watch and own new messages; the others stand by until asked for help,
+        // and a killed member keeps its place among the two until its session expires.
+        ("ZKQ__QUEUES_FLEET_WATCHERS", "2"),
     ];
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client");
     let puts: Arc<Mutex<Puts>> = Arc::default();

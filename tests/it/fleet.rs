@@ -86,14 +86,26 @@ fn lease_consumers(
     stop: &tokio_util::sync::CancellationToken,
     acked: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> tokio::task::JoinSet<Vec<Vec<u8>>> {
+    lease_consumers_waiting(api, n, "1s", stop, acked)
+}
+
+/// Like [`lease_consumers`], each long-poll waiting `wait`.
+fn lease_consumers_waiting(
+    api: &Api,
+    n: usize,
+    wait: &str,
+    stop: &tokio_util::sync::CancellationToken,
+    acked: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinSet<Vec<Vec<u8>>> {
     let mut consumers = tokio::task::JoinSet::new();
+    let path = format!("/v1/queues/q/leases?wait={wait}");
     for _ in 0..n {
-        let (api, stop, acked) = (api.clone(), stop.clone(), acked.clone());
+        let (api, stop, acked, path) = (api.clone(), stop.clone(), acked.clone(), path.clone());
         consumers.spawn(async move {
             let mut got = Vec::new();
             while !stop.is_cancelled() {
                 let lease = tokio::select! {
-                    lease = api.try_send(reqwest::Method::POST, "/v1/queues/q/leases?wait=1s", None) => lease,
+                    lease = api.try_send(reqwest::Method::POST, &path, None) => lease,
                     _ = stop.cancelled() => break,
                 };
                 // No answer: its sidecar is gone (a test killed it).
@@ -160,6 +172,112 @@ async fn four_sidecars_with_waiting_consumers_claim_each_message_once_instead_of
     let failed = failed_claims(&sidecars).await - failed_before;
     eprintln!("{failed} failed claims for {N} messages at {K} sidecars");
     assert!(failed <= (N / 4) as f64, "{failed} failed claims for {N} messages at {K} sidecars");
+}
+
+const STANDBY: &str = r#"zkq_queue_fleet_standby{queue="q"}"#;
+const WATCHED: &str = r#"zkq_queue_watched{queue="q"}"#;
+const HELP_CALLS: &str = r#"zkq_queue_fleet_help_calls_total{queue="q"}"#;
+
+/// Three sidecars with consumers waiting in long-polls and `queues_fleet_watchers = 1`: one
+/// watches the queue and owns its messages, and the two standing by receive none of its events
+/// (every sidecar with a waiting consumer received two per message before). When the watching
+/// sidecar's consumers stop, the next message waits there unclaimed: it asks the fleet for help,
+/// and a consumer standing by gets it long before its own wait ends. Exactly once throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_standing_by_receive_no_event_until_a_watching_member_asks_for_help() {
+    const K: usize = 3;
+    const N: usize = 20;
+    // Its own server: ZooKeeper's count of the watches each new node triggers is the evidence.
+    let zk = &ZkServer::start();
+    let root = unique_root("fleet-standby");
+    let mut sidecars = Vec::new();
+    for _ in 0..K {
+        let mut config = test_config(zk, &root);
+        config.queues_fleet_watchers = 1;
+        sidecars.push(TestZkq::start_ready(config).await);
+    }
+    sidecars[0].put_ok("q", b"first").await;
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stops: Vec<_> = (0..K).map(|_| tokio_util::sync::CancellationToken::new()).collect();
+    let mut consumers: Vec<_> = sidecars
+        .iter()
+        .zip(&stops)
+        .map(|(s, stop)| lease_consumers_waiting(&s.client(), 1, "60s", stop, &acked))
+        .collect();
+    eventually(Duration::from_secs(30), "one sidecar watches, two stand by and let go of the queue", || async {
+        let mut watching = Vec::new();
+        let mut settled = acked.load(std::sync::atomic::Ordering::SeqCst) == 1;
+        for (i, sidecar) in sidecars.iter().enumerate() {
+            let text = sidecar.metrics().await;
+            settled &= metric(&text, FLEET_MEMBERS) == K as f64;
+            if metric(&text, STANDBY) == 0.0 {
+                watching.push(i);
+            } else {
+                settled &= metric(&text, WATCHED) == 0.0;
+            }
+        }
+        settled && watching.len() == 1
+    })
+    .await;
+    let mut watcher = None;
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        if metric(&sidecar.metrics().await, STANDBY) == 0.0 {
+            watcher = Some(i);
+        }
+    }
+    let watcher = watcher.expect("one sidecar watches");
+    let standbys: Vec<usize> = (0..K).filter(|i| *i != watcher).collect();
+    let events_before: Vec<f64> = {
+        let mut events = Vec::new();
+        for i in &standbys {
+            events.push(metric(&sidecars[*i].metrics().await, WATCH_EVENTS));
+        }
+        events
+    };
+    let triggered_before = zk.mntr("zk_sum_node_created_watch_count");
+    for i in 0..N {
+        sidecars[i % K].put_ok("q", format!("m{i}").as_bytes()).await;
+        eventually(Duration::from_secs(20), "the message is delivered and acked", || async {
+            acked.load(std::sync::atomic::Ordering::SeqCst) == i + 2
+        })
+        .await;
+    }
+    for (i, before) in standbys.iter().zip(&events_before) {
+        let events = metric(&sidecars[*i].metrics().await, WATCH_EVENTS) - before;
+        assert_eq!(events, 0.0, "sidecar {i}, standing by, received {events} events for {N} messages");
+    }
+    // And ZooKeeper agrees: each new message triggered the watch of one sidecar, not three. A
+    // sidecar that had watched before it stood by kept its watch on the server (the client asked
+    // to remove it while it still held another watch on the path) and was sent every event.
+    let triggered = zk.mntr("zk_sum_node_created_watch_count") - triggered_before;
+    assert!(triggered <= 1.5 * N as f64, "{triggered} watches triggered by {N} new messages");
+
+    // The watching sidecar's consumers stop; it stays a member for a while, and the next
+    // message waits there unclaimed until it asks for help.
+    stops[watcher].cancel();
+    let mut bodies = Vec::new();
+    while let Some(got) = consumers[watcher].join_next().await {
+        bodies.extend(got.expect("a consumer"));
+    }
+    sidecars[standbys[0]].put_ok("q", b"helped").await;
+    eventually(Duration::from_secs(30), "a consumer standing by gets the message", || async {
+        acked.load(std::sync::atomic::Ordering::SeqCst) == N + 2
+    })
+    .await;
+    assert!(metric(&sidecars[watcher].metrics().await, HELP_CALLS) >= 1.0, "the watching sidecar asked for help");
+    for stop in &stops {
+        stop.cancel();
+    }
+    for set in &mut consumers {
+        while let Some(got) = set.join_next().await {
+            bodies.extend(got.expect("a consumer"));
+        }
+    }
+    bodies.sort();
+    let mut want: Vec<Vec<u8>> =
+        (0..N).map(|i| format!("m{i}").into_bytes()).chain([b"first".to_vec(), b"helped".to_vec()]).collect();
+    want.sort();
+    assert_eq!(bodies, want, "every message delivered exactly once");
 }
 
 /// Two sidecars, each with a consumer waiting in a long-poll, and a lease held past the other

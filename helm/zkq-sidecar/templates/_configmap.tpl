@@ -17,6 +17,7 @@ queues_dynamic = {{ $c.queues_dynamic }}
 queues_dynamic_grouped = {{ $c.queues_dynamic_grouped }}
 max_dynamic_queues = {{ int64 $c.max_dynamic_queues }}
 queues_watch_on_demand = {{ $c.queues_watch_on_demand }}
+queues_fleet_watchers = {{ int64 $c.queues_fleet_watchers }}
 counters_dynamic = {{ $c.counters_dynamic }}
 
 [zookeeper]

@@ -274,12 +274,25 @@ impl Claims {
             if self.ctx.shutdown.is_cancelled() {
                 return Err(QueueError::ShuttingDown);
             }
+            if self.cache.stands_by() {
+                // Other members watch the queue for the fleet: wait for a call for help (then
+                // this process watches too), or read the queue once at the end of the wait.
+                let _waiting = GaugeGuard::new(self.ctx.qm.waiting_takers.clone());
+                tokio::select! {
+                    () = self.cache.until_watching() => continue,
+                    () = tokio::time::sleep_until(wait_until) => {},
+                    _ = caller.closed() => return Ok(None),
+                    _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                }
+                return Box::pin(self.claim_from_read(answer_by, how, caller)).await;
+            }
             let Some(candidate) = self.cache.pop(wait_until) else {
                 if self.cache.is_dirty() {
                     // The snapshot may be missing items: re-read (one read shared by all takers).
                     let _waiting = GaugeGuard::new(self.ctx.qm.waiting_takers.clone());
                     let refreshed = tokio::select! {
                         r = self.cache.refreshed(answer_by) => r,
+                        () = self.cache.until_standing_by() => continue,
                         _ = caller.closed() => return Ok(None),
                         _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
@@ -295,6 +308,7 @@ impl Claims {
                     // Checked before waiting, while the request has time left to learn it.
                     let confirmed = tokio::select! {
                         c = self.cache.barrier(answer_by) => c,
+                        () = self.cache.until_standing_by() => continue,
                         _ = caller.closed() => return Ok(None),
                         _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                     };
@@ -309,6 +323,7 @@ impl Claims {
                 }
                 tokio::select! {
                     _ = self.cache.wait_for_item(wait_until, &gone, first_wait) => {},
+                    () = self.cache.until_standing_by() => {},
                     _ = caller.closed() => { gone.cancel(); return Ok(None) },
                     _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
                 };
@@ -343,6 +358,64 @@ impl Claims {
                 },
                 Err(err) => return Err(err),
             }
+        }
+    }
+
+    /// A taker of a member that stands by, at the end of its wait: reads the queue (and its
+    /// locks) once and claims what it finds at once, in delivery order. So a fleet answers
+    /// "empty" only on a read made after the request arrived, as a watching member does.
+    async fn claim_from_read(
+        self: &Arc<Self>,
+        answer_by: Instant,
+        how: Acquire,
+        caller: &mut Caller,
+    ) -> Result<Option<Delivery>, QueueError> {
+        /// At most this many claims from one read: each lost one was claimed by a watching member.
+        const TRIES: usize = 4;
+        loop {
+            let Some(zk) = self.ctx.session.current() else {
+                let connected = tokio::select! {
+                    c = self.ctx.session.connected(answer_by) => c,
+                    _ = caller.closed() => return Ok(None),
+                    _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                };
+                connected?;
+                continue;
+            };
+            let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
+            let read = async {
+                let (children, _) = match zk.get_children(&self.ctx.path).await {
+                    Ok(read) => read,
+                    Err(ZkError::NoNode) => return Ok((Vec::new(), Vec::new())),
+                    Err(err) => return Err(err),
+                };
+                let locked = match &self.ctx.lock_path {
+                    Some(dir) if !children.is_empty() => match zk.get_children(dir).await {
+                        Ok((locked, _)) => locked,
+                        Err(ZkError::NoNode) => Vec::new(),
+                        Err(err) => return Err(err),
+                    },
+                    _ => Vec::new(),
+                };
+                Ok((children, locked))
+            };
+            let (children, locked) = match read.await {
+                Ok(read) => read,
+                Err(err) if err.is_transient() && Instant::now() < answer_by => continue,
+                Err(err) => return Err(err.into()),
+            };
+            for candidate in self.cache.offerable_now(&children, &locked).into_iter().take(TRIES) {
+                if caller.is_closed() {
+                    return Ok(None);
+                }
+                match Box::pin(self.claim_one(&zk, candidate, how, caller)).await {
+                    Ok(Some(first)) => return Ok(Some(first)),
+                    Ok(None) => {},
+                    Err(QueueError::Zk(err)) if err.is_transient() && Instant::now() < answer_by => {},
+                    Err(err) => return Err(err),
+                }
+            }
+            return Ok(None);
         }
     }
 }

@@ -27,6 +27,85 @@ use crate::zk::{ConnectionState, NodeMode, TreeEvent, Zk, ZkError, ZkSession, Zk
 /// long-polls keeps one membership, not one per request.
 pub(super) const MEMBER_LINGER: Duration = Duration::from_secs(10);
 
+/// A member's call for help is its ephemeral node `help-{session}` beside the members' nodes.
+const HELP_PREFIX: &str = "help-";
+
+/// How often a watching member looks at the front of its candidates: a name there at two looks
+/// in a row waited unclaimed at least this long, and the member asks the fleet for help (every
+/// member then watches the queue and owns a share of it).
+pub(super) const HELP_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a call for help stays after the last look that found a message waiting.
+pub(super) const HELP_LINGER: Duration = Duration::from_secs(5);
+
+/// The members directory as this process follows it.
+#[derive(Debug, Default)]
+struct Directory {
+    /// The members' session ids.
+    members: BTreeSet<String>,
+    /// The session ids of the members that ask for help.
+    asking: BTreeSet<String>,
+}
+
+impl Directory {
+    /// Applies a child's creation or deletion; false for a name that is neither a member nor a
+    /// call for help.
+    fn apply(&mut self, name: &str, created: bool) -> bool {
+        if name.is_empty() || name.contains('/') {
+            return false;
+        }
+        let (set, id) = match name.strip_prefix(HELP_PREFIX) {
+            Some(id) => (&mut self.asking, id),
+            None => (&mut self.members, name),
+        };
+        if id.is_empty() {
+            return false;
+        }
+        if created {
+            set.insert(id.to_owned());
+        } else {
+            set.remove(id);
+        }
+        true
+    }
+}
+
+/// Whether this member asks for help, from looks at the front of its candidates.
+#[derive(Debug)]
+struct Help {
+    asking: bool,
+    /// The fronts at the last look.
+    last: Vec<String>,
+    /// Since when no look found a message waiting, while asking.
+    quiet_since: Option<Instant>,
+}
+
+impl Help {
+    fn new(asking: bool) -> Help {
+        Help { asking, last: Vec::new(), quiet_since: None }
+    }
+
+    /// One look (`None`: this member does not look now); `Some(true)` to ask for help,
+    /// `Some(false)` to end the call.
+    fn look(&mut self, fronts: Option<Vec<String>>) -> Option<bool> {
+        let fronts = fronts.unwrap_or_default();
+        let waited = fronts.iter().any(|f| self.last.contains(f));
+        self.last = fronts;
+        if waited {
+            self.quiet_since = None;
+            return (!self.asking).then_some(true);
+        }
+        if !self.asking {
+            return None;
+        }
+        let since = *self.quiet_since.get_or_insert_with(Instant::now);
+        (since.elapsed() >= HELP_LINGER).then(|| {
+            self.quiet_since = None;
+            false
+        })
+    }
+}
+
 /// Held by a taker while it waits in the acquire loop (see [`ChildrenCache::taking`]).
 pub(crate) struct Taking<'a>(&'a ChildrenCache);
 
@@ -53,9 +132,11 @@ impl ChildrenCache {
         Taking(self)
     }
 
-    /// What the members are now, as this process (`me`) sees them.
-    fn see_fleet(&self, me: &str, members: &BTreeSet<String>) {
-        let fleet = Fleet::new(me, members.iter().cloned().collect());
+    /// What the members are now, as this process (`me`) sees them, with the members that ask
+    /// for help (then every member watches).
+    fn see_fleet(&self, me: &str, dir: &Directory) {
+        let watchers = if dir.asking.is_empty() { self.watchers } else { 0 };
+        let fleet = Fleet::watched_by(me, dir.members.iter().cloned().collect(), &self.path, watchers);
         self.set_fleet(fleet);
     }
 
@@ -63,7 +144,18 @@ impl ChildrenCache {
         let mut state = self.lock();
         state.set_fleet(fleet);
         self.qm.fleet_members.set(i64::try_from(state.fleet_size()).unwrap_or(i64::MAX));
+        let standby = state.stands_by();
+        self.qm.fleet_standby.set(i64::from(standby));
         drop(state);
+        {
+            let mut since = self.standby_since.lock().unwrap_or_else(|p| p.into_inner());
+            if !standby {
+                *since = None;
+            } else if since.is_none() {
+                *since = Some(Instant::now());
+            }
+        }
+        self.standby.send_if_modified(|now| std::mem::replace(now, standby) != standby);
         // Deferred candidates have new dues: the refresher re-arms its timer.
         self.refresh.notify_one();
     }
@@ -105,8 +197,9 @@ impl ChildrenCache {
         }
     }
 
-    /// One membership on one connection: registers, follows the members, and leaves when no
-    /// taker came for [`MEMBER_LINGER`] (deleting its node) or the connection changed.
+    /// One membership on one connection: registers, follows the members, asks for help while a
+    /// message waits here unclaimed, and leaves when no taker came for [`MEMBER_LINGER`]
+    /// (deleting its nodes) or the connection changed.
     async fn member(
         &self,
         session: &ZkSession,
@@ -118,6 +211,7 @@ impl ChildrenCache {
         let epoch = session.status().epoch;
         let me = format!("{:016x}", zk.session_id());
         let node = format!("{dir}/{me}");
+        let help_node = format!("{dir}/{HELP_PREFIX}{me}");
         let call = || zk.with_deadline(Instant::now() + session.request_timeout());
         // The watch first, then the node, then the read: every change after the read arrives
         // as an event.
@@ -134,8 +228,14 @@ impl ChildrenCache {
                 return Left::Rejoin;
             },
         };
-        let mut members: BTreeSet<String> = children.into_iter().collect();
-        self.see_fleet(&me, &members);
+        let mut directory = Directory::default();
+        for child in &children {
+            directory.apply(child, true);
+        }
+        self.see_fleet(&me, &directory);
+        let mut help = Help::new(directory.asking.contains(&me));
+        let mut looks = tokio::time::interval(HELP_AFTER);
+        looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut status_rx = session.subscribe();
         let mut idle_since: Option<Instant> = None;
         loop {
@@ -166,28 +266,54 @@ impl ChildrenCache {
                         TreeEvent::DataChanged(_) | TreeEvent::Other => continue,
                     };
                     let Some(name) = path.strip_prefix(dir).and_then(|p| p.strip_prefix('/')) else { continue };
-                    if name.is_empty() || name.contains('/') {
+                    if !directory.apply(name, created) {
                         continue;
                     }
-                    if created {
-                        members.insert(name.to_owned());
-                    } else {
-                        members.remove(name);
-                        if name == me {
-                            // Deleted by someone else while this process still takes: again.
-                            if let Err(err) = Self::register(&call(), dir, &node).await {
-                                tracing::debug!(queue = %self.label, error = %err, "cannot rejoin the queue's fleet");
-                                return Left::Rejoin;
-                            }
+                    if !created && name == me {
+                        // Deleted by someone else while this process still takes: again.
+                        if let Err(err) = Self::register(&call(), dir, &node).await {
+                            tracing::debug!(queue = %self.label, error = %err, "cannot rejoin the queue's fleet");
+                            return Left::Rejoin;
                         }
+                        directory.apply(name, true);
                     }
-                    self.see_fleet(&me, &members);
+                    if !created && name.strip_prefix(HELP_PREFIX) == Some(me.as_str()) {
+                        help.asking = false;
+                    }
+                    self.see_fleet(&me, &directory);
+                },
+                _ = looks.tick(), if self.watchers > 0 => {
+                    let (waited, fronts) = {
+                        let state = self.lock();
+                        let looking = help.asking || (state.fleet_has_standby() && !state.stands_by());
+                        (looking, state.fronts().into_iter().flatten().map(str::to_owned).collect::<Vec<_>>())
+                    };
+                    match help.look(waited.then_some(fronts)) {
+                        Some(true) => match call().create(&help_node, b"", NodeMode::Ephemeral).await {
+                            Ok(_) | Err(ZkError::NodeExists) => {
+                                tracing::debug!(queue = %self.label, "a message waits unclaimed here: the fleet is asked for help");
+                                self.qm.help_calls.inc();
+                                help.asking = true;
+                            },
+                            // Asked again at the next look.
+                            Err(err) => tracing::debug!(queue = %self.label, error = %err, "cannot ask the fleet for help"),
+                        },
+                        Some(false) => match call().delete(&help_node, None).await {
+                            Ok(()) | Err(ZkError::NoNode) => help.asking = false,
+                            Err(err) => tracing::debug!(queue = %self.label, error = %err, "cannot end the call for help"),
+                        },
+                        None => {},
+                    }
                 },
                 changed = takers.changed() => if changed.is_err() { return Left::Shutdown },
                 _ = async { match leave_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
                     // No taker here for a while: leave, so no message waits for this process.
                     self.set_fleet(None);
-                    if let Err(err) = call().delete(&node, None).await
+                    let mut gone = call().delete(&node, None).await;
+                    if help.asking && matches!(gone, Ok(()) | Err(ZkError::NoNode)) {
+                        gone = call().delete(&help_node, None).await;
+                    }
+                    if let Err(err) = gone
                         && err != ZkError::NoNode
                     {
                         // Its session's end removes it; until then others claim its share after a grace.
@@ -215,5 +341,40 @@ impl ChildrenCache {
             },
             Err(err) => Err(err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_directory_tells_members_from_calls_for_help() {
+        let mut dir = Directory::default();
+        for name in ["00000000000000a1", "help-00000000000000a1", "00000000000000b2", "help-", "", "x/y"] {
+            dir.apply(name, true);
+        }
+        assert_eq!(
+            dir.members.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["00000000000000a1", "00000000000000b2"]
+        );
+        assert_eq!(dir.asking.iter().map(String::as_str).collect::<Vec<_>>(), ["00000000000000a1"]);
+        assert!(dir.apply("help-00000000000000a1", false));
+        assert!(dir.asking.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn help_is_asked_when_a_name_stays_at_the_front_and_ended_once_none_did_for_a_while() {
+        let fronts = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>());
+        let mut help = Help::new(false);
+        assert_eq!(help.look(fronts(&["queue-1"])), None, "seen once: it may just have come");
+        assert_eq!(help.look(fronts(&["queue-2"])), None, "another one: the first was claimed");
+        assert_eq!(help.look(fronts(&["queue-2", "queue-3"])), Some(true), "queue-2 waited a look");
+        help.asking = true;
+        assert_eq!(help.look(fronts(&["queue-4"])), None, "quiet, but not for long enough");
+        tokio::time::advance(HELP_LINGER).await;
+        assert_eq!(help.look(fronts(&[])), Some(false), "quiet for the linger: the call ends");
+        help.asking = false;
+        assert_eq!(help.look(None), None, "not looking: nothing");
     }
 }

@@ -88,11 +88,23 @@ pub(super) struct ChildrenCache {
     /// How many takers wait in the acquire loop here now (`fleet.rs`: this process is a member
     /// of the queue's fleet while any do, and a while after).
     takers: watch::Sender<usize>,
+    /// At most how many members of the queue's fleet watch it (`Rules::watchers`).
+    watchers: usize,
+    /// Whether this process stands by in the queue's fleet: another member watches the queue
+    /// for it, and its takers wait for a call for help or the end of their wait (`fleet.rs`).
+    standby: watch::Sender<bool>,
+    /// Since when it stands by (`None`: it does not): the refresher lets go of the queue's
+    /// watches [`STANDBY_LINGER`] after.
+    standby_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// How long the refresher keeps watching a queue after its last demand ended: a consumer's loop
 /// of requests keeps one watch, and a sidecar that only puts holds none.
 pub(super) const DEMAND_LINGER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a member that stands by keeps watching the queue after it last watched for the fleet:
+/// a call for help that comes and goes does not cost a full read each time.
+pub(super) const STANDBY_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Held while something here needs the queue's state from ZooKeeper (see `ChildrenCache::demand`).
 pub(super) struct Demand<'a>(&'a ChildrenCache);
@@ -122,6 +134,9 @@ pub(super) struct Rules {
     /// Watch the queue even while nobody here takes from it (grouped, eager and `max_items`
     /// queues, whose puts and background work read the cache).
     pub(super) watch_always: bool,
+    /// At most how many members of the queue's fleet watch it and own its new messages (0: every
+    /// member); the others stand by (`fleet.rs`).
+    pub(super) watchers: usize,
 }
 
 impl ChildrenCache {
@@ -156,6 +171,9 @@ impl ChildrenCache {
             idle_since: Mutex::new(Some(tokio::time::Instant::now())),
             watch_always: rules.watch_always,
             takers: watch::channel(0).0,
+            watchers: rules.watchers,
+            standby: watch::channel(false).0,
+            standby_since: Mutex::new(None),
         })
     }
 
@@ -169,18 +187,58 @@ impl ChildrenCache {
         Demand(self)
     }
 
-    /// Whether the refresher should watch the queue now.
+    /// Whether the refresher should watch the queue now: something here needs it, and this
+    /// process does not stand by in its fleet.
     fn in_demand(&self) -> bool {
-        self.watch_always || *self.demand.borrow() > 0
+        self.watch_always || (*self.demand.borrow() > 0 && !self.stands_by())
     }
 
-    /// When the refresher may stop watching (`None`: not while somebody needs it).
+    /// Whether this process stands by in the queue's fleet now (`fleet.rs`).
+    pub(super) fn stands_by(&self) -> bool {
+        *self.standby.borrow()
+    }
+
+    /// Resolves once this process no longer stands by.
+    pub(super) async fn until_watching(&self) {
+        let mut standby = self.standby.subscribe();
+        let _ = standby.wait_for(|s| !*s).await;
+    }
+
+    /// Resolves once this process stands by.
+    pub(super) async fn until_standing_by(&self) {
+        let mut standby = self.standby.subscribe();
+        let _ = standby.wait_for(|s| *s).await;
+    }
+
+    /// Resolves when the refresher's reason to watch may have changed.
+    async fn demand_changed(&self) {
+        let (mut demand, mut standby) = (self.demand.subscribe(), self.standby.subscribe());
+        loop {
+            if self.in_demand() {
+                return;
+            }
+            tokio::select! {
+                // Both senders live as long as the cache: a change, never a close.
+                _ = demand.changed() => {},
+                _ = standby.changed() => {},
+            }
+        }
+    }
+
+    /// When the refresher may stop watching (`None`: not while somebody needs it): a while after
+    /// the last demand here ended, or after this process began to stand by.
     fn unwatch_at(&self) -> Option<tokio::time::Instant> {
         if self.watch_always {
             return None;
         }
         let idle_since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
-        idle_since.map(|since| since + DEMAND_LINGER)
+        let standby_since = *self.standby_since.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = idle_since.map(|since| since + DEMAND_LINGER);
+        let standby = standby_since.map(|since| since + STANDBY_LINGER);
+        match (idle, standby) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// What the queue's node said when last read or changed (`None`: not read yet).
@@ -244,6 +302,22 @@ impl ChildrenCache {
                 "the queue's child list is larger than Java's default jute.maxbuffer: Curator consumers of this \
                  queue now fail to read it (\"Packet len ... is out of range\"); set queues.NAME.max_items");
         }
+    }
+
+    /// The deliverable children of a read made beside the snapshot (a member standing by reads
+    /// the queue itself), in delivery order; a delay queue's only once due.
+    pub(super) fn offerable_now(&self, children: &[String], locked: &[String]) -> Vec<ItemName> {
+        let locked: std::collections::HashSet<String> = locked.iter().cloned().collect();
+        let (kind, mut items) = {
+            let state = self.lock();
+            (state.kind(), state.offerable(children, &locked))
+        };
+        if kind == crate::config::QueueKind::Delay {
+            let now = crate::types::now_epoch_ms();
+            items.retain(|item| crate::queue::names::due_time(item) <= now);
+        }
+        items.sort_by(|a, b| crate::queue::names::compare(kind, a, b));
+        items
     }
 
     /// The next candidate for a taker waiting until `wait_until` to claim, if the snapshot has
@@ -462,7 +536,7 @@ fn test_cache_grouped(kind: QueueKind, grouped: bool) -> Arc<ChildrenCache> {
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let name = "q".parse().expect("a valid name");
     let naming = super::names::naming(kind, grouped);
-    let rules = Rules { naming, grouped, eager: false, watch_always: true };
+    let rules = Rules { naming, grouped, eager: false, watch_always: true, watchers: 0 };
     ChildrenCache::new(rules, "/q".into(), name, metrics, CancellationToken::new(), TaskTracker::new())
 }
 

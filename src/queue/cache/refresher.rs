@@ -300,6 +300,7 @@ impl ChildrenCache {
                 // kept until it fires, never dropped unfired: dropping sends `RemoveWatches`,
                 // which ZooKeeper before 3.9 applies to the persistent watches on the path too.
                 self.invalidate();
+                self.qm.watched.set(0);
                 if let Some(watch) = node_watch.as_mut()
                     && futures::FutureExt::now_or_never(watch.as_mut()).is_some()
                 {
@@ -334,10 +335,9 @@ impl ChildrenCache {
                     }
                     parked_read_at = Some(Instant::now() + RESYNC_EVERY);
                 }
-                let mut demand = self.demand.subscribe();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = demand.wait_for(|n| *n > 0) => {},
+                    () = self.demand_changed() => {},
                     _ = async { match node_watch.as_mut() { Some(watch) => watch.as_mut().await, None => std::future::pending().await } } => {
                         node_watch = None;
                     },
@@ -392,6 +392,7 @@ impl ChildrenCache {
                         // A barrier that failed (or was asked for while disconnected): run it now.
                         self.barriers.ask();
                     }
+                    self.qm.watched.set(1);
                     (queue_watch, lock_watch)
                 },
                 Err(err) => {
@@ -512,6 +513,11 @@ impl ChildrenCache {
                     _ = async { match unwatch_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
                         if !self.in_demand() && self.unwatch_at().is_some_and(|at| at <= Instant::now()) {
                             tracing::debug!(queue = %self.label, "no demand here: the queue is no longer watched");
+                            // ZooKeeper removes a persistent watch only with every watch of the
+                            // path (ZOOKEEPER-4472): the client asks for that once this process
+                            // holds none there, so the node's one-shot watch goes too (the parked
+                            // loop sets it again). Else the server kept sending every event.
+                            node_watch = None;
                             break;
                         }
                     },

@@ -280,6 +280,22 @@ impl State {
     }
 
     /// The first candidate in delivery order, whoever claims it first.
+    /// The names at the front of this process's candidates and of those deferred to other
+    /// members: a name still there a while later has waited that long (`cache/fleet.rs`).
+    pub(super) fn fronts(&self) -> [Option<&str>; 2] {
+        [self.candidates.front().map(|i| i.name.as_str()), self.others.front().map(|i| i.name.as_str())]
+    }
+
+    /// Whether this process stands by in the queue's fleet (`owners.rs`).
+    pub(super) fn stands_by(&self) -> bool {
+        self.fleet.as_ref().is_some_and(|f| !f.watches())
+    }
+
+    /// Whether some members of the queue's fleet stand by.
+    pub(super) fn fleet_has_standby(&self) -> bool {
+        self.fleet.as_ref().is_some_and(Fleet::has_standby)
+    }
+
     pub(super) fn head(&self) -> Option<&ItemName> {
         match (self.candidates.front(), self.others.front()) {
             (Some(mine), Some(other)) if names::compare(self.kind, other, mine).is_lt() => Some(other),

@@ -31,27 +31,63 @@ pub(crate) struct Fleet {
     me: String,
     /// Every member, this process included, sorted.
     members: Vec<String>,
+    /// The members that watch the queue and own its new messages, sorted: every member, or the
+    /// first few in the queue's own rendezvous order while no member asks for help
+    /// (`cache/fleet.rs`). The others stand by.
+    owners: Vec<String>,
 }
 
 impl Fleet {
-    /// The fleet `members` (a directory listing), as member `me` sees it; `None` when `me` is
-    /// not among them (not registered yet, or its node is gone) or is alone: then it claims
-    /// every candidate at once.
-    pub(crate) fn new(me: &str, mut members: Vec<String>) -> Option<Fleet> {
+    /// The fleet `members` (a directory listing), as member `me` sees it, every member watching;
+    /// `None` when `me` is not among them (not registered yet, or its node is gone) or is alone:
+    /// then it claims every candidate at once.
+    #[cfg(test)]
+    pub(crate) fn new(me: &str, members: Vec<String>) -> Option<Fleet> {
+        Fleet::watched_by(me, members, "", 0)
+    }
+
+    /// Like [`Fleet::new`], with at most `watchers` members watching the queue `queue` (0: every
+    /// member): the first `watchers` in the queue's rendezvous order, the same in every view.
+    pub(crate) fn watched_by(me: &str, mut members: Vec<String>, queue: &str, watchers: usize) -> Option<Fleet> {
         members.sort_unstable();
         members.dedup();
         let counted = members.binary_search_by(|m| m.as_str().cmp(me)).is_ok();
-        (counted && members.len() > 1).then(|| Fleet { me: me.to_owned(), members })
+        if !counted || members.len() < 2 {
+            return None;
+        }
+        let owners = if watchers == 0 || members.len() <= watchers {
+            members.clone()
+        } else {
+            let mut order: Vec<&String> = members.iter().collect();
+            order.sort_unstable_by(|a, b| (score(b, queue), b.as_str()).cmp(&(score(a, queue), a.as_str())));
+            let mut owners: Vec<String> = order.into_iter().take(watchers).cloned().collect();
+            owners.sort_unstable();
+            owners
+        };
+        Some(Fleet { me: me.to_owned(), members, owners })
     }
 
     pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
-    /// How many members claim `name` before this process does (0: this process owns it).
+    /// Whether this process watches the queue and owns a share of its new messages; false while
+    /// it stands by, its takers waiting for a call for help or the end of their wait.
+    pub(crate) fn watches(&self) -> bool {
+        self.owners.binary_search(&self.me).is_ok()
+    }
+
+    /// Whether some members stand by.
+    pub(crate) fn has_standby(&self) -> bool {
+        self.owners.len() < self.members.len()
+    }
+
+    /// How many members claim `name` before this process does (0: this process owns it). A
+    /// member standing by comes after every owner.
     pub(crate) fn rank(&self, name: &str) -> usize {
         let mine = (score(&self.me, name), self.me.as_str());
-        self.members.iter().filter(|m| (score(m, name), m.as_str()) > mine).count()
+        let ahead = |among: &[String]| among.iter().filter(|m| (score(m, name), m.as_str()) > mine).count();
+        if self.watches() { ahead(&self.owners) } else { self.owners.len() + ahead(&self.members) }
     }
 }
 
@@ -293,6 +329,35 @@ mod tests {
         }
         // Spread evenly: each of 8 members owns about 1,000 of 8,000.
         assert!(owned.iter().all(|n| (800..1200).contains(n)), "owned: {owned:?}");
+    }
+
+    #[test]
+    fn a_few_members_watch_the_same_ones_in_every_view_and_own_every_candidate() {
+        let all = members(8);
+        let views: Vec<Fleet> =
+            all.iter().map(|me| Fleet::watched_by(me, all.clone(), "/zkq/queues/jobs", 3).expect("a member")).collect();
+        let watching: Vec<&String> = views.iter().filter(|v| v.watches()).map(|v| &v.me).collect();
+        assert_eq!(watching.len(), 3, "three of eight watch");
+        assert!(views.iter().all(Fleet::has_standby));
+        // Another queue has its own watchers: the load spreads over the members.
+        let other: Vec<bool> = all
+            .iter()
+            .map(|me| Fleet::watched_by(me, all.clone(), "/zkq/queues/mail", 3).expect("a member").watches())
+            .collect();
+        assert_eq!(other.iter().filter(|w| **w).count(), 3);
+        for n in 0..2000 {
+            let name = format!("queue-{n:010}");
+            let mut ranks: Vec<(usize, bool)> = views.iter().map(|v| (v.rank(&name), v.watches())).collect();
+            ranks.sort_unstable();
+            // The owner and the next two are the watchers, in one order; every standby comes after.
+            assert!(ranks[..3].iter().all(|(_, watches)| *watches), "{name}: {ranks:?}");
+            assert_eq!(ranks[..3].iter().map(|(r, _)| *r).collect::<Vec<_>>(), vec![0, 1, 2]);
+            assert!(ranks[3..].iter().all(|(r, watches)| !*watches && *r >= 3), "{name}: {ranks:?}");
+        }
+        // Fewer members than watchers, or 0: every member watches.
+        let few = Fleet::watched_by(&all[0], all[..3].to_vec(), "/zkq/queues/jobs", 3).expect("a member");
+        assert!(few.watches() && !few.has_standby());
+        assert!(views.iter().all(|v| Fleet::watched_by(&v.me, all.clone(), "/q", 0).expect("a member").watches()));
     }
 
     #[test]
