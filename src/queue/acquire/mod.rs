@@ -258,7 +258,8 @@ impl Claims {
     ) -> Result<Option<Delivery>, QueueError> {
         // Past its wait, a request still gets up to the request timeout to learn the queue's
         // state; then it answers 503, never a 204 it cannot vouch for.
-        let answer_by = wait_until.max(Instant::now() + self.ctx.session.request_timeout());
+        let arrived = Instant::now();
+        let answer_by = wait_until.max(arrived + self.ctx.session.request_timeout());
         // The queue is watched while a taker is here (and a while after).
         let _demand = self.cache.demand();
         // And this process is a member of the queue's fleet: each new message has one owner.
@@ -283,6 +284,10 @@ impl Claims {
                     () = tokio::time::sleep_until(wait_until) => {},
                     _ = caller.closed() => return Ok(None),
                     _ = self.ctx.shutdown.cancelled() => return Err(QueueError::ShuttingDown),
+                }
+                if self.cache.read_empty_since(arrived) {
+                    // Another taker here read the queue after this one came, and found nothing.
+                    return Ok(None);
                 }
                 return Box::pin(self.claim_from_read(answer_by, how, caller)).await;
             }
@@ -399,11 +404,15 @@ impl Claims {
                 };
                 Ok((children, locked))
             };
+            let started = Instant::now();
             let (children, locked) = match read.await {
                 Ok(read) => read,
                 Err(err) if err.is_transient() && Instant::now() < answer_by => continue,
                 Err(err) => return Err(err.into()),
             };
+            if children.is_empty() {
+                self.cache.read_empty(started);
+            }
             for candidate in self.cache.offerable_now(&children, &locked).into_iter().take(TRIES) {
                 if caller.is_closed() {
                     return Ok(None);

@@ -96,6 +96,9 @@ pub(super) struct ChildrenCache {
     /// Since when it stands by (`None`: it does not): the refresher lets go of the queue's
     /// watches [`STANDBY_LINGER`] after.
     standby_since: Mutex<Option<tokio::time::Instant>>,
+    /// When the last read of a taker standing by that found the queue empty was sent: it
+    /// vouches for the "empty" of every taker here that came before it.
+    read_empty_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// How long the refresher keeps watching a queue after its last demand ended: a consumer's loop
@@ -174,6 +177,7 @@ impl ChildrenCache {
             watchers: rules.watchers,
             standby: watch::channel(false).0,
             standby_since: Mutex::new(None),
+            read_empty_at: Mutex::new(None),
         })
     }
 
@@ -191,6 +195,18 @@ impl ChildrenCache {
     /// process does not stand by in its fleet.
     fn in_demand(&self) -> bool {
         self.watch_always || (*self.demand.borrow() > 0 && !self.stands_by())
+    }
+
+    /// Records that a read sent at `sent` found the queue empty (a taker standing by).
+    pub(super) fn read_empty(&self, sent: tokio::time::Instant) {
+        let mut at = self.read_empty_at.lock().unwrap_or_else(|p| p.into_inner());
+        *at = Some(at.map_or(sent, |at| at.max(sent)));
+    }
+
+    /// Whether a read sent after `arrived` found the queue empty: a taker that came then may
+    /// answer "empty" on it.
+    pub(super) fn read_empty_since(&self, arrived: tokio::time::Instant) -> bool {
+        self.read_empty_at.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|at| at >= arrived)
     }
 
     /// Whether this process stands by in the queue's fleet now (`fleet.rs`).
