@@ -189,8 +189,8 @@ impl FlowVecs {
             help_calls: reg.add(IntCounterVec::new(
                 Opts::new(
                     "zkq_queue_fleet_help_calls_total",
-                    "Calls for help this zkq made to the queue's fleet: a message waited here unclaimed for a \
-                     second, and every member watched the queue until none did for 5 s.",
+                    "Calls for help this zkq made to the queue's fleet: messages it owns waited unclaimed at two \
+                     looks a second apart (a backlog), and every member watched the queue until none did for 5 s.",
                 ),
                 &["queue"],
             )?)?,

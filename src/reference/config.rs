@@ -198,7 +198,7 @@ const KEYS: &[Key] = &[
     key(
         "queues_fleet_watchers",
         "integer",
-        "at most this many of the sidecars that take from a queue watch it and own its new messages, the same ones in every sidecar's view; the others stand by (no watch, no events) until a watching one asks for help because a message waited there unclaimed for a second; 0: every sidecar that takes watches ([sizing a fleet](../fleet.md)); grouped, delay, `max_items` and dead-lettering queues are watched by every member",
+        "at most this many of the sidecars that take from a queue watch it and own its new messages, the same ones in every sidecar's view; the others stand by (no watch, no events) until a watching one asks for help because messages it owns waited unclaimed at two looks a second apart (a backlog); 0: every sidecar that takes watches ([sizing a fleet](../fleet.md)); grouped, delay, `max_items` and dead-lettering queues are watched by every member",
     ),
     key("counters_dynamic", "boolean", "create undeclared counters on their first set or add"),
     key_or("counters.NAME.path", "ZooKeeper path", "`{root}/counters/NAME`", "the counter's ZooKeeper path"),

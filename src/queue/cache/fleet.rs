@@ -30,8 +30,8 @@ pub(super) const MEMBER_LINGER: Duration = Duration::from_secs(10);
 /// A member's call for help is its ephemeral node `help-{session}` beside the members' nodes.
 const HELP_PREFIX: &str = "help-";
 
-/// How often a watching member looks at the front of its candidates: a name there at two looks
-/// in a row waited unclaimed at least this long, and the member asks the fleet for help (every
+/// How often a watching member looks at its own candidates: found at two looks in a row, they
+/// are a backlog its takers do not keep up with, and the member asks the fleet for help (every
 /// member then watches the queue and owns a share of it).
 pub(super) const HELP_AFTER: Duration = Duration::from_secs(1);
 
@@ -70,30 +70,38 @@ impl Directory {
     }
 }
 
-/// Whether this member asks for help, from looks at the front of its candidates.
+/// What a look at the front of the candidates asks this member to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Ask,
+    End,
+}
+
+/// Whether this member asks for help, from looks at its own candidates.
 #[derive(Debug)]
 struct Help {
     asking: bool,
-    /// The fronts at the last look.
-    last: Vec<String>,
-    /// Since when no look found a message waiting, while asking.
+    /// Whether the last look found a candidate this member owns waiting.
+    waiting_before: bool,
+    /// Since when no look found one, while asking.
     quiet_since: Option<Instant>,
 }
 
 impl Help {
     fn new(asking: bool) -> Help {
-        Help { asking, last: Vec::new(), quiet_since: None }
+        Help { asking, waiting_before: false, quiet_since: None }
     }
 
-    /// One look (`None`: this member does not look now); `Some(true)` to ask for help,
-    /// `Some(false)` to end the call.
-    fn look(&mut self, fronts: Option<Vec<String>>) -> Option<bool> {
-        let fronts = fronts.unwrap_or_default();
-        let waited = fronts.iter().any(|f| self.last.contains(f));
-        self.last = fronts;
-        if waited {
+    /// One look (`None`: this member does not look now; else whether a candidate it owns waits
+    /// unclaimed): a call to make or to end. Candidates of its own at two looks in a row mean
+    /// its takers are all busy, or gone, while messages come: a backlog.
+    fn look(&mut self, waiting: Option<bool>) -> Option<Step> {
+        let waiting = waiting.unwrap_or(false);
+        let backlog = waiting && self.waiting_before;
+        self.waiting_before = waiting;
+        if backlog {
             self.quiet_since = None;
-            return (!self.asking).then_some(true);
+            return (!self.asking).then_some(Step::Ask);
         }
         if !self.asking {
             return None;
@@ -101,7 +109,7 @@ impl Help {
         let since = *self.quiet_since.get_or_insert_with(Instant::now);
         (since.elapsed() >= HELP_LINGER).then(|| {
             self.quiet_since = None;
-            false
+            Step::End
         })
     }
 }
@@ -283,13 +291,14 @@ impl ChildrenCache {
                     self.see_fleet(&me, &directory);
                 },
                 _ = looks.tick(), if self.watchers > 0 => {
-                    let (waited, fronts) = {
+                    // A member that watches while others stand by looks; so does one asking.
+                    let waiting = {
                         let state = self.lock();
                         let looking = help.asking || (state.fleet_has_standby() && !state.stands_by());
-                        (looking, state.fronts().into_iter().flatten().map(str::to_owned).collect::<Vec<_>>())
+                        looking.then(|| state.owns_candidates())
                     };
-                    match help.look(waited.then_some(fronts)) {
-                        Some(true) => match call().create(&help_node, b"", NodeMode::Ephemeral).await {
+                    match help.look(waiting) {
+                        Some(Step::Ask) => match call().create(&help_node, b"", NodeMode::Ephemeral).await {
                             Ok(_) | Err(ZkError::NodeExists) => {
                                 tracing::debug!(queue = %self.label, "a message waits unclaimed here: the fleet is asked for help");
                                 self.qm.help_calls.inc();
@@ -298,7 +307,7 @@ impl ChildrenCache {
                             // Asked again at the next look.
                             Err(err) => tracing::debug!(queue = %self.label, error = %err, "cannot ask the fleet for help"),
                         },
-                        Some(false) => match call().delete(&help_node, None).await {
+                        Some(Step::End) => match call().delete(&help_node, None).await {
                             Ok(()) | Err(ZkError::NoNode) => help.asking = false,
                             Err(err) => tracing::debug!(queue = %self.label, error = %err, "cannot end the call for help"),
                         },
@@ -364,16 +373,16 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn help_is_asked_when_a_name_stays_at_the_front_and_ended_once_none_did_for_a_while() {
-        let fronts = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>());
+    async fn help_is_asked_when_own_candidates_wait_at_two_looks_and_ended_once_none_did_for_a_while() {
         let mut help = Help::new(false);
-        assert_eq!(help.look(fronts(&["queue-1"])), None, "seen once: it may just have come");
-        assert_eq!(help.look(fronts(&["queue-2"])), None, "another one: the first was claimed");
-        assert_eq!(help.look(fronts(&["queue-2", "queue-3"])), Some(true), "queue-2 waited a look");
+        assert_eq!(help.look(Some(true)), None, "waiting once: it may just have come");
+        assert_eq!(help.look(Some(false)), None, "claimed meanwhile");
+        assert_eq!(help.look(Some(true)), None);
+        assert_eq!(help.look(Some(true)), Some(Step::Ask), "waiting at two looks in a row: a backlog");
         help.asking = true;
-        assert_eq!(help.look(fronts(&["queue-4"])), None, "quiet, but not for long enough");
+        assert_eq!(help.look(Some(false)), None, "quiet, but not for long enough");
         tokio::time::advance(HELP_LINGER).await;
-        assert_eq!(help.look(fronts(&[])), Some(false), "quiet for the linger: the call ends");
+        assert_eq!(help.look(Some(false)), Some(Step::End), "quiet for the linger: the call ends");
         help.asking = false;
         assert_eq!(help.look(None), None, "not looking: nothing");
     }

@@ -280,10 +280,9 @@ impl State {
     }
 
     /// The first candidate in delivery order, whoever claims it first.
-    /// The names at the front of this process's candidates and of those deferred to other
-    /// members: a name still there a while later has waited that long (`cache/fleet.rs`).
-    pub(super) fn fronts(&self) -> [Option<&str>; 2] {
-        [self.candidates.front().map(|i| i.name.as_str()), self.others.front().map(|i| i.name.as_str())]
+    /// Whether candidates this process owns wait to be claimed (`cache/fleet.rs`).
+    pub(super) fn owns_candidates(&self) -> bool {
+        !self.candidates.is_empty()
     }
 
     /// Whether this process stands by in the queue's fleet (`owners.rs`).
