@@ -300,7 +300,7 @@ impl ChildrenCache {
                     match help.look(waiting) {
                         Some(Step::Ask) => match call().create(&help_node, b"", NodeMode::Ephemeral).await {
                             Ok(_) | Err(ZkError::NodeExists) => {
-                                tracing::debug!(queue = %self.label, "a message waits unclaimed here: the fleet is asked for help");
+                                tracing::debug!(queue = %self.label, "messages this process owns wait unclaimed: the fleet is asked for help");
                                 self.qm.help_calls.inc();
                                 help.asking = true;
                             },
