@@ -26,7 +26,8 @@
 //!
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
-//! `ZKQ_BENCH_SUITES` (default `trickle,drain`),
+//! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_FLEET_WATCHERS` (default 0; e.g. 3: every sidecar
+//! runs with `queues_fleet_watchers = 3`),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
 
@@ -46,8 +47,11 @@ use zkq_testkit::*;
 
 const CONSUMERS: usize = 16;
 const QUEUE: &str = "bench";
-/// `queues_fleet_watchers`' default: the members that watch a queue, the others standing by.
-const WATCHERS: usize = 3;
+/// The members that watch a queue, the others standing by (`ZKQ_BENCH_FLEET_WATCHERS`, passed to
+/// every sidecar as `queues_fleet_watchers` unless 0, zkq's default: every member watches).
+fn fleet_watchers() -> usize {
+    env_or("ZKQ_BENCH_FLEET_WATCHERS", "0").parse().expect("ZKQ_BENCH_FLEET_WATCHERS is a number")
+}
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -137,12 +141,16 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
     let root = unique_root("sidecars");
     let path = format!("{root}/queues/{QUEUE}");
     let lock_path = format!("{root}/locks/{QUEUE}");
-    let env = [
+    let watchers = fleet_watchers().to_string();
+    let mut env = vec![
         ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
         ("ZKQ__ZOOKEEPER__REQUEST_TIMEOUT", "20s"),
     ];
+    if watchers != "0" {
+        env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
+    }
     let mut sidecars = Vec::with_capacity(k);
     for _ in 0..k {
         sidecars.push(ChildZkq::start_binary(binary, zk, &root, &env).await);
@@ -307,11 +315,15 @@ async fn run_trickle(
     let root = unique_root("sidecars-trickle");
     let path = format!("{root}/queues/{QUEUE}");
     let lock_path = format!("{root}/locks/{QUEUE}");
+    let watchers = fleet_watchers().to_string();
     let mut env = vec![
         ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
     ];
+    if watchers != "0" {
+        env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
+    }
     if kill {
         env.push(("ZKQ__ZOOKEEPER__SESSION_TIMEOUT", KILL_SESSION_TIMEOUT));
     }
@@ -343,7 +355,11 @@ async fn run_trickle(
         let fleet_known =
             consuming == 1 || members == (consuming * consuming) as f64 || !text.contains("zkq_queue_fleet_members");
         let watching = metric_sum(&text, "zkq_queue_watched", &[], &[]);
-        let standby_settled = !text.contains("zkq_queue_watched") || watching <= consuming.min(WATCHERS) as f64;
+        let watchers = match fleet_watchers() {
+            0 => consuming,
+            w => consuming.min(w),
+        };
+        let standby_settled = !text.contains("zkq_queue_watched") || watching <= watchers as f64;
         if (fleet_known && standby_settled && children == 0.0) || settled.elapsed() > Duration::from_secs(25) {
             break;
         }
@@ -442,11 +458,15 @@ async fn curator_anchor(zk: &ZkServer, binary: &Path, n: usize) -> (String, f64)
     let root = unique_root("sidecars-curator");
     let path = format!("{root}/queues/{QUEUE}");
     let lock_path = format!("{root}/locks/{QUEUE}");
-    let env = [
+    let watchers = fleet_watchers().to_string();
+    let mut env = vec![
         ("ZKQ__QUEUES__BENCH__KIND", "fifo"),
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
     ];
+    if watchers != "0" {
+        env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
+    }
     let filler = ChildZkq::start_binary(binary, zk, &root, &env).await;
     let http = reqwest::Client::new();
     fill(&http, &filler, n).await;
