@@ -27,7 +27,8 @@
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
 //! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_FLEET_WATCHERS` (default 0; e.g. 3: every sidecar
-//! runs with `queues_fleet_watchers = 3`),
+//! runs with `queues_fleet_watchers = 3`), `ZKQ_BENCH_PER_SIDECAR=1` (after each drain row, each
+//! sidecar's claims by outcome, whether it watches or stands by, and its calls for help),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
 
@@ -51,6 +52,11 @@ const QUEUE: &str = "bench";
 /// every sidecar as `queues_fleet_watchers` unless 0, zkq's default: every member watches).
 fn fleet_watchers() -> usize {
     env_or("ZKQ_BENCH_FLEET_WATCHERS", "0").parse().expect("ZKQ_BENCH_FLEET_WATCHERS is a number")
+}
+
+/// Whether each drain row is followed by one line per sidecar (`ZKQ_BENCH_PER_SIDECAR=1`).
+fn per_sidecar() -> bool {
+    env_or("ZKQ_BENCH_PER_SIDECAR", "0") == "1"
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -211,6 +217,29 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
     let pruned = delta("zkq_queue_candidates_pruned_total", &[], &[]);
     let multi_ms = 1000.0 * delta("zkq_zookeeper_request_duration_seconds_sum", &["operation=\"multi\""], &[])
         / delta("zkq_zookeeper_request_duration_seconds_count", &["operation=\"multi\""], &[]).max(1.0);
+    if per_sidecar() {
+        // Where a fleet-wide figure comes from: claims over the whole run (fill included).
+        for (i, sidecar) in sidecars.iter().enumerate() {
+            let text = scrape(&http, std::iter::once(sidecar)).await;
+            let claims = ["won", "lost", "gone", "locked"]
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{o} {}",
+                        metric_sum(&text, "zkq_claim_attempts_total", &[&format!("outcome=\"{o}\"")], &[])
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let gauge = |name: &str| metric_sum(&text, name, &[], &[]);
+            println!(
+                "  sidecar {i}: claims {claims}; watched {}, standing by {}, calls for help {}",
+                gauge("zkq_queue_watched"),
+                gauge("zkq_queue_fleet_standby"),
+                gauge("zkq_queue_fleet_help_calls_total"),
+            );
+        }
+    }
     drop(sidecars);
     Figures {
         rate: n as f64 / took,

@@ -280,6 +280,56 @@ async fn members_standing_by_receive_no_event_until_a_watching_member_asks_for_h
     assert_eq!(bodies, want, "every message delivered exactly once");
 }
 
+/// A consumer of a sidecar standing by reads the queue at the end of its wait and claims what it
+/// found; when the first ones it tried cannot be delivered (here nodes another client wrote that
+/// are not Curator envelopes, ahead of a message), it reads again and gets the message. It
+/// answered 204 with the message waiting (a deep queue's consumers on members standing by took
+/// that for an empty queue and stopped, and their sidecars' shares waited for the others' grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_standing_by_does_not_answer_empty_while_a_message_waits_behind_undeliverable_nodes() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fleet-standby-read");
+    let mut sidecars = Vec::new();
+    for _ in 0..2 {
+        let mut config = test_config(zk, &root);
+        config.queues_fleet_watchers = 1;
+        sidecars.push(TestZkq::start_ready(config).await);
+    }
+    sidecars[0].put_ok("q", b"first").await;
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut consumers: Vec<_> =
+        sidecars.iter().map(|s| lease_consumers_waiting(&s.client(), 1, "60s", &stop, &acked)).collect();
+    eventually(Duration::from_secs(30), "one sidecar watches, the other stands by", || async {
+        let mut settled = acked.load(std::sync::atomic::Ordering::SeqCst) == 1;
+        let mut standing_by = 0.0;
+        for sidecar in &sidecars {
+            let text = sidecar.metrics().await;
+            settled &= metric(&text, FLEET_MEMBERS) == 2.0;
+            standing_by += metric(&text, STANDBY);
+        }
+        settled && standing_by == 1.0
+    })
+    .await;
+    let standby = if metric(&sidecars[0].metrics().await, STANDBY) == 1.0 { 0 } else { 1 };
+    stop.cancel();
+    for set in &mut consumers {
+        while set.join_next().await.is_some() {}
+    }
+    // Four nodes no consumer can deliver, then a message; nobody else is waiting for it.
+    let direct = zk_client(zk).await;
+    let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    for _ in 0..4 {
+        direct.create(&format!("{root}/queues/q/queue-"), b"not an envelope", &options).await.expect("raw node");
+    }
+    sidecars[1 - standby].put_ok("q", b"wanted").await;
+    let api = sidecars[standby].client();
+    let lease = api.lease("q", "wait=100ms").await;
+    assert_eq!(lease.status, 200, "the sidecar standing by answered {}: {}", lease.status, lease.text());
+    assert_eq!(lease.body, b"wanted");
+    assert_eq!(api.ack("q", &lease.receipt).await.status, 204);
+}
+
 /// Two sidecars, each with a consumer waiting in a long-poll, and a lease held past the other
 /// member's grace: the other sidecar reads the lock instead of sending a claim that fails, and
 /// each sidecar receives two events per message (its creation and its deletion), not five (the

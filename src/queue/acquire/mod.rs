@@ -367,8 +367,10 @@ impl Claims {
     }
 
     /// A taker of a member that stands by, at the end of its wait: reads the queue (and its
-    /// locks) once and claims what it finds at once, in delivery order. So a fleet answers
-    /// "empty" only on a read made after the request arrived, as a watching member does.
+    /// locks) and claims what it finds at once, in delivery order. So a fleet answers "empty"
+    /// only on a read made after the request arrived that found nothing deliverable, as a
+    /// watching member does: when every candidate it tried went to another consumer, it reads
+    /// again, until `answer_by` (then 503, never a 204 it cannot vouch for).
     async fn claim_from_read(
         self: &Arc<Self>,
         answer_by: Instant,
@@ -378,6 +380,9 @@ impl Claims {
         /// At most this many claims from one read: each lost one was claimed by a watching member.
         const TRIES: usize = 4;
         loop {
+            if Instant::now() >= answer_by {
+                return Err(ZkError::Unavailable.into());
+            }
             let Some(zk) = self.ctx.session.current() else {
                 let connected = tokio::select! {
                     c = self.ctx.session.connected(answer_by) => c,
@@ -413,7 +418,13 @@ impl Claims {
             if children.is_empty() {
                 self.cache.read_empty(started);
             }
-            for candidate in self.cache.offerable_now(&children, &locked).into_iter().take(TRIES) {
+            let offerable = self.cache.offerable_now(&children, &locked);
+            if offerable.is_empty() {
+                // Nothing deliverable at a moment after the request arrived: every child, if
+                // any, is leased or being claimed.
+                return Ok(None);
+            }
+            for candidate in offerable.into_iter().take(TRIES) {
                 if caller.is_closed() {
                     return Ok(None);
                 }
@@ -424,7 +435,7 @@ impl Claims {
                     Err(err) => return Err(err),
                 }
             }
-            return Ok(None);
+            // Every one tried went to another consumer: the queue is busy, not empty.
         }
     }
 }
