@@ -26,8 +26,8 @@
 //!
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
-//! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_FLEET_WATCHERS` (default 0; e.g. 3: every sidecar
-//! runs with `queues_fleet_watchers = 3`), `ZKQ_BENCH_PER_SIDECAR=1` (after each drain row, each
+//! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_FLEET_WATCHERS` (default 3, zkq's; e.g. 0: every sidecar
+//! runs with `queues_fleet_watchers = 0`, every member watching), `ZKQ_BENCH_PER_SIDECAR=1` (after each drain row, each
 //! sidecar's claims by outcome, whether it watches or stands by, and its calls for help),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
@@ -48,10 +48,14 @@ use zkq_testkit::*;
 
 const CONSUMERS: usize = 16;
 const QUEUE: &str = "bench";
-/// The members that watch a queue, the others standing by (`ZKQ_BENCH_FLEET_WATCHERS`, passed to
-/// every sidecar as `queues_fleet_watchers` unless 0, zkq's default: every member watches).
+/// `queues_fleet_watchers`' default: the members that watch a queue, the others standing by.
+const WATCHERS: usize = 3;
+
+/// The members that watch a queue (`ZKQ_BENCH_FLEET_WATCHERS`, passed to every sidecar as
+/// `queues_fleet_watchers` when it is not zkq's default; 0: every member watches).
 fn fleet_watchers() -> usize {
-    env_or("ZKQ_BENCH_FLEET_WATCHERS", "0").parse().expect("ZKQ_BENCH_FLEET_WATCHERS is a number")
+    std::env::var("ZKQ_BENCH_FLEET_WATCHERS")
+        .map_or(WATCHERS, |w| w.parse().expect("ZKQ_BENCH_FLEET_WATCHERS is a number"))
 }
 
 /// Whether each drain row is followed by one line per sidecar (`ZKQ_BENCH_PER_SIDECAR=1`).
@@ -154,7 +158,7 @@ async fn run_one(zk: &ZkServer, binary: &Path, k: usize, mode: Mode, n: usize) -
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
         ("ZKQ__ZOOKEEPER__REQUEST_TIMEOUT", "20s"),
     ];
-    if watchers != "0" {
+    if watchers != WATCHERS.to_string() {
         env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
     }
     let mut sidecars = Vec::with_capacity(k);
@@ -350,7 +354,7 @@ async fn run_trickle(
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
     ];
-    if watchers != "0" {
+    if watchers != WATCHERS.to_string() {
         env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
     }
     if kill {
@@ -493,7 +497,7 @@ async fn curator_anchor(zk: &ZkServer, binary: &Path, n: usize) -> (String, f64)
         ("ZKQ__QUEUES__BENCH__PATH", path.as_str()),
         ("ZKQ__QUEUES__BENCH__LOCK_PATH", lock_path.as_str()),
     ];
-    if watchers != "0" {
+    if watchers != WATCHERS.to_string() {
         env.push(("ZKQ__QUEUES_FLEET_WATCHERS", watchers.as_str()));
     }
     let filler = ChildZkq::start_binary(binary, zk, &root, &env).await;

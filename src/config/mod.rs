@@ -468,7 +468,7 @@ impl Default for Config {
             max_dynamic_queues: 1000,
             queue_idle_close: Duration::from_secs(600),
             queues_watch_on_demand: true,
-            queues_fleet_watchers: 0,
+            queues_fleet_watchers: 3,
             queues: BTreeMap::new(),
             counters_dynamic: true,
             counters: BTreeMap::new(),

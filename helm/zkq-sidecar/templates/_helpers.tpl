@@ -173,7 +173,7 @@ config:
   queues_dynamic_grouped: false
   max_dynamic_queues: 1000
   queues_watch_on_demand: true
-  queues_fleet_watchers: 0
+  queues_fleet_watchers: 3
   counters_dynamic: true
   queues: {}
   counters: {}
