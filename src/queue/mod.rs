@@ -37,7 +37,7 @@ pub use put::idempotency::{
     key_pattern as idempotency_key_pattern,
 };
 pub(crate) use service::queue_layout;
-pub use service::{Created, QueueService};
+pub use service::{Created, QueueService, QueueTimes};
 pub use settings::DeadLetter;
 pub use settings::{MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, MIN_MESSAGE_BYTES_SETTING, QueueSettings};
 

@@ -80,6 +80,13 @@ fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u3
     }
 }
 
+/// When a queue's present incarnation began and last changed (epoch ms, ZooKeeper's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueTimes {
+    pub created_ms: i64,
+    pub modified_ms: i64,
+}
+
 /// What [`QueueService::create`] found or did.
 #[derive(Debug, Clone)]
 pub struct Created {
@@ -684,6 +691,21 @@ impl QueueService {
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         zk.sync(&path).await?;
         Ok(catalog::presence(&zk, &path).await?.is_live())
+    }
+
+    /// When queue `name`'s present incarnation began and when it or its settings last changed,
+    /// from ZooKeeper's own clocks: the queue node's last write (its creation, or the put or
+    /// `CreateQueue` that made a deleted queue anew; nothing else writes a queue node's data),
+    /// and its settings node's last write. `None` while it has no node (a declared queue nothing
+    /// wrote to yet; a dynamic queue that does not exist).
+    pub async fn timestamps(&self, name: &QueueName) -> Result<Option<QueueTimes>, QueueError> {
+        let path = self.layout(name).path;
+        let settings = Layout::new(&self.config.zookeeper.root).settings(name);
+        let deadline = Instant::now() + self.session.request_timeout();
+        let zk = self.session.connected(deadline).await?.with_deadline(deadline);
+        let Some(queue) = zk.exists(&path).await? else { return Ok(None) };
+        let settings_written = zk.exists(&settings).await?.map_or(queue.mtime, |s| s.mtime);
+        Ok(Some(QueueTimes { created_ms: queue.mtime, modified_ms: queue.mtime.max(settings_written) }))
     }
 
     /// Deletes dynamic queue `name` (SQS's `DeleteQueue`): its node marked deleted (and kept),

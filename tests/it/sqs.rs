@@ -916,6 +916,75 @@ async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar()
     drop(one);
 }
 
+/// `CreatedTimestamp` and `LastModifiedTimestamp` come from ZooKeeper's clock, so every sidecar
+/// answers the same: the queue's creation, then its settings' last change; a queue deleted and
+/// made anew starts again. Asked for alone, each is answered (the call failed
+/// `InvalidAttributeName`); a name SQS knows that the queue does not have is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_timestamps_are_the_queues_own_on_every_sidecar() {
+    let root = unique_root("sqs-timestamps");
+    let (_one, one_sqs) = zkq_with_sqs(&root).await;
+    let (_other, other_sqs) = zkq_with_sqs(&root).await;
+    let url = format!("{one_sqs}/000000000000/stamped");
+    let seconds = || zkq::types::now_epoch_ms() / 1000;
+    let stamps = |endpoint: String| {
+        let url = url.clone();
+        async move {
+            let (status, got) = sqs_json(
+                &endpoint,
+                "GetQueueAttributes",
+                serde_json::json!({ "QueueUrl": url, "AttributeNames": ["CreatedTimestamp", "LastModifiedTimestamp"] }),
+            )
+            .await;
+            assert_eq!(status, 200, "{got}");
+            let stamp = |key: &str| got["Attributes"][key].as_str().and_then(|v| v.parse::<i64>().ok()).expect(key);
+            (stamp("CreatedTimestamp"), stamp("LastModifiedTimestamp"))
+        }
+    };
+    let before = seconds();
+    assert_eq!(sqs_json(&one_sqs, "CreateQueue", serde_json::json!({ "QueueName": "stamped" })).await.0, 200);
+    let (created, modified) = stamps(one_sqs.clone()).await;
+    assert!((before - 1..=seconds() + 1).contains(&created), "created {created}, asked at {before}");
+    assert_eq!(modified, created, "a new queue was last modified when it was created");
+    assert_eq!(stamps(other_sqs.clone()).await, (created, modified), "the other sidecar answers the same");
+
+    // Settings changed later: the last modification moves, the creation stays.
+    let changed_after = seconds();
+    while seconds() == changed_after {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let set = sqs_json(
+        &one_sqs,
+        "SetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "Attributes": { "VisibilityTimeout": "9" } }),
+    )
+    .await;
+    assert_eq!(set.0, 200, "{}", set.1);
+    let (created_now, modified_now) = stamps(other_sqs.clone()).await;
+    assert_eq!(created_now, created);
+    assert!(modified_now > created, "modified {modified_now}, created {created}");
+
+    let (status, got) = sqs_json(
+        &other_sqs,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["KmsMasterKeyId"] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{got}");
+    assert!(got.get("Attributes").is_none_or(|a| a.as_object().is_some_and(|a| a.is_empty())), "{got}");
+
+    // Deleted and made anew: a new creation.
+    assert_eq!(sqs_json(&one_sqs, "DeleteQueue", serde_json::json!({ "QueueUrl": url })).await.0, 200);
+    let recreated_after = seconds();
+    while seconds() == recreated_after {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sqs_json(&one_sqs, "CreateQueue", serde_json::json!({ "QueueName": "stamped" })).await.0, 200);
+    let (again, modified_again) = stamps(other_sqs).await;
+    assert!(again > modified_now, "made anew at {again}, after {modified_now}");
+    assert_eq!(modified_again, again);
+}
+
 /// The Rust AWS SDK (`aws-sdk-sqs`, built by scripts/test.sh from `tests/sqs/rust`) runs a producer
 /// and consumer session: queues, sends with attributes, receives, a hand-back, batch deletes,
 /// purge and delete.

@@ -72,7 +72,12 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
         values.push(("FifoQueue", "true".to_owned()));
         let content = own.content_deduplication.unwrap_or(false);
         values.push(("ContentBasedDeduplication", content.to_string()));
+        // Deduplication ids and throughput are the queue's, not each message group's.
+        values.push(("DeduplicationScope", "queue".to_owned()));
+        values.push(("FifoThroughputLimit", "perQueue".to_owned()));
     }
+    // zkq does not encrypt what it stores (ZooKeeper's own storage does, if configured to).
+    values.push(("SqsManagedSseEnabled", "false".to_owned()));
     let dead_letter = match queue.declared() {
         true => queue.dead_letter().map(|d| (d.name.clone(), d.max_deliveries)),
         false => own.dead_letter.clone().map(|name| (name, own.max_deliveries)),
@@ -471,20 +476,31 @@ pub(super) struct AttributesOutput {
     attributes: Map<String, Value>,
 }
 
-/// Every queue attribute zkq answers.
-const QUEUE_ATTRIBUTES: [&str; 12] = [
+/// Every queue attribute name AWS knows: asked for by name, each is answered when the queue has
+/// it (`KmsMasterKeyId` of a queue zkq never encrypts is left out, as AWS leaves out an unset one);
+/// any other name fails the call.
+const QUEUE_ATTRIBUTES: [&str; 21] = [
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
     "VisibilityTimeout",
     "MaximumMessageSize",
+    "MessageRetentionPeriod",
     "DelaySeconds",
     "ReceiveMessageWaitTimeSeconds",
     "QueueArn",
     "FifoQueue",
     "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
     "RedrivePolicy",
+    "RedriveAllowPolicy",
     "Policy",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
 ];
 
 pub(super) async fn get_queue_attributes(
@@ -507,6 +523,11 @@ pub(super) async fn get_queue_attributes(
         ("QueueArn", ctx.queue_arn(&name)),
     ];
     values.extend(served(ctx, &queue, &queue.settings()));
+    if let Some(times) = ctx.state.queues.timestamps(queue.name()).await? {
+        // Epoch seconds, as AWS answers them.
+        values.push(("CreatedTimestamp", (times.created_ms / 1000).to_string()));
+        values.push(("LastModifiedTimestamp", (times.modified_ms / 1000).to_string()));
+    }
     let attributes = values
         .into_iter()
         .filter(|(key, _)| all || input.attribute_names.iter().any(|n| n == key))
