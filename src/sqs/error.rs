@@ -43,7 +43,7 @@ impl SqsError {
     }
 
     /// SQS answers a limit reached with 403.
-    fn over_limit(message: impl Into<String>) -> SqsError {
+    pub(super) fn over_limit(message: impl Into<String>) -> SqsError {
         SqsError { status: StatusCode::FORBIDDEN, ..SqsError::sender("OverLimit", "OverLimit", message) }
     }
 
@@ -53,14 +53,6 @@ impl SqsError {
 
     pub(super) fn missing_action() -> SqsError {
         SqsError::sender("MissingAction", "MissingAction", "the request names no Action")
-    }
-
-    pub(super) fn unsupported(action: &str) -> SqsError {
-        SqsError::sender(
-            "UnsupportedOperation",
-            "AWS.SimpleQueueService.UnsupportedOperation",
-            format!("zkq's SQS-compatible API does not support {action}; see docs/sqs.md for the actions it does"),
-        )
     }
 
     /// A `CreateQueue` of an existing queue whose attributes differ from the queue's.

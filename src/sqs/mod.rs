@@ -144,9 +144,7 @@ async fn handle(
     }
     let decoded = match protocol {
         Protocol::Json => protocol::decode_json(&headers, &body),
-        Protocol::Query => protocol::decode_query(uri.query(), &body, |action| {
-            actions::SERVED.contains(&action) || matches!(action, "AddPermission" | "RemovePermission")
-        }),
+        Protocol::Query => protocol::decode_query(uri.query(), &body, |action| actions::SERVED.contains(&action)),
     };
     let decoded = match decoded {
         Ok(decoded) => decoded,

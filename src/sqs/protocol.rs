@@ -200,16 +200,29 @@ impl Tree {
             let (name, value) = match (key.as_str(), node) {
                 // botocore sends an empty list as its member name with no value.
                 (
-                    "AttributeNames" | "MessageAttributeNames" | "MessageSystemAttributeNames" | "Entries" | "TagKeys",
+                    "AttributeNames"
+                    | "MessageAttributeNames"
+                    | "MessageSystemAttributeNames"
+                    | "Entries"
+                    | "TagKeys"
+                    | "AWSAccountIds"
+                    | "Actions",
                     Node::Leaf(text),
                 ) if text.is_empty() => (key.clone(), Value::Array(Vec::new())),
                 (_, Node::Leaf(text)) => (key.clone(), Value::String(text)),
                 (
-                    "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey",
+                    "AttributeName"
+                    | "MessageAttributeName"
+                    | "MessageSystemAttributeName"
+                    | "TagKey"
+                    | "AWSAccountId"
+                    | "ActionName",
                     Node::Branch(list),
                 ) => {
                     let items = list.members(&key)?.into_iter().filter_map(leaf).map(Value::String).collect();
-                    (format!("{key}s"), Value::Array(items))
+                    // `ActionName.N` is the JSON protocol's `Actions`.
+                    let name = if key == "ActionName" { "Actions".to_owned() } else { format!("{key}s") };
+                    (name, Value::Array(items))
                 },
                 ("Attribute" | "Tag", Node::Branch(list)) => {
                     let key_name = if key == "Tag" { "Key" } else { "Name" };

@@ -985,6 +985,126 @@ async fn queue_timestamps_are_the_queues_own_on_every_sidecar() {
     assert_eq!(modified_again, again);
 }
 
+/// `AddPermission` and `RemovePermission` write the queue's `Policy` statements as SQS does, from
+/// either protocol and either sidecar, and refuse what SQS refuses in its words. Both answered
+/// `UnsupportedOperation`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_are_statements_of_the_queues_policy_on_every_sidecar() {
+    let root = unique_root("sqs-permissions");
+    let (_one, one_sqs) = zkq_with_sqs(&root).await;
+    let (_other, other_sqs) = zkq_with_sqs(&root).await;
+    let url = format!("{one_sqs}/000000000000/shared");
+    let arn = "arn:aws:sqs:us-east-1:000000000000:shared";
+    assert_eq!(sqs_json(&one_sqs, "CreateQueue", serde_json::json!({ "QueueName": "shared" })).await.0, 200);
+    let added = sqs_json(
+        &one_sqs,
+        "AddPermission",
+        serde_json::json!({ "QueueUrl": url, "Label": "everything", "AWSAccountIds": ["111111111111"], "Actions": ["*"] }),
+    )
+    .await;
+    assert_eq!(added.0, 200, "{}", added.1);
+    let (status, xml) = sqs_query(
+        &other_sqs,
+        "AddPermission",
+        &[
+            ("QueueUrl", &url),
+            ("Label", "send-only"),
+            ("AWSAccountId.1", "222222222222"),
+            ("AWSAccountId.2", "333333333333"),
+            ("ActionName.1", "SendMessage"),
+            ("ActionName.2", "GetQueueUrl"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    let policy = || async {
+        let (status, got) = sqs_json(
+            &other_sqs,
+            "GetQueueAttributes",
+            serde_json::json!({ "QueueUrl": url, "AttributeNames": ["Policy"] }),
+        )
+        .await;
+        assert_eq!(status, 200, "{got}");
+        serde_json::from_str::<serde_json::Value>(got["Attributes"]["Policy"].as_str().expect("a policy"))
+            .expect("the policy is JSON")
+    };
+    let got = policy().await;
+    assert_eq!(got["Version"], "2012-10-17");
+    assert_eq!(got["Id"], format!("{arn}/SQSDefaultPolicy"));
+    assert_eq!(
+        got["Statement"],
+        serde_json::json!([
+            { "Sid": "everything", "Effect": "Allow", "Principal": { "AWS": "arn:aws:iam::111111111111:root" },
+              "Action": "SQS:*", "Resource": arn },
+            { "Sid": "send-only", "Effect": "Allow",
+              "Principal": { "AWS": ["arn:aws:iam::222222222222:root", "arn:aws:iam::333333333333:root"] },
+              "Action": ["SQS:SendMessage", "SQS:GetQueueUrl"], "Resource": arn },
+        ])
+    );
+
+    let refused = |input: serde_json::Value| {
+        let endpoint = one_sqs.clone();
+        async move { sqs_json(&endpoint, "AddPermission", input).await }
+    };
+    let again = refused(
+        serde_json::json!({ "QueueUrl": url, "Label": "everything", "AWSAccountIds": ["111111111111"], "Actions": ["*"] }),
+    )
+    .await;
+    assert_eq!(
+        (again.0, again.1["message"].as_str()),
+        (400, Some("Value everything for parameter Label is invalid. Reason: Already exists.")),
+        "{}",
+        again.1
+    );
+    let owner_only = refused(serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": ["111111111111"], "Actions": ["RemovePermission"] })).await;
+    assert_eq!(
+        owner_only.1["message"],
+        "Value SQS:RemovePermission for parameter ActionName is invalid. Reason: Only the queue owner is allowed to invoke this action."
+    );
+    let no_actions =
+        refused(serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": ["111111111111"], "Actions": [] }))
+            .await;
+    assert_eq!((no_actions.0, no_actions.1["__type"].as_str()), (400, Some("com.amazonaws.sqs#MissingParameter")));
+    let no_accounts =
+        refused(serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": [], "Actions": ["SendMessage"] }))
+            .await;
+    assert_eq!(no_accounts.1["message"], "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.");
+    let eight = [
+        "ChangeMessageVisibility",
+        "DeleteMessage",
+        "GetQueueAttributes",
+        "GetQueueUrl",
+        "ListDeadLetterSourceQueues",
+        "PurgeQueue",
+        "ReceiveMessage",
+        "SendMessage",
+    ];
+    let too_many = refused(
+        serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": ["111111111111"], "Actions": eight }),
+    )
+    .await;
+    assert_eq!(
+        (too_many.0, too_many.1["message"].as_str()),
+        (403, Some("8 Actions were found, maximum allowed is 7."))
+    );
+
+    // Removed through the other sidecar; then the label is gone.
+    let removed =
+        sqs_json(&other_sqs, "RemovePermission", serde_json::json!({ "QueueUrl": url, "Label": "everything" })).await;
+    assert_eq!(removed.0, 200, "{}", removed.1);
+    let got = policy().await;
+    assert_eq!(
+        got["Statement"].as_array().map(|s| s.iter().map(|s| s["Sid"].clone()).collect::<Vec<_>>()),
+        Some(vec![serde_json::json!("send-only")])
+    );
+    let missing =
+        sqs_json(&one_sqs, "RemovePermission", serde_json::json!({ "QueueUrl": url, "Label": "everything" })).await;
+    assert_eq!(
+        (missing.0, missing.1["message"].as_str()),
+        (400, Some("Value everything for parameter Label is invalid. Reason: can't find label on existing policy."))
+    );
+}
+
 /// The Rust AWS SDK (`aws-sdk-sqs`, built by scripts/test.sh from `tests/sqs/rust`) runs a producer
 /// and consumer session: queues, sends with attributes, receives, a hand-back, batch deletes,
 /// purge and delete.

@@ -14,10 +14,12 @@
 //!
 //! This file dispatches and holds what every action shares (the request's context, the queue a
 //! URL names, number parsing); `queues.rs` has the queue-level actions, `tags.rs` the queue tags,
+//! `permissions.rs` the policy's statements,
 //! `messages.rs` the message actions and message attributes.
 
 mod messages;
 mod moves;
+mod permissions;
 mod queues;
 mod tags;
 
@@ -31,6 +33,7 @@ use messages::{
     ReceiptStep, change_visibility, delete_message, receipt_batch, receive_message, send_message, send_message_batch,
 };
 use moves::{cancel_move_task, list_move_tasks, start_move_task};
+use permissions::{add_permission, remove_permission};
 use queues::{
     create_queue, delete_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues,
     purge_queue, set_queue_attributes,
@@ -75,7 +78,8 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "StartMessageMoveTask" => answer(start_move_task(ctx, parse(input)?).await),
         "ListMessageMoveTasks" => answer(list_move_tasks(ctx, parse(input)?).await),
         "CancelMessageMoveTask" => answer(cancel_move_task(ctx, parse(input)?).await),
-        "AddPermission" | "RemovePermission" => Err(SqsError::unsupported(action)),
+        "AddPermission" => answer(add_permission(ctx, parse(input)?).await),
+        "RemovePermission" => answer(remove_permission(ctx, parse(input)?).await),
         other => Err(SqsError::invalid_action(format!("{other:?} is not an SQS action"))),
     }
 }
@@ -103,6 +107,8 @@ pub const SERVED: &[&str] = &[
     "StartMessageMoveTask",
     "ListMessageMoveTasks",
     "CancelMessageMoveTask",
+    "AddPermission",
+    "RemovePermission",
 ];
 
 fn parse<T: DeserializeOwned>(input: Value) -> Result<T, SqsError> {
