@@ -260,6 +260,19 @@ impl Queue {
         self.leases.ack(receipt).await
     }
 
+    /// SQS's `DeleteMessage` with the receipt of a lease that ended (its visibility passed, it
+    /// was released, or it was acked): removes the message the lease held unless a consumer holds
+    /// it now (then it is left to that consumer, as SQS's "the message might not be deleted"
+    /// allows); a message already gone is no error. False when this process does not know the
+    /// receipt (not issued here, or too long ago): nothing was done.
+    pub async fn remove_after_lease(&self, receipt: Receipt) -> Result<bool, QueueError> {
+        let Some(name) = self.leases.ended_item(receipt).await else { return Ok(false) };
+        match self.browse.remove(&name).await {
+            Ok(()) | Err(QueueError::MessageNotFound(_)) => Ok(true),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Gives back a lease whose message was not handed out: released in its place, its delivery
     /// not counted, as if it had never been leased.
     pub async fn give_back_unhanded(&self, receipt: Receipt) {

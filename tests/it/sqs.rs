@@ -1991,6 +1991,80 @@ async fn a_receive_with_visibility_zero_leaves_the_message_visible_at_once() {
     assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0", "{}", depth.1);
 }
 
+/// `DeleteMessage` with the receipt handle of a lease that ended deletes the message, as SQS
+/// deletes by an old handle, and again is no error; but an old handle never takes a message from
+/// under the consumer that holds it now: that call succeeds and the message stays that consumer's.
+/// An old handle was refused (`InvalidParameterValue`, "the receipt handle has expired").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_receipt_handle_deletes_its_message_unless_another_consumer_holds_it() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-old-receipt")).await;
+    let url = create_queue(&endpoint, "old", serde_json::json!({})).await;
+    let receive = |visibility: i64| {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let got = sqs_json(
+                &endpoint,
+                "ReceiveMessage",
+                serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "VisibilityTimeout": visibility }),
+            )
+            .await;
+            assert_eq!(got.0, 200, "{}", got.1);
+            got.1["Messages"][0]["ReceiptHandle"].as_str().map(str::to_owned)
+        }
+    };
+    let delete = |handle: String| {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await
+        }
+    };
+    let depth = || {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let got = sqs_json(
+                &endpoint,
+                "GetQueueAttributes",
+                serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"] }),
+            )
+            .await;
+            let count = |key: &str| got.1["Attributes"][key].as_str().and_then(|v| v.parse::<u32>().ok()).expect(key);
+            (count("ApproximateNumberOfMessages"), count("ApproximateNumberOfMessagesNotVisible"))
+        }
+    };
+    let send = |body: &'static str| {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let sent =
+                sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": body })).await;
+            assert_eq!(sent.0, 200, "{}", sent.1);
+        }
+    };
+
+    // Received twice, visible at once each time: the first handle deletes it.
+    send("one").await;
+    let first = receive(0).await.expect("received");
+    let second = receive(0).await.expect("received again");
+    assert_ne!(first, second);
+    let deleted = delete(first.clone()).await;
+    assert_eq!(deleted.0, 200, "an old handle deletes: {}", deleted.1);
+    assert_eq!(depth().await, (0, 0), "the message is gone");
+    assert_eq!(delete(first).await.0, 200, "deleting again succeeds");
+    assert_eq!(delete(second).await.0, 200, "and the other old handle too");
+
+    // Held by a consumer now: the old handle succeeds and leaves it to that consumer.
+    send("two").await;
+    let old = receive(0).await.expect("received");
+    let held = receive(60).await.expect("received and held");
+    assert_eq!(delete(old).await.0, 200);
+    assert_eq!(depth().await, (0, 1), "the holder keeps the message");
+    assert_eq!(delete(held).await.0, 200, "its holder deletes it");
+    assert_eq!(depth().await, (0, 0));
+
+    // A handle this listener never issued is still invalid.
+    let unknown = delete("0".repeat(48)).await;
+    assert_eq!(unknown.1["__type"], "com.amazonaws.sqs#ReceiptHandleIsInvalid", "{}", unknown.1);
+}
+
 /// `MessageAttributeNames` `prefix.*` takes every attribute whose name starts with the prefix, as
 /// SQS does (`Hel.*` takes `Hello` and `Help.Me`, not `Other`), in both protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,8 +138,15 @@ check(error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="not-a-receipt")[
 check(error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)[0] == "InvalidParameterValue", "max 10")
 check(error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "d", "MessageBody": "1"}, {"Id": "d", "MessageBody": "2"}])[0]
       == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "distinct ids")
-check(error_of(sqs.add_permission, QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])[0]
-      == "AWS.SimpleQueueService.UnsupportedOperation", "unsupported")
+# Permissions: statements of the queue's stored Policy.
+sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["111111111111", "222222222222"], Actions=["SendMessage"])
+statements = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])["Statement"]
+check([(s["Sid"], s["Action"], s["Principal"]["AWS"]) for s in statements]
+      == [("l", "SQS:SendMessage", ["arn:aws:iam::111111111111:root", "arn:aws:iam::222222222222:root"])], "a permission")
+check(error_of(sqs.add_permission, QueueUrl=url, Label="m", AWSAccountIds=["1"], Actions=["SendMessage"])[0]
+      == "InvalidParameterValue", "an account id is 12 digits")
+sqs.remove_permission(QueueUrl=url, Label="l")
+check(error_of(sqs.remove_permission, QueueUrl=url, Label="l")[0] == "InvalidParameterValue", "removed")
 
 # Tags: stored in ZooKeeper, shared by every sidecar.
 check(sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}, "no tags yet")

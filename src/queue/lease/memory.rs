@@ -1,6 +1,7 @@
 //! What a queue's leases leave behind when they end, kept by the process so that it outlives the
-//! queue: the receipt key, the numbering of leases and claim ids, and which ack or nack ended each
-//! of the last [`REMEMBERED_COMPLETIONS`] leases.
+//! queue: the receipt key, the numbering of leases and claim ids, which ack or nack ended each of
+//! the last [`REMEMBERED_COMPLETIONS`] leases, and which item each of the last as many ended leases
+//! held.
 //!
 //! An idle dynamic queue is closed (its tasks end, its slot is freed), but a client may still
 //! retry an ack whose answer it lost: the queue's memory stays in [`LeaseMemories`] (for the last
@@ -10,7 +11,8 @@
 //! Invariants:
 //! - A queue has one memory for the life of the process (until evicted while closed), so a token
 //!   is never issued twice for one session and a receipt is recognized after a reopen.
-//! - Bounded: [`REMEMBERED_COMPLETIONS`] completions per memory (about 50 bytes each), and the
+//! - Bounded: [`REMEMBERED_COMPLETIONS`] completions and as many ended items per memory (about 50
+//!   and 80 bytes each), and the
 //!   memories of at most [`CLOSED_QUEUES_REMEMBERED`] closed queues besides the open ones.
 
 use std::collections::{HashMap, VecDeque};
@@ -26,7 +28,7 @@ use super::receipt::ReceiptKey;
 pub(super) const REMEMBERED_COMPLETIONS: usize = 4096;
 
 /// How many closed queues' memories the process keeps (the oldest closed is forgotten first; a
-/// queue that never leased leaves none). At most about 200 KiB each.
+/// queue that never leased leaves none). At most about 550 KiB each.
 pub(super) const CLOSED_QUEUES_REMEMBERED: usize = 64;
 
 /// The memory of one queue's leases.
@@ -37,6 +39,15 @@ pub(in crate::queue) struct LeaseMemory {
     /// Numbers the claim ids of this process's lock nodes.
     claims: AtomicU64,
     completed: Mutex<Completions>,
+    ended: Mutex<EndedItems>,
+}
+
+/// The item each of the last [`REMEMBERED_COMPLETIONS`] ended leases held, oldest first in
+/// `order` (SQS's `DeleteMessage` with the receipt of an ended lease removes its message).
+#[derive(Default)]
+struct EndedItems {
+    by_token: HashMap<u128, String>,
+    order: VecDeque<u128>,
 }
 
 /// The step that completed each of the last [`REMEMBERED_COMPLETIONS`] leases a client's ack or
@@ -77,6 +88,24 @@ impl LeaseMemory {
                 completed.by_token.remove(&oldest);
             }
         }
+    }
+
+    /// Remembers that lease `token`, now ended, held item `name`.
+    pub(super) fn remember_item(&self, token: u128, name: &str) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended.by_token.insert(token, name.to_owned()).is_none() {
+            ended.order.push_back(token);
+        }
+        while ended.order.len() > REMEMBERED_COMPLETIONS {
+            if let Some(oldest) = ended.order.pop_front() {
+                ended.by_token.remove(&oldest);
+            }
+        }
+    }
+
+    /// The item ended lease `token` held, if remembered.
+    pub(super) fn item_of(&self, token: u128) -> Option<String> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).by_token.get(&token).cloned()
     }
 
     /// The step that ended lease `token`, if remembered.
@@ -144,6 +173,19 @@ impl LeaseMemories {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ended_items_are_remembered_for_the_last_few_thousand_leases_only() {
+        let memory = LeaseMemory::default();
+        let total = REMEMBERED_COMPLETIONS as u128 + 10;
+        for token in 0..total {
+            memory.remember_item(token, &format!("queue-{token:010}"));
+        }
+        assert_eq!(memory.item_of(0), None, "the oldest is forgotten");
+        assert_eq!(memory.item_of(total - 1).as_deref(), Some(format!("queue-{:010}", total - 1).as_str()));
+        let ended = memory.ended.lock().expect("not poisoned");
+        assert_eq!((ended.by_token.len(), ended.order.len()), (REMEMBERED_COMPLETIONS, REMEMBERED_COMPLETIONS));
+    }
 
     #[test]
     fn completions_are_remembered_for_the_last_few_thousand_leases_only() {

@@ -270,13 +270,15 @@ struct TableState {
 pub(super) struct LeaseTable {
     state: Mutex<TableState>,
     changed: Notify,
-    /// What outlives the queue (receipt key, numbering, remembered completions).
+    /// Every waiter is woken when a lease leaves the table.
+    ended: Notify,
+    /// What outlives the queue (receipt key, numbering, remembered completions and items).
     memory: Arc<LeaseMemory>,
 }
 
 impl LeaseTable {
     pub(super) fn new(memory: Arc<LeaseMemory>) -> LeaseTable {
-        LeaseTable { state: Mutex::default(), changed: Notify::new(), memory }
+        LeaseTable { state: Mutex::default(), changed: Notify::new(), ended: Notify::new(), memory }
     }
 
     fn lock(&self) -> MutexGuard<'_, TableState> {
@@ -472,10 +474,37 @@ impl Leases {
             state.settling.remove(&token);
             state.live.remove(&token)
         };
-        if lease.is_some() {
+        if let Some(lease) = &lease {
             self.ctx.qm.leases_in_flight.dec();
+            self.table.memory.remember_item(token, &lease.item.name);
+            self.table.ended.notify_waiters();
         }
         lease
+    }
+
+    /// The message an ended lease of `receipt` held (once the lease has left the table: an
+    /// expired one is released first), if this process issued the receipt and still remembers
+    /// it; `None` also when the lease did not end within the request timeout.
+    pub(crate) async fn ended_item(&self, receipt: Receipt) -> Option<String> {
+        if !self.table.issued(receipt.session_id, receipt.token) {
+            return None;
+        }
+        let deadline = Instant::now() + self.ctx.session.request_timeout();
+        loop {
+            let ended = self.table.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let live = {
+                let state = self.table.lock();
+                state.live.contains_key(&receipt.token) || state.settling.contains_key(&receipt.token)
+            };
+            if !live {
+                return self.table.memory.item_of(receipt.token);
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// A copy of a live lease, to work on while it stays in the table (so a step that fails for

@@ -13,7 +13,8 @@ use super::{Ctx, Empty, bounded, is_fifo, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
 use crate::queue::attributes;
 use crate::queue::{
-    AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, Receipt,
+    AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueError, QueueRef,
+    Receipt,
 };
 use crate::sqs::error::SqsError;
 use crate::types::{Traceparent, now_epoch_ms};
@@ -693,9 +694,17 @@ pub(super) async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> 
     Ok(Empty {})
 }
 
-/// Acks the lease `receipt` names.
+/// Acks the lease `receipt` names; the receipt of a lease that ended (its visibility passed)
+/// removes the message the lease held, unless a consumer holds it now, as SQS deletes a message
+/// by an old receipt handle.
 async fn delete_one(queue: &QueueRef, receipt: Receipt) -> Result<(), SqsError> {
-    Ok(queue.ack(receipt).await?)
+    match queue.ack(receipt).await {
+        Err(QueueError::LeaseLost(why)) => match queue.remove_after_lease(receipt).await? {
+            true => Ok(()),
+            false => Err(QueueError::LeaseLost(why).into()),
+        },
+        other => Ok(other?),
+    }
 }
 
 #[derive(Deserialize)]
