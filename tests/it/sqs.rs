@@ -1989,6 +1989,17 @@ async fn a_receive_with_visibility_zero_leaves_the_message_visible_at_once() {
     .await;
     assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessages"], "0", "{}", depth.1);
     assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0", "{}", depth.1);
+
+    // A queue whose own VisibilityTimeout is 0 does the same for a receive that says none (it
+    // leased the message for a second, so a receive right after found nothing).
+    let url = create_queue(&endpoint, "peek-all", serde_json::json!({ "VisibilityTimeout": "0" })).await;
+    let sent = sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "seen" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let receive = serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 0 });
+    let first = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+    let again = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    assert_eq!(first.1["Messages"][0]["Body"], "seen", "{}", first.1);
+    assert_eq!(again.1["Messages"][0]["Body"], "seen", "visible again at once: {}", again.1);
 }
 
 /// `DeleteMessage` with the receipt handle of a lease that ended deletes the message, as SQS

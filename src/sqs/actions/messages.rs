@@ -577,13 +577,15 @@ pub(super) async fn receive_message(
     // Unsaid, the queue's own settings (a dynamic queue's `SetQueueAttributes`) or zkq's defaults.
     let own = queue.settings();
     let wait = wait.map_or_else(|| Duration::from_secs(own.receive_wait_seconds.unwrap_or(0)), seconds);
+    // Unsaid, the queue's own `VisibilityTimeout`, else zkq's default.
+    let visibility = visibility.or_else(|| own.visibility_seconds.and_then(|s| i64::try_from(s).ok()));
     // Visible again at once, as in SQS: leased for the shortest time there is, and released as
     // soon as it is read (should the release fail, the lease ends after its second).
     let release_at_once = visibility == Some(0);
     let visibility = match visibility {
         Some(0) => Duration::from_secs(1),
         Some(seconds_) => seconds(seconds_),
-        None => own.visibility_seconds.map_or(lease.default_visibility, Duration::from_secs),
+        None => lease.default_visibility,
     }
     .clamp(Duration::from_secs(1), lease.max_visibility);
     let max = usize::try_from(max).unwrap_or(1);
