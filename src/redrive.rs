@@ -737,6 +737,8 @@ impl Redrives {
                 ItemMeta::Id(group) if to.grouped() && to.kind() == QueueKind::Fifo => Some(group.clone()),
                 _ => None,
             },
+            // The key is the moved message's own (its name and creation): the same key, the same message.
+            key_alone: false,
             deliver_at: None,
             // A simple queue keeps bare bodies: attributes and trace context stay behind.
             attributes: if simple { Default::default() } else { message.attributes },

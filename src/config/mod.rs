@@ -343,7 +343,15 @@ pub struct QueueConfig {
     /// `sqs.binary_bodies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sqs_binary_bodies: Option<BinaryBodies>,
+    /// How long a message is kept, from its node's creation: older ones are deleted, never
+    /// delivered ([`MIN_RETENTION`] to [`MAX_RETENTION`]). None: kept until consumed.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Duration>,
 }
+
+/// The shortest and longest `queues.NAME.retention` (SQS's longest `MessageRetentionPeriod`).
+pub const MIN_RETENTION: Duration = Duration::from_secs(1);
+pub const MAX_RETENTION: Duration = Duration::from_secs(1_209_600);
 
 /// How long an `Idempotency-Key` is remembered when the queue's configuration says nothing.
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);

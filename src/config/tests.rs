@@ -424,6 +424,7 @@ fn check_config_recommends_max_items_for_declared_queues_without_one() {
                 idempotency_window: None,
                 grouped: false,
                 sqs_binary_bodies: None,
+                retention: None,
             },
         );
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::error::{ConfigError, invalid};
 use super::{
-    Config, MAX_IDEMPOTENCY_WINDOW, MAX_PUSH_CONCURRENCY, MIN_IDEMPOTENCY_WINDOW, PushConfig, QueueConfig, QueueKind,
-    SaslMechanism,
+    Config, MAX_IDEMPOTENCY_WINDOW, MAX_PUSH_CONCURRENCY, MAX_RETENTION, MIN_IDEMPOTENCY_WINDOW, MIN_RETENTION,
+    PushConfig, QueueConfig, QueueKind, SaslMechanism,
 };
 use crate::types::acl::{AclEntry, acl_perms, digest_hash};
 
@@ -214,6 +214,9 @@ impl Config {
                     MIN_IDEMPOTENCY_WINDOW,
                     MAX_IDEMPOTENCY_WINDOW,
                 )?;
+            }
+            if let Some(retention) = queue.retention {
+                check_duration(&format!("{key}.retention"), retention, MIN_RETENTION, MAX_RETENTION)?;
             }
             if queue.max_deliveries.is_some() && queue.dead_letter.is_none() {
                 return Err(invalid(

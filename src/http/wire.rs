@@ -93,6 +93,7 @@ pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now:
         group: fields.group,
         wait,
         idempotency_key: None,
+        key_alone: false,
         traceparent: None,
     })
 }

@@ -58,6 +58,7 @@ pub(crate) struct FlowVecs {
     pub(crate) messages_nacked: IntCounterVec,
     pub(crate) messages_expired: IntCounterVec,
     pub(crate) messages_dead_lettered: IntCounterVec,
+    pub(crate) messages_past_retention: IntCounterVec,
     pub(crate) leases_extended: IntCounterVec,
     pub(crate) leases_in_flight: IntGaugeVec,
     pub(crate) fleet_members: IntGaugeVec,
@@ -149,6 +150,13 @@ impl FlowVecs {
                 Opts::new(
                     "zkq_messages_dead_lettered_total",
                     "Messages moved to the dead-letter queue (past max_deliveries, or undecodable).",
+                ),
+                &["queue"],
+            )?)?,
+            messages_past_retention: reg.add(IntCounterVec::new(
+                Opts::new(
+                    "zkq_messages_past_retention_total",
+                    "Messages deleted because they were older than the queue's retention (never delivered).",
                 ),
                 &["queue"],
             )?)?,
@@ -338,6 +346,7 @@ impl QueueVecs {
             messages_acked: self.flow.messages_acked.with_label_values(q),
             messages_expired: self.flow.messages_expired.with_label_values(q),
             messages_dead_lettered: self.flow.messages_dead_lettered.with_label_values(q),
+            messages_past_retention: self.flow.messages_past_retention.with_label_values(q),
             leases_extended: self.flow.leases_extended.with_label_values(q),
             put_outcome_unknown: self.work.put_outcome_unknown.with_label_values(q),
             settlements_given_up: self.work.settlements_given_up.with_label_values(q),
@@ -383,7 +392,7 @@ impl QueueVecs {
         }
     }
 
-    fn counters(&self) -> [&IntCounterVec; 16] {
+    fn counters(&self) -> [&IntCounterVec; 17] {
         [
             &self.flow.help_calls,
             &self.flow.messages_put,
@@ -393,6 +402,7 @@ impl QueueVecs {
             &self.flow.messages_acked,
             &self.flow.messages_expired,
             &self.flow.messages_dead_lettered,
+            &self.flow.messages_past_retention,
             &self.flow.leases_extended,
             &self.work.children_reads,
             &self.work.watch_events,
@@ -427,6 +437,7 @@ pub struct QueueMetrics {
     pub messages_acked: IntCounter,
     pub messages_expired: IntCounter,
     pub messages_dead_lettered: IntCounter,
+    pub messages_past_retention: IntCounter,
     pub leases_extended: IntCounter,
     pub put_outcome_unknown: IntCounter,
     pub settlements_given_up: IntCounter,

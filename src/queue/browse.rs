@@ -18,6 +18,9 @@ pub struct QueueInfo {
     pub depth: i64,
     pub in_flight: i64,
     pub waiting_takers: usize,
+    /// Messages waiting for their delivery time, while the cache follows the queue's events
+    /// (`None` otherwise).
+    pub delayed: Option<i64>,
     pub head: HeadAge,
     /// Grouped queues, while the cache follows the queue's events.
     pub groups: Option<GroupStats>,
@@ -172,7 +175,8 @@ impl Browse {
         }
         let head = if depth == 0 { HeadAge::NoneWaiting } else { self.head_waiting_since(&zk).await? };
         let groups = self.cache.group_stats();
-        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), head, groups })
+        let delayed = self.cache.delayed_count().map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        Ok(QueueInfo { depth, in_flight, waiting_takers: self.cache.waiting(), delayed, head, groups })
     }
 
     /// Since when (epoch ms) the next message to deliver has waited: its creation, or for a delay

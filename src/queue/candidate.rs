@@ -23,6 +23,9 @@ pub(super) enum Declined {
     /// Not a Curator envelope (or too large to handle in one transaction): skipped and left in
     /// place.
     Undecodable,
+    /// Older than the queue's retention: deleted instead (or left to the sweep, if a consumer
+    /// locked it meanwhile), never handed out.
+    PastRetention,
 }
 
 impl Declined {
@@ -32,7 +35,7 @@ impl Declined {
             Declined::Lost => Some(ClaimOutcome::Lost),
             Declined::Gone => Some(ClaimOutcome::Gone),
             Declined::Locked => Some(ClaimOutcome::Locked),
-            Declined::Undecodable | Declined::Held => None,
+            Declined::Undecodable | Declined::Held | Declined::PastRetention => None,
         }
     }
 }

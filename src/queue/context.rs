@@ -40,6 +40,8 @@ pub(super) struct Context {
     pub(super) dead_letter: Option<Arc<DeadLetter>>,
     /// A dynamic queue's own settings, as its settings node says now (`settings.rs`).
     pub(super) settings: Arc<super::settings::SettingsCell>,
+    /// A declared queue's `retention`; see [`Context::retention_now`].
+    pub(super) retention: Option<Duration>,
     /// Where delivery counts of leased messages live: `{root}/deliveries/{queue}`.
     pub(super) deliveries_path: String,
     pub(super) max_message_bytes: usize,
@@ -90,6 +92,21 @@ impl Context {
     /// settings name.
     pub(super) fn dead_letter_now(&self) -> Option<Arc<DeadLetter>> {
         self.dead_letter.clone().or_else(|| self.settings.dead_letter())
+    }
+
+    /// How long a message is kept now: the declared `retention`, else the queue's settings'
+    /// (`MessageRetentionPeriod`); `None`: until consumed.
+    pub(super) fn retention_now(&self) -> Option<Duration> {
+        self.retention.or_else(|| self.settings.get().settings.retention_seconds.map(Duration::from_secs))
+    }
+
+    /// Whether a message whose node ZooKeeper created at `ctime` (epoch ms, its clock) is past
+    /// the queue's retention at `now` (epoch ms).
+    pub(super) fn past_retention(&self, ctime: i64, now: i64) -> bool {
+        self.retention_now().is_some_and(|kept| {
+            let kept_ms = i64::try_from(kept.as_millis()).unwrap_or(i64::MAX);
+            ctime.saturating_add(kept_ms) < now
+        })
     }
 
     pub(super) fn deadline_for(&self, wait: Duration) -> Instant {

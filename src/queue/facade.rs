@@ -148,6 +148,12 @@ impl Queue {
         self.ctx.dead_letter_now()
     }
 
+    /// How long its messages are kept: its declared `retention`, else its settings'
+    /// (`MessageRetentionPeriod`); `None`: until consumed.
+    pub fn retention(&self) -> Option<std::time::Duration> {
+        self.ctx.retention_now()
+    }
+
     /// A dynamic queue's own settings, as its settings node says now (none for a declared queue).
     pub fn settings(&self) -> super::QueueSettings {
         self.ctx.settings.get().settings

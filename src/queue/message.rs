@@ -24,6 +24,10 @@ pub struct PutOptions {
     /// Stores the message at most once per key within the queue's idempotency window
     /// (`idempotency/`).
     pub idempotency_key: Option<String>,
+    /// The key alone says a put repeats an earlier one, whatever it stores (SQS's deduplication
+    /// id): a put with a key used within the window is answered with the earlier message, even
+    /// with another body. Else a key used with another body, priority or id is refused.
+    pub key_alone: bool,
 }
 
 /// A stored message.

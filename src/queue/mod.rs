@@ -19,6 +19,7 @@ mod lease;
 mod message;
 pub(crate) mod names;
 mod put;
+mod retention;
 mod service;
 mod settings;
 
@@ -39,7 +40,10 @@ pub use put::idempotency::{
 pub(crate) use service::queue_layout;
 pub use service::{Created, QueueService, QueueTimes};
 pub use settings::DeadLetter;
-pub use settings::{MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, MIN_MESSAGE_BYTES_SETTING, QueueSettings};
+pub use settings::{
+    MAX_DELAY_SECONDS, MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, MAX_RETENTION_SECONDS, MIN_MESSAGE_BYTES_SETTING,
+    MIN_RETENTION_SECONDS, QueueSettings,
+};
 
 use crate::types::QueueName;
 use crate::zk::ZkError;

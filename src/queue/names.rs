@@ -61,7 +61,8 @@ pub(crate) fn put_prefix(kind: QueueKind, meta: &ItemMeta) -> String {
     match (kind, meta) {
         (QueueKind::Simple, _) => SIMPLE_PREFIX.to_owned(),
         (QueueKind::Priority, ItemMeta::Priority(p)) => format!("{QUEUE_PREFIX}{}", priority_to_string(*p)),
-        (QueueKind::Delay, ItemMeta::DeliverAt(epoch)) => format!("{QUEUE_PREFIX}|{epoch:08X}|"),
+        // A plain fifo queue names a delayed message as a delay queue does (see `parse`).
+        (QueueKind::Delay | QueueKind::Fifo, ItemMeta::DeliverAt(epoch)) => format!("{QUEUE_PREFIX}|{epoch:08X}|"),
         (QueueKind::Id, ItemMeta::Id(id)) => format!("{QUEUE_PREFIX}|{}|", fix_id(id)),
         _ => QUEUE_PREFIX.to_owned(),
     }
@@ -111,6 +112,22 @@ pub fn order_of(name: &str) -> Option<u128> {
         None => 0,
     };
     Some(sequence * 1_000_000_000 + index)
+}
+
+/// The `n` of `names` ZooKeeper stored first ([`order_of`]; names without a sequence are left
+/// out), oldest first. Memory stays O(n) however many names there are.
+pub(crate) fn oldest<'a>(names: impl IntoIterator<Item = &'a str>, n: usize) -> Vec<String> {
+    let mut first: Vec<(u128, &str)> = Vec::with_capacity(n.min(64));
+    for name in names {
+        let Some(order) = order_of(name) else { continue };
+        if first.len() >= n && first.last().is_some_and(|(last, _)| order >= *last) {
+            continue;
+        }
+        let pos = first.partition_point(|(o, _)| *o < order);
+        first.insert(pos, (order, name));
+        first.truncate(n);
+    }
+    first.into_iter().map(|(_, name)| name.to_owned()).collect()
 }
 
 /// Whether `name` is a node split from a Curator putMulti node (named by zkq, not sequential).
@@ -181,6 +198,12 @@ pub(crate) fn parse(kind: QueueKind, name: &str) -> Option<ItemName> {
         return None;
     }
     let meta = match kind {
+        // A delayed message of a plain fifo queue is named as a delay queue's (`queue-|HEX|seq`):
+        // it sorts after every plain name, and zkq holds it back until it is due. A Curator
+        // `DistributedQueue` consumer does not read the time: it takes the message at once.
+        QueueKind::Fifo if name.strip_prefix(QUEUE_PREFIX).is_some_and(|rest| rest.starts_with('|')) => {
+            ItemMeta::DeliverAt(delay_epoch(name))
+        },
         QueueKind::Fifo | QueueKind::Simple => ItemMeta::Plain,
         // A requeued priority item (Curator drops the priority) has a plain name: it sorts first.
         QueueKind::Priority => parse_priority(name).map_or(ItemMeta::Plain, ItemMeta::Priority),

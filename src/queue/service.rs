@@ -20,6 +20,7 @@ use super::lease::{LeaseMemories, LeaseTable, Leases};
 use super::names;
 use super::put::Puts;
 use super::put::idempotency;
+use super::retention::Retention;
 use super::settings::DeadLetter;
 use super::settings::{Current, QueueSettings, SettingsCell};
 use super::{HeadAge, QueueError};
@@ -461,6 +462,7 @@ impl QueueService {
             declared,
             dead_letter,
             settings: settings.clone(),
+            retention: declared_config.and_then(|q| q.retention),
             deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
             max_message_bytes: self.config.api.max_message_bytes,
             max_peek_bytes: self.config.api.max_peek_bytes,
@@ -553,6 +555,20 @@ impl QueueService {
                 move || leases.clone().run_delivery_count_sweeper(stop.clone())
             },
         ));
+        if declared_config.is_none_or(|q| q.retention.is_some()) {
+            // A declared queue has a retention or never will; a dynamic one's settings may set one.
+            let retention = Arc::new(Retention::new(ctx.clone(), cache.clone()));
+            self.tasks.spawn(supervise::until_shutdown(
+                Task::RetentionSweeper,
+                owner.clone(),
+                metrics.clone(),
+                stop.clone(),
+                {
+                    let stop = stop.clone();
+                    move || retention.clone().run(stop.clone())
+                },
+            ));
+        }
         self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
             let (puts, stop) = (puts.clone(), stop.clone());
             move || puts.clone().run_idempotency_sweeper(stop.clone())

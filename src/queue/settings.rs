@@ -61,7 +61,32 @@ pub struct QueueSettings {
     /// `api.max_message_bytes`, whatever the node says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_message_bytes: Option<u64>,
+    /// How long a message put without its own delay waits before it is delivered, seconds (SQS's
+    /// `DelaySeconds`, up to [`MAX_DELAY_SECONDS`]); for queues whose names can hold a delivery
+    /// time (delay queues, plain fifo queues).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_seconds: Option<u64>,
+    /// How long a message is kept, seconds from its node's creation (SQS's
+    /// `MessageRetentionPeriod`, [`MIN_RETENTION_SECONDS`] to [`MAX_RETENTION_SECONDS`]): older
+    /// ones are deleted, never delivered. Unset: kept until consumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_seconds: Option<u64>,
+    /// SQS's `KmsMasterKeyId` and `KmsDataKeyReusePeriodSeconds`: stored and answered; zkq
+    /// encrypts nothing with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kms_master_key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kms_data_key_reuse_seconds: Option<u64>,
 }
+
+/// The longest delay a setting may ask for, seconds (SQS's 15 minutes).
+pub const MAX_DELAY_SECONDS: u64 = 900;
+
+/// The shortest retention a setting may ask for, seconds (SQS's one minute).
+pub const MIN_RETENTION_SECONDS: u64 = 60;
+
+/// The longest retention a setting may ask for, seconds (SQS's 14 days).
+pub const MAX_RETENTION_SECONDS: u64 = 1_209_600;
 
 /// The smallest `MaximumMessageSize` a queue takes (SQS's 1 KiB).
 pub const MIN_MESSAGE_BYTES_SETTING: u64 = 1_024;
@@ -99,6 +124,14 @@ impl QueueSettings {
             if policy.len() > MAX_POLICY_BYTES || !object {
                 return Err(format!("a Policy is a JSON object of at most {MAX_POLICY_BYTES} bytes"));
             }
+        }
+        if self.delay_seconds.is_some_and(|delay| delay > MAX_DELAY_SECONDS) {
+            return Err(format!("a DelaySeconds is at most {MAX_DELAY_SECONDS} seconds"));
+        }
+        if self.retention_seconds.is_some_and(|r| !(MIN_RETENTION_SECONDS..=MAX_RETENTION_SECONDS).contains(&r)) {
+            return Err(format!(
+                "a MessageRetentionPeriod is {MIN_RETENTION_SECONDS} to {MAX_RETENTION_SECONDS} seconds"
+            ));
         }
         if self.max_message_bytes.is_some_and(|bytes| bytes < MIN_MESSAGE_BYTES_SETTING) {
             return Err(format!("a MaximumMessageSize is at least {MIN_MESSAGE_BYTES_SETTING} bytes"));

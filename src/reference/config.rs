@@ -240,6 +240,12 @@ const KEYS: &[Key] = &[
         "duration",
         "how long a put's `Idempotency-Key` is remembered (10s–1h; undeclared queues use the default)",
     ),
+    key_or(
+        "queues.NAME.retention",
+        "duration",
+        "none: kept until consumed",
+        "how long a message is kept, from its node's creation (ZooKeeper's clock): older ones are deleted, never delivered (1s–14d; see [retention](../queues.md#retention))",
+    ),
     key(
         "queues.NAME.grouped",
         "boolean",
@@ -329,6 +335,7 @@ fn serialized_defaults() -> Result<BTreeMap<String, Value>, serde_json::Error> {
     keys.insert("queues.NAME.push.url".to_owned(), Value::Null);
     // Unset, it is `sqs.binary_bodies` (key_or says so).
     keys.insert("queues.NAME.sqs_binary_bodies".to_owned(), Value::Null);
+    keys.insert("queues.NAME.retention".to_owned(), Value::Null);
     let counter: CounterConfig = serde_json::from_value(serde_json::json!({}))?;
     walk("counters.NAME", &serde_json::to_value(counter)?, &mut keys);
     Ok(keys)

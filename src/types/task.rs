@@ -13,11 +13,12 @@ pub enum Task {
     PushReadiness,
     IdempotencySweeper,
     FleetMember,
+    RetentionSweeper,
 }
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 10] = [
+    pub const ALL: [Task; 11] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
@@ -28,6 +29,7 @@ impl Task {
         Task::PushReadiness,
         Task::IdempotencySweeper,
         Task::FleetMember,
+        Task::RetentionSweeper,
     ];
 
     /// The metric label.
@@ -43,6 +45,7 @@ impl Task {
             Task::PushReadiness => "push_readiness",
             Task::IdempotencySweeper => "idempotency_sweeper",
             Task::FleetMember => "fleet_member",
+            Task::RetentionSweeper => "retention_sweeper",
         }
     }
 }

@@ -46,6 +46,7 @@ pub fn declare(config: &mut Config, name: &str, kind: QueueKind, path: Option<&s
             idempotency_window: None,
             grouped: false,
             sqs_binary_bodies: None,
+            retention: None,
         },
     );
 }

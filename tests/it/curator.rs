@@ -419,3 +419,22 @@ async fn a_put_multi_node_too_large_to_split_in_one_transaction_is_consumed_in_o
     assert_eq!(metric_value(&metrics, "zkq_zookeeper_reconnects_total"), Some(0.0), "the connection was never lost");
     zkq.stop().await;
 }
+
+/// A delayed message of a plain fifo queue waits for zkq's consumers, but Curator's
+/// `DistributedQueue` does not read delivery times: its consumer takes the message at once, after
+/// the plain ones (docs/curator-format.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_takes_a_delayed_fifo_message_at_once_where_zkq_waits() {
+    let zk = ZkServer::shared();
+    let root = unique_root("fifo-delay-curator");
+    let zkq = zkq_with_curator_paths(zk, &root, false).await;
+    let api = zkq.client();
+    assert_eq!(api.put("fifo", "delay=10m", &unhex("dd")).await.status, 201);
+    assert_eq!(api.put("fifo", "", &unhex("aa")).await.status, 201);
+    let first = api.take("fifo", "wait=0s").await;
+    assert_eq!((first.status, hex(&first.body)), (200, "aa".to_owned()));
+    assert_eq!(api.take("fifo", "wait=0s").await.status, 204, "zkq holds the delayed one back");
+    let path = format!("{root}/c/fifo");
+    let lines = Curator::run(zk, &["consume", "fifo", &path, "1", "15000"]).await;
+    assert_eq!(lines, ["dd", "DONE 1"], "Curator takes it well before its time");
+}

@@ -677,6 +677,7 @@ async fn undecodable_nodes_move_to_the_dead_letter_queue_without_a_request() {
             idempotency_window: None,
             grouped: false,
             sqs_binary_bodies: None,
+            retention: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

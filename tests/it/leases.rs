@@ -324,6 +324,7 @@ async fn poison_messages_move_to_the_dead_letter_queue_after_max_deliveries() {
             idempotency_window: None,
             grouped: false,
             sqs_binary_bodies: None,
+            retention: None,
         },
     );
     let zkq = TestZkq::start_ready(config).await;

@@ -84,6 +84,7 @@ async fn bad_inputs_get_documented_json_errors() {
             idempotency_window: None,
             grouped: false,
             sqs_binary_bodies: None,
+            retention: None,
         },
     );
     config.take.max_wait = Duration::from_secs(1);
@@ -810,4 +811,77 @@ async fn attributes_and_a_traceparent_travel_with_a_message_and_curator_sees_the
     let refused = Answer::of(put("bare", "x", &[("traceparent", TRACE.to_owned())]).await.expect("put")).await;
     assert_eq!((refused.status, refused.code.as_str()), (409, "parameter_not_for_kind"));
     assert_eq!(zkq.take("jobs", "0s").await.status(), 204, "nothing refused was stored");
+}
+
+/// A plain fifo queue takes a delivery time as a delay queue does: the message waits, named as a
+/// delay queue names it, while the messages put without one are taken; a grouped queue, whose
+/// names hold the group, refuses one. Before, a delay on a fifo queue was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_queue_holds_a_delayed_message_back_until_it_is_due() {
+    let zk = ZkServer::shared();
+    let mut config = test_config(zk, &unique_root("fifo-delay"));
+    declare(&mut config, "f", QueueKind::Fifo, None, None);
+    declare(&mut config, "g", QueueKind::Fifo, None, None);
+    if let Some(grouped) = config.queues.get_mut("g") {
+        grouped.grouped = true;
+    }
+    let zkq = TestZkq::start_ready(config).await;
+    let api = zkq.client();
+    let put_at = Instant::now();
+    let later = api.put("f", "delay=3s", b"later").await;
+    assert_eq!(later.status, 201, "{}", later.text());
+    let later_id = later.json()["message_id"].as_str().expect("an id").to_owned();
+    assert!(later_id.starts_with("queue-|"), "named as a delay queue names it: {later_id}");
+    assert_eq!(api.put("f", "", b"now").await.status, 201);
+
+    let first = api.take("f", "wait=0s").await;
+    assert_eq!((first.status, first.body.as_slice()), (200, b"now".as_slice()), "{}", first.text());
+    let early = api.take("f", "wait=0s").await;
+    assert_eq!(early.status, 204, "not due yet: {}", early.text());
+    let due = api.take("f", "wait=20s").await;
+    assert_eq!((due.status, due.body.as_slice(), due.id.as_str()), (200, b"later".as_slice(), later_id.as_str()));
+    assert!(put_at.elapsed() >= Duration::from_secs(3), "taken after {:?}", put_at.elapsed());
+
+    let grouped = api.put("g", "delay=3s&group=a", b"x").await;
+    assert_eq!((grouped.status, grouped.code.as_str()), (409, "parameter_not_for_kind"), "{}", grouped.text());
+}
+
+/// A message older than its queue's `retention` is deleted by the sweep and never delivered; one
+/// a consumer holds is not deleted under it, and its ack still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_past_retention_are_deleted_but_never_from_under_a_consumer() {
+    let zk = ZkServer::shared();
+    let root = unique_root("retention");
+    let mut config = test_config(zk, &root);
+    declare(&mut config, "kept", QueueKind::Fifo, None, None);
+    if let Some(queue) = config.queues.get_mut("kept") {
+        queue.retention = Some(Duration::from_secs(2));
+    }
+    let zkq = TestZkq::start_ready(config).await;
+    let api = zkq.client();
+    assert_eq!(api.put("kept", "", b"held").await.status, 201);
+    let held = api.lease("kept", "wait=5s&visibility=60s").await;
+    assert_eq!((held.status, held.body.as_slice()), (200, b"held".as_slice()), "{}", held.text());
+    let old = api.put("kept", "", b"old").await;
+    assert_eq!(old.status, 201);
+
+    let direct = zk_client(zk).await;
+    let path = format!("{root}/queues/kept");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = children(&direct, &path).await;
+        if left.len() == 1 {
+            assert_eq!(left, std::slice::from_ref(&held.id), "the held message stays");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the old message was not deleted: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = zkq.metrics().await;
+    assert!(metrics.contains("zkq_messages_past_retention_total{queue=\"kept\"} 1"), "{metrics}");
+    assert_eq!(api.take("kept", "wait=0s").await.status, 204, "nothing past retention is delivered");
+    assert_eq!(api.ack("kept", &held.receipt).await.status, 204, "the held message's ack works");
+    assert_eq!(api.put("kept", "", b"fresh").await.status, 201);
+    let fresh = api.take("kept", "wait=5s").await;
+    assert_eq!((fresh.status, fresh.body.as_slice()), (200, b"fresh".as_slice()));
 }

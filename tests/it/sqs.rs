@@ -4,7 +4,7 @@
 //! zkq's own API; and Celery workers with zkq as their broker.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zkq_testkit::*;
 
 /// The Python with boto3 of today (installed by scripts/test.sh), and Debian's.
@@ -2111,4 +2111,149 @@ async fn a_prefix_wildcard_takes_every_attribute_name_with_the_prefix() {
     assert_eq!(status, 200, "{xml}");
     assert!(xml.contains("<Name>Hello</Name>") && xml.contains("<Name>Help.Me</Name>"), "{xml}");
     assert!(!xml.contains("<Name>Other</Name>"), "{xml}");
+}
+
+/// A standard queue's `DelaySeconds` (the queue's, or a message's own, which wins) holds a message
+/// back, counted in `ApproximateNumberOfMessagesDelayed`; a FIFO queue refuses a message's own
+/// delay in SQS's words. `MessageRetentionPeriod` (four days unless `CreateQueue` says otherwise,
+/// 60 s to 14 days) and the KMS attributes are the queue's, answered on every call. Before, a
+/// delay, a retention or a KMS key made `CreateQueue` fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delays_retention_and_kms_keys_are_the_queues_attributes() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-delay")).await;
+    let url = create_queue(&endpoint, "later", serde_json::json!({ "DelaySeconds": "6" })).await;
+    let attributes = |names: serde_json::Value| {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let got = sqs_json(
+                &endpoint,
+                "GetQueueAttributes",
+                serde_json::json!({ "QueueUrl": url, "AttributeNames": names }),
+            )
+            .await;
+            assert_eq!(got.0, 200, "{}", got.1);
+            got.1["Attributes"].clone()
+        }
+    };
+    let got = attributes(serde_json::json!(["DelaySeconds", "MessageRetentionPeriod"])).await;
+    assert_eq!((got["DelaySeconds"].as_str(), got["MessageRetentionPeriod"].as_str()), (Some("6"), Some("345600")));
+
+    let sent_at = Instant::now();
+    let sent =
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "queued" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let (status, xml) =
+        sqs_query(&endpoint, "SendMessage", &[("QueueUrl", &url), ("MessageBody", "now"), ("DelaySeconds", "0")]).await;
+    assert_eq!(status, 200, "{xml}");
+    let receive = serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MaxNumberOfMessages": 10 });
+    let first = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+    let bodies: Vec<&str> =
+        first.1["Messages"].as_array().into_iter().flatten().filter_map(|m| m["Body"].as_str()).collect();
+    assert_eq!(bodies, ["now"], "the queue's delay held one back: {}", first.1);
+    if sent_at.elapsed() < Duration::from_secs(5) {
+        let got = attributes(serde_json::json!(["ApproximateNumberOfMessagesDelayed"])).await;
+        assert_eq!(got["ApproximateNumberOfMessagesDelayed"], "1", "{got}");
+    }
+    let receive = serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 20 });
+    let due = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    assert_eq!(due.1["Messages"][0]["Body"], "queued", "{}", due.1);
+    assert!(sent_at.elapsed() >= Duration::from_secs(6), "delivered after {:?}", sent_at.elapsed());
+
+    let set = sqs_json(
+        &endpoint,
+        "SetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "Attributes": {
+            "MessageRetentionPeriod": "60", "KmsMasterKeyId": "alias/aws/sqs", "KmsDataKeyReusePeriodSeconds": "600"
+        } }),
+    )
+    .await;
+    assert_eq!(set.0, 200, "{}", set.1);
+    let got = attributes(serde_json::json!(["All"])).await;
+    assert_eq!(
+        (
+            got["MessageRetentionPeriod"].as_str(),
+            got["KmsMasterKeyId"].as_str(),
+            got["KmsDataKeyReusePeriodSeconds"].as_str()
+        ),
+        (Some("60"), Some("alias/aws/sqs"), Some("600")),
+        "{got}"
+    );
+    for (key, value) in
+        [("MessageRetentionPeriod", "59"), ("MessageRetentionPeriod", "1209601"), ("DelaySeconds", "901")]
+    {
+        let (status, xml) = sqs_query(
+            &endpoint,
+            "SetQueueAttributes",
+            &[("QueueUrl", &url), ("Attribute.1.Name", key), ("Attribute.1.Value", value)],
+        )
+        .await;
+        assert_eq!((status, xml_text(&xml, "Code").as_str()), (400, "InvalidAttributeValue"), "{key} {value}: {xml}");
+    }
+
+    let fifo = create_queue(&endpoint, "later.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
+    let refused = sqs_json(
+        &endpoint,
+        "SendMessage",
+        serde_json::json!({ "QueueUrl": fifo, "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "d",
+            "DelaySeconds": 5 }),
+    )
+    .await;
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert_eq!(
+        refused.1["message"],
+        "Value 5 for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for \
+         this queue type.",
+        "{}",
+        refused.1
+    );
+}
+
+/// A send that repeats a FIFO queue's deduplication id within the window is accepted and not
+/// delivered, whatever its body, as SQS does: in a batch and across sends, in both protocols, with
+/// the first message's `MessageId`. Before, another body under a used id was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_deduplication_id_drops_the_message_whatever_its_body() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-dedup-body")).await;
+    let url = create_queue(&endpoint, "once.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
+    let send = |body: &'static str, group: &'static str| serde_json::json!({ "QueueUrl": url, "MessageBody": body, "MessageGroupId": group, "MessageDeduplicationId": "d" });
+    let first = sqs_json(&endpoint, "SendMessage", send("first", "1")).await;
+    assert_eq!(first.0, 200, "{}", first.1);
+    let again = sqs_json(&endpoint, "SendMessage", send("second", "2")).await;
+    assert_eq!((again.0, &again.1["MessageId"]), (200, &first.1["MessageId"]), "{}", again.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "SendMessage",
+        &[("QueueUrl", &url), ("MessageBody", "third"), ("MessageGroupId", "3"), ("MessageDeduplicationId", "d")],
+    )
+    .await;
+    assert_eq!((status, xml_text(&xml, "MessageId")), (200, first.1["MessageId"].as_str().unwrap_or("?").to_owned()));
+    let batch = sqs_json(
+        &endpoint,
+        "SendMessageBatch",
+        serde_json::json!({ "QueueUrl": url, "Entries": [
+            { "Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "e" },
+            { "Id": "b", "MessageBody": "b", "MessageGroupId": "g", "MessageDeduplicationId": "e" },
+        ] }),
+    )
+    .await;
+    assert_eq!(batch.0, 200, "{}", batch.1);
+    let ids: Vec<&serde_json::Value> =
+        batch.1["Successful"].as_array().into_iter().flatten().map(|entry| &entry["MessageId"]).collect();
+    assert_eq!(ids.len(), 2, "both accepted: {}", batch.1);
+    assert_eq!(ids[0], ids[1], "one message: {}", batch.1);
+    let receive = serde_json::json!({ "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1 });
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let got = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+        for message in got.1["Messages"].as_array().into_iter().flatten() {
+            bodies.push(message["Body"].as_str().unwrap_or_default().to_owned());
+            let handle = &message["ReceiptHandle"];
+            let deleted =
+                sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle }))
+                    .await;
+            assert_eq!(deleted.0, 200, "{}", deleted.1);
+        }
+    }
+    bodies.sort();
+    assert_eq!(bodies, ["a", "first"], "each id stored once");
 }

@@ -163,7 +163,8 @@ tagged = sqs.create_queue(QueueName=f"{queue}-tagged", tags={"made-by": "CreateQ
 check(sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"made-by": "CreateQueue"}, "CreateQueue's tags")
 check(error_of(sqs.send_message, QueueUrl=url.replace(queue, "never-created"), MessageBody="x")[0]
       == "AWS.SimpleQueueService.NonExistentQueue", "a send needs the queue")
-check(error_of(sqs.send_message, QueueUrl=url, MessageBody="x", DelaySeconds=5)[0] == "InvalidParameterValue", "no delay")
+check("MessageId" in sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=5), "a standard queue's delay")
+check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == [], "not delivered before its delay")
 # Purge: what is not held goes; a held message stays.
 sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": f"p{i}", "MessageBody": f"purge {i}"} for i in range(3)])
 held = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]
@@ -171,7 +172,8 @@ sqs.purge_queue(QueueUrl=url)
 check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == [], "purged")
 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=0)
 check(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]["Body"] == held["Body"], "the held one stayed")
-check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionPeriod": "60"})[0] == "InvalidAttributeName", "attributes")
+check(error_of(sqs.create_queue, QueueName=queue, Attributes={"MessageRetentionPeriod": "59"})[0] == "InvalidAttributeValue",
+      "a retention under a minute")
 visibility = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
 check(sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": visibility})["QueueUrl"] == url, "same settings")
 sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": visibility, "DelaySeconds": "0"})
@@ -187,8 +189,10 @@ check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"VisibilityTi
       "visibility over 12 hours")
 check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"ReceiveMessageWaitTimeSeconds": "21"})[0]
       == "InvalidAttributeValue", "a wait over 20 s")
-check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})[0]
+check(error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedriveAllowPolicy": "{}"})[0]
       == "InvalidAttributeName", "a setting zkq does not take")
+sqs.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "120", "DelaySeconds": "0"})
+check(attribute(url, "MessageRetentionPeriod") == "120", "a retention set")
 made = sqs.create_queue(QueueName=f"{queue}-made", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
 check(attribute(made, "VisibilityTimeout") == "1800", "CreateQueue's attributes make the queue's settings")
 check(sqs.create_queue(QueueName=f"{queue}-made", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"] == made,

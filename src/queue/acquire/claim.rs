@@ -389,6 +389,11 @@ impl Claims {
             Some(Err(ZkError::NoNode)) | None => return Ok(Err(Declined::Gone)),
             Some(Err(err)) => return Err(err),
         };
+        if self.retention.is_past(read.1.ctime) {
+            // Past retention: deleted, never handed out (`retention.rs`).
+            self.retention.delete(zk, vec![(candidate.name.clone(), read.1.version)]).await;
+            return Ok(Err(Declined::PastRetention));
+        }
         let (data, stat) = if first {
             let fitted = match (how, lock_dir) {
                 (Acquire::Lease(_), Some(lock_dir)) => {

@@ -36,6 +36,7 @@ use super::lease::LeaseGrant;
 use super::lease::Leases;
 use super::message::Message;
 use super::names::ItemName;
+use super::retention::Retention;
 use crate::metrics::GaugeGuard;
 use crate::zk::ZkError;
 
@@ -64,11 +65,14 @@ pub(super) struct Claims {
     leases: Arc<Leases>,
     /// Single claims ready at the same time, sharing a round trip (`crew.rs`).
     crew: crew::Crew,
+    /// A message read past retention is deleted, not handed out.
+    retention: Retention,
 }
 
 impl Claims {
     pub(super) fn new(ctx: Arc<Context>, cache: Arc<ChildrenCache>, leases: Arc<Leases>) -> Claims {
-        Claims { ctx, cache, leases, crew: crew::Crew::default() }
+        let retention = Retention::new(ctx.clone(), cache.clone());
+        Claims { ctx, cache, leases, crew: crew::Crew::default(), retention }
     }
 }
 

@@ -321,17 +321,15 @@ impl ChildrenCache {
     }
 
     /// The deliverable children of a read made beside the snapshot (a member standing by reads
-    /// the queue itself), in delivery order; a delay queue's only once due.
+    /// the queue itself), in delivery order; a delayed message only once due.
     pub(super) fn offerable_now(&self, children: &[String], locked: &[String]) -> Vec<ItemName> {
         let locked: std::collections::HashSet<String> = locked.iter().cloned().collect();
         let (kind, mut items) = {
             let state = self.lock();
             (state.kind(), state.offerable(children, &locked))
         };
-        if kind == crate::config::QueueKind::Delay {
-            let now = crate::types::now_epoch_ms();
-            items.retain(|item| crate::queue::names::due_time(item) <= now);
-        }
+        let now = crate::types::now_epoch_ms();
+        items.retain(|item| crate::queue::names::due_time(item) <= now);
         items.sort_by(|a, b| crate::queue::names::compare(kind, a, b));
         items
     }
@@ -517,6 +515,18 @@ impl ChildrenCache {
     /// (no session yet, or reconnecting): then only a full read knows them.
     pub(super) fn peek_order(&self, n: usize) -> Option<Vec<ItemName>> {
         self.lock().peek_order(n)
+    }
+
+    /// How many messages wait for their delivery time, from the live cache; `None` when the cache
+    /// is not live.
+    pub(super) fn delayed_count(&self) -> Option<usize> {
+        self.lock().delayed_count()
+    }
+
+    /// The `n` children ZooKeeper stored first, oldest first, from the live cache; `None` when
+    /// the cache is not live.
+    pub(super) fn oldest(&self, n: usize) -> Option<Vec<String>> {
+        self.lock().oldest(n)
     }
 
     /// One full read of the child list at a time per queue (peeks while the cache is not live):

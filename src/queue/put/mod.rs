@@ -64,7 +64,15 @@ impl Puts {
         if options.priority.is_some() && self.ctx.kind != QueueKind::Priority {
             return refuse("priority");
         }
-        if options.deliver_at.is_some() && self.ctx.kind != QueueKind::Delay {
+        // A delay queue's messages, and a plain fifo queue's, have a delivery time (`names::parse`).
+        let timed = self.ctx.kind == QueueKind::Delay || (self.ctx.kind == QueueKind::Fifo && !self.ctx.grouped);
+        if options.deliver_at.is_some() && !timed {
+            if self.ctx.grouped {
+                return Err(QueueError::NotForKind(format!(
+                    "`delay/deliver_at` does not apply to grouped queue {:?}: its names hold the group",
+                    self.ctx.name
+                )));
+            }
             return refuse("delay/deliver_at");
         }
         if options.id.is_some() && self.ctx.kind != QueueKind::Id {
@@ -107,9 +115,11 @@ impl Puts {
                 ItemMeta::Id(valid_id(id, "id")?)
             },
             // A grouped fifo queue names a grouped message as an id queue does (`names::naming`).
-            QueueKind::Fifo => match id {
-                Some(group) => ItemMeta::Id(valid_id(group, "group")?),
-                None => ItemMeta::Plain,
+            QueueKind::Fifo => match (id, options.deliver_at) {
+                (Some(group), _) => ItemMeta::Id(valid_id(group, "group")?),
+                // Due already: a plain name, in Curator's order with the others.
+                (None, Some(at)) if at > crate::types::now_epoch_ms() => ItemMeta::DeliverAt(at),
+                (None, _) => ItemMeta::Plain,
             },
             QueueKind::Simple => ItemMeta::Plain,
         })

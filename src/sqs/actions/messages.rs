@@ -93,25 +93,30 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
     if size > largest {
         return Err(SqsError::message_too_long(largest));
     }
-    // A delay queue's messages wait; another kind has no place in its names for a delivery time.
-    let deliver_at = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
-        Some(delay) if delay > 0 && queue.kind() == QueueKind::Delay => Some(now_epoch_ms() + delay * 1000),
-        Some(delay) if delay > 0 => {
-            // As SQS refuses it on a FIFO queue; on another, zkq says why.
-            return Err(SqsError::invalid_parameter(if is_fifo(queue.name()) {
-                format!(
-                    "Value {delay} for parameter DelaySeconds is invalid. Reason: The request include parameter \
-                     that is not valid for this queue type."
-                )
-            } else {
-                format!(
-                    "DelaySeconds needs a delay queue; {} is a {} queue (docs/sqs.md)",
-                    queue.name(),
-                    queue.kind().as_str()
-                )
-            }));
+    // A message's own DelaySeconds, else its queue's. A delay queue's messages and a standard
+    // queue's (a plain fifo queue in zkq) wait; a FIFO queue's names hold the group, not a time.
+    let delay = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
+        Some(delay) => delay,
+        None => queue.settings().delay_seconds.map_or(0, |d| i64::try_from(d).unwrap_or(900)),
+    };
+    let timed = queue.kind() == QueueKind::Delay || (queue.kind() == QueueKind::Fifo && !queue.grouped());
+    let deliver_at = match delay {
+        0 => None,
+        delay if timed => Some(now_epoch_ms() + delay * 1000),
+        delay if is_fifo(queue.name()) => {
+            // As SQS refuses a message's own delay on a FIFO queue.
+            return Err(SqsError::invalid_parameter(format!(
+                "Value {delay} for parameter DelaySeconds is invalid. Reason: The request include parameter that \
+                 is not valid for this queue type."
+            )));
         },
-        _ => None,
+        _ => {
+            return Err(SqsError::invalid_parameter(format!(
+                "DelaySeconds needs a delay queue or a plain fifo one; {} is a grouped {} queue (docs/sqs.md)",
+                queue.name(),
+                queue.kind().as_str()
+            )));
+        },
     };
     let mut deduplication = entry.message_deduplication_id;
     if is_fifo(queue.name()) {
@@ -136,6 +141,9 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
         group: entry.message_group_id,
         wait: Duration::ZERO,
         idempotency_key: deduplication,
+        // As SQS: a send that repeats a deduplication id within the window is accepted and not
+        // delivered, whatever its body.
+        key_alone: true,
         traceparent,
     };
     Ok((body, options))
@@ -393,21 +401,13 @@ pub(super) async fn send_message_batch(
     }
     // Entries that repeat an earlier entry's deduplication id (or, under content-based
     // deduplication, its body) are duplicates, as SQS takes them: stored once, each answered
-    // with the first one's MessageId. One that repeats the id with another body fails alone.
+    // with the first one's MessageId, whatever its body.
     let mut first_with_key: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut unique: Vec<(String, String, PutOptions)> = Vec::with_capacity(valid.len());
     let mut duplicates: Vec<(String, String, PutOptions, usize)> = Vec::new();
     for (id, body, options) in valid {
         match options.idempotency_key.as_ref().and_then(|key| first_with_key.get(key).copied()) {
-            Some(first) if unique.get(first).is_some_and(|(_, first_body, _)| *first_body == body) => {
-                duplicates.push((id, body, options, first));
-            },
-            Some(_) => failed.push(BatchError::of(
-                id,
-                SqsError::from(crate::queue::QueueError::IdempotencyKeyReused(
-                    "the batch repeats an entry's MessageDeduplicationId with another body".to_owned(),
-                )),
-            )),
+            Some(first) => duplicates.push((id, body, options, first)),
             None => {
                 if let Some(key) = &options.idempotency_key {
                     first_with_key.insert(key.clone(), unique.len());

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, is_fifo, number, required};
+use crate::config::QueueKind;
 use crate::queue::{QueueError, QueueRef, QueueSettings};
 use crate::sqs::error::SqsError;
 use crate::types::QueueName;
@@ -45,14 +46,21 @@ pub(super) struct CreateQueueInput {
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
-const SETTABLE: [&str; 6] = [
+const SETTABLE: [&str; 10] = [
     "VisibilityTimeout",
     "ReceiveMessageWaitTimeSeconds",
     "RedrivePolicy",
     "ContentBasedDeduplication",
     "Policy",
     "MaximumMessageSize",
+    "DelaySeconds",
+    "MessageRetentionPeriod",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
 ];
+
+/// SQS's `MessageRetentionPeriod` of a queue `CreateQueue` makes without one: four days.
+const DEFAULT_RETENTION_SECONDS: u64 = 345_600;
 
 /// The queue's settings as SQS attributes: `own` (a dynamic queue's settings node) where it has
 /// them, else what zkq's configuration makes them; for `GetQueueAttributes`, and what
@@ -65,9 +73,23 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
             own.visibility_seconds.unwrap_or_else(|| config.lease.default_visibility.as_secs()).to_string(),
         ),
         ("MaximumMessageSize", largest_message(config, own).to_string()),
-        ("DelaySeconds", "0".to_owned()),
+        ("DelaySeconds", own.delay_seconds.unwrap_or(0).to_string()),
         ("ReceiveMessageWaitTimeSeconds", own.receive_wait_seconds.unwrap_or(0).to_string()),
     ];
+    let retention = match queue.declared() {
+        true => queue.retention().map(|r| r.as_secs()),
+        false => own.retention_seconds,
+    };
+    if let Some(seconds) = retention {
+        values.push(("MessageRetentionPeriod", seconds.to_string()));
+    }
+    // Stored and answered; zkq encrypts nothing with them.
+    if let Some(key) = &own.kms_master_key_id {
+        values.push(("KmsMasterKeyId", key.clone()));
+    }
+    if let Some(seconds) = own.kms_data_key_reuse_seconds {
+        values.push(("KmsDataKeyReusePeriodSeconds", seconds.to_string()));
+    }
     if is_fifo(queue.name()) {
         values.push(("FifoQueue", "true".to_owned()));
         let content = own.content_deduplication.unwrap_or(false);
@@ -197,7 +219,8 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
             queue.name()
         )));
     }
-    let change = SettingsChange::of(ctx, &settable, fifo)?;
+    let timed = queue.kind() == QueueKind::Delay || (queue.kind() == QueueKind::Fifo && !queue.grouped());
+    let change = SettingsChange::of(ctx, &settable, fifo, timed)?;
     Ok(Given { change, settable: settable.iter().map(|(key, value)| (key.clone(), text_of(value))).collect() })
 }
 
@@ -215,12 +238,18 @@ struct SettingsChange {
     /// `Some(None)`: removed (an empty `Policy`).
     policy: Option<Option<String>>,
     max_message_bytes: Option<u64>,
+    delay: Option<Option<u64>>,
+    retention: Option<Option<u64>>,
+    /// `Some(None)`: removed (an empty `KmsMasterKeyId`).
+    kms_key: Option<Option<String>>,
+    kms_reuse: Option<Option<u64>>,
 }
 
 impl SettingsChange {
     /// `fifo`: the queue is a FIFO queue, whose dead letters go to a FIFO queue (and a standard
-    /// queue's to a standard one), as SQS requires.
-    fn of(ctx: &Ctx<'_>, attributes: &Map<String, Value>, fifo: bool) -> Result<SettingsChange, SqsError> {
+    /// queue's to a standard one), as SQS requires. `timed`: its names can hold a delivery time
+    /// (a delay queue, or a plain fifo one), so it can take a `DelaySeconds`.
+    fn of(ctx: &Ctx<'_>, attributes: &Map<String, Value>, fifo: bool, timed: bool) -> Result<SettingsChange, SqsError> {
         let longest = ctx.state.config.lease.max_visibility.as_secs().min(43_200);
         let seconds = |key: &str, max: u64| -> Result<Option<Option<u64>>, SqsError> {
             let Some(value) = attributes.get(key) else { return Ok(None) };
@@ -231,6 +260,36 @@ impl SettingsChange {
             }
         };
         let visibility = seconds("VisibilityTimeout", longest)?;
+        let delay = seconds("DelaySeconds", crate::queue::MAX_DELAY_SECONDS)?;
+        if delay.flatten().is_some_and(|d| d > 0) && !timed {
+            return Err(SqsError::invalid_attribute_value(
+                "DelaySeconds above 0 needs a queue whose names can hold a delivery time: a standard queue (a plain \
+                 fifo or delay queue in zkq); a FIFO queue's names hold its groups (docs/sqs.md)",
+            ));
+        }
+        let ranged = |key: &str, min: u64, max: u64| -> Result<Option<Option<u64>>, SqsError> {
+            let Some(value) = attributes.get(key) else { return Ok(None) };
+            let text = text_of(value);
+            match text.trim().parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(Some(Some(n))),
+                _ => Err(SqsError::invalid_attribute_value(format!(
+                    "Invalid value for the parameter {key}: {key} must be {min} to {max}, not {text}"
+                ))),
+            }
+        };
+        let retention =
+            ranged("MessageRetentionPeriod", crate::queue::MIN_RETENTION_SECONDS, crate::queue::MAX_RETENTION_SECONDS)?;
+        let kms_reuse = ranged("KmsDataKeyReusePeriodSeconds", 60, 86_400)?;
+        let kms_key = match attributes.get("KmsMasterKeyId").map(text_of) {
+            None => None,
+            Some(text) if text.trim().is_empty() => Some(None),
+            Some(text) if text.len() <= 2048 && text.chars().all(|c| !c.is_control()) => Some(Some(text)),
+            Some(_) => {
+                return Err(SqsError::invalid_attribute_value(
+                    "KmsMasterKeyId must be at most 2048 characters, none of them a control character",
+                ));
+            },
+        };
         let wait = seconds("ReceiveMessageWaitTimeSeconds", 20)?;
         let redrive = match attributes.get("RedrivePolicy").map(text_of) {
             None => None,
@@ -299,7 +358,18 @@ impl SettingsChange {
                 },
             },
         };
-        Ok(SettingsChange { visibility, wait, redrive, content, policy, max_message_bytes })
+        Ok(SettingsChange {
+            visibility,
+            wait,
+            redrive,
+            content,
+            policy,
+            max_message_bytes,
+            delay,
+            retention,
+            kms_key,
+            kms_reuse,
+        })
     }
 
     fn is_empty(&self) -> bool {
@@ -309,6 +379,10 @@ impl SettingsChange {
             && self.content.is_none()
             && self.policy.is_none()
             && self.max_message_bytes.is_none()
+            && self.delay.is_none()
+            && self.retention.is_none()
+            && self.kms_key.is_none()
+            && self.kms_reuse.is_none()
     }
 
     fn apply(&self, mut settings: QueueSettings) -> QueueSettings {
@@ -331,8 +405,26 @@ impl SettingsChange {
         if let Some(bytes) = self.max_message_bytes {
             settings.max_message_bytes = Some(bytes);
         }
+        if let Some(delay) = self.delay {
+            settings.delay_seconds = delay.filter(|d| *d > 0);
+        }
+        if let Some(retention) = self.retention {
+            settings.retention_seconds = retention;
+        }
+        if let Some(key) = self.kms_key.clone() {
+            settings.kms_master_key_id = key;
+        }
+        if let Some(reuse) = self.kms_reuse {
+            settings.kms_data_key_reuse_seconds = reuse;
+        }
         settings
     }
+}
+
+/// What a queue `CreateQueue` makes has unless its attributes say otherwise: SQS's four days of
+/// retention.
+fn sqs_defaults() -> QueueSettings {
+    QueueSettings { retention_seconds: Some(DEFAULT_RETENTION_SECONDS), ..QueueSettings::default() }
 }
 
 /// What a refused setting says in SQS.
@@ -354,7 +446,7 @@ pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Resu
     let queue = ctx.state.queues.open(&name)?;
     let given = given(ctx, &queue, &input.attributes, true)?;
     let (queue, created) =
-        ctx.state.queues.create(&name, given.change.apply(QueueSettings::default())).await.map_err(settings_error)?;
+        ctx.state.queues.create(&name, given.change.apply(sqs_defaults())).await.map_err(settings_error)?;
     if !created.made {
         let served = served(ctx, &queue, &created.settings);
         for (key, text) in &given.settable {
@@ -515,11 +607,13 @@ pub(super) async fn get_queue_attributes(
     }
     let queue = ctx.existing(&url).await?;
     let info = queue.info().await?;
+    // Known while this sidecar follows the queue's events; else none are counted as delayed.
+    let delayed = info.delayed.unwrap_or(0);
     let name = queue.name().to_string();
     let mut values: Vec<(&str, String)> = vec![
-        ("ApproximateNumberOfMessages", (info.depth - info.in_flight).max(0).to_string()),
+        ("ApproximateNumberOfMessages", (info.depth - info.in_flight - delayed).max(0).to_string()),
         ("ApproximateNumberOfMessagesNotVisible", info.in_flight.to_string()),
-        ("ApproximateNumberOfMessagesDelayed", "0".to_owned()),
+        ("ApproximateNumberOfMessagesDelayed", delayed.to_string()),
         ("QueueArn", ctx.queue_arn(&name)),
     ];
     values.extend(served(ctx, &queue, &queue.settings()));

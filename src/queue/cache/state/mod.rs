@@ -598,6 +598,17 @@ impl State {
         Some(first)
     }
 
+    /// How many messages wait for their delivery time; `None` when not live.
+    pub(super) fn delayed_count(&self) -> Option<usize> {
+        self.live.then_some(self.delayed.len())
+    }
+
+    /// The `n` children ZooKeeper stored first (by sequence; names without one are left out),
+    /// oldest first; `None` when not live.
+    pub(super) fn oldest(&self, n: usize) -> Option<Vec<String>> {
+        self.live.then(|| names::oldest(self.present.iter().map(String::as_str), n))
+    }
+
     /// Notes a refresh attempt that ZooKeeper refused for good.
     pub(super) fn refused(&mut self, err: ZkError) {
         self.refused = Some(err);

@@ -33,9 +33,9 @@ impl Snapshot {
         now: i64,
     ) -> Snapshot {
         items.sort_by(|a, b| names::compare(kind, a, b));
-        let split =
-            if kind == QueueKind::Delay { items.partition_point(|i| names::due_time(i) <= now) } else { items.len() };
-        let mut delayed = items.split_off(split);
+        // Not yet due: a delay queue's, and a plain fifo queue's delayed messages (`names::parse`).
+        let (mut delayed, items): (Vec<ItemName>, Vec<ItemName>) =
+            items.into_iter().partition(|i| names::due_time(i) > now);
         delayed.sort_by_key(names::due_time);
         let bytes: i64 = children.iter().map(|c| reply_bytes(c)).sum();
         Snapshot { candidates: items, delayed, children, num_children, bytes, locked, live }

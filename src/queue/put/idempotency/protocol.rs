@@ -32,6 +32,8 @@ pub(in crate::queue) struct KeyedPut {
     /// The record's node name.
     hash: String,
     fingerprint: String,
+    /// The key alone decides ([`PutOptions::key_alone`]): another fingerprint is no conflict.
+    key_alone: bool,
 }
 
 /// What the evidence says about a unit whose answer was lost (`recovery.rs` reads it).
@@ -171,7 +173,12 @@ impl Puts {
                 "Idempotency-Key must be 1 to {MAX_KEY_LEN} bytes of visible ASCII (! to ~)"
             )));
         }
-        Ok(KeyedPut { key: key.to_owned(), hash: key_hash(key), fingerprint: fingerprint(body, options) })
+        Ok(KeyedPut {
+            key: key.to_owned(),
+            hash: key_hash(key),
+            fingerprint: fingerprint(body, options),
+            key_alone: options.key_alone,
+        })
     }
 
     /// Stores the messages of a put of which some carry a key (`keys[i]` is that of `creates[i]`)
@@ -475,11 +482,12 @@ impl Puts {
     }
 
     /// How a live record differs from a put with its key, if it does: another body, priority or
-    /// id (or another key with the same hash). The put is then refused (409).
+    /// id, unless the key alone decides (or another key with the same hash). The put is then
+    /// refused (409).
     fn conflict(&self, keyed: &KeyedPut, record: &Record) -> Option<&'static str> {
         if record.key != keyed.key {
             Some("by another key with the same hash")
-        } else if record.fingerprint != keyed.fingerprint {
+        } else if record.fingerprint != keyed.fingerprint && !keyed.key_alone {
             Some("with a different body, priority or id")
         } else {
             None
