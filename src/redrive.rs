@@ -739,6 +739,7 @@ impl Redrives {
             },
             // The key is the moved message's own (its name and creation): the same key, the same message.
             key_alone: false,
+            key_scope: None,
             deliver_at: None,
             // A simple queue keeps bare bodies: attributes and trace context stay behind.
             attributes: if simple { Default::default() } else { message.attributes },

@@ -94,6 +94,7 @@ pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now:
         wait,
         idempotency_key: None,
         key_alone: false,
+        key_scope: None,
         traceparent: None,
     })
 }

@@ -28,6 +28,10 @@ pub struct PutOptions {
     /// id): a put with a key used within the window is answered with the earlier message, even
     /// with another body. Else a key used with another body, priority or id is refused.
     pub key_alone: bool,
+    /// Where the key is unique, if not in the whole queue (a FIFO queue's message group under
+    /// SQS's `DeduplicationScope` = `messageGroup`): a few bytes of visible ASCII, which count in
+    /// the key's length. The message keeps the key as given.
+    pub key_scope: Option<String>,
 }
 
 /// A stored message.

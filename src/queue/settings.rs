@@ -77,6 +77,14 @@ pub struct QueueSettings {
     pub kms_master_key_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms_data_key_reuse_seconds: Option<u64>,
+    /// A FIFO queue's deduplication ids are its message groups' (SQS's `DeduplicationScope` =
+    /// `messageGroup`): one id in two groups is two messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deduplication_per_group: Option<bool>,
+    /// SQS's `FifoThroughputLimit` = `perMessageGroupId` (high-throughput FIFO): stored and
+    /// answered; zkq sets no throughput limit either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_per_group: Option<bool>,
 }
 
 /// The longest delay a setting may ask for, seconds (SQS's 15 minutes).
@@ -124,6 +132,11 @@ impl QueueSettings {
             if policy.len() > MAX_POLICY_BYTES || !object {
                 return Err(format!("a Policy is a JSON object of at most {MAX_POLICY_BYTES} bytes"));
             }
+        }
+        if self.throughput_per_group == Some(true) && self.deduplication_per_group != Some(true) {
+            return Err(
+                "a FifoThroughputLimit of perMessageGroupId needs a DeduplicationScope of messageGroup".to_owned()
+            );
         }
         if self.delay_seconds.is_some_and(|delay| delay > MAX_DELAY_SECONDS) {
             return Err(format!("a DelaySeconds is at most {MAX_DELAY_SECONDS} seconds"));

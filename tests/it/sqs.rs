@@ -2257,3 +2257,63 @@ async fn a_reused_deduplication_id_drops_the_message_whatever_its_body() {
     bodies.sort();
     assert_eq!(bodies, ["a", "first"], "each id stored once");
 }
+
+/// High-throughput FIFO: under `DeduplicationScope` = `messageGroup` a deduplication id is its
+/// message group's, so one id in two groups is two messages, and `FifoThroughputLimit` =
+/// `perMessageGroupId` is kept and answered; SQS's rules on the two are kept. Before, both were
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_throughput_fifo_queue_deduplicates_within_each_message_group() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-dedup-scope")).await;
+    let attributes = serde_json::json!({
+        "FifoQueue": "true", "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"
+    });
+    let url = create_queue(&endpoint, "fast.fifo", attributes).await;
+    let got =
+        sqs_json(&endpoint, "GetQueueAttributes", serde_json::json!({ "QueueUrl": url, "AttributeNames": ["All"] }))
+            .await;
+    assert_eq!(
+        (got.1["Attributes"]["DeduplicationScope"].as_str(), got.1["Attributes"]["FifoThroughputLimit"].as_str()),
+        (Some("messageGroup"), Some("perMessageGroupId")),
+        "{}",
+        got.1
+    );
+    let send = |body: &'static str, group: &'static str| serde_json::json!({ "QueueUrl": url, "MessageBody": body, "MessageGroupId": group, "MessageDeduplicationId": "d" });
+    let one = sqs_json(&endpoint, "SendMessage", send("one", "1")).await;
+    let two = sqs_json(&endpoint, "SendMessage", send("two", "2")).await;
+    let again = sqs_json(&endpoint, "SendMessage", send("again", "1")).await;
+    assert_ne!(one.1["MessageId"], two.1["MessageId"], "two groups, two messages: {} {}", one.1, two.1);
+    assert_eq!(again.1["MessageId"], one.1["MessageId"], "the same group: a duplicate: {}", again.1);
+    let receive = serde_json::json!({ "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1,
+        "MessageSystemAttributeNames": ["MessageDeduplicationId"] });
+    let got = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    let mut bodies: Vec<(&str, &str)> = got.1["Messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| Some((m["Body"].as_str()?, m["Attributes"]["MessageDeduplicationId"].as_str()?)))
+        .collect();
+    bodies.sort();
+    assert_eq!(bodies, [("one", "d"), ("two", "d")], "{}", got.1);
+
+    let refused = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "half.fifo", "Attributes": {
+            "FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId" } }),
+    )
+    .await;
+    assert_eq!(
+        (refused.0, refused.1["__type"].as_str().unwrap_or_default().ends_with("InvalidAttributeValue")),
+        (400, true),
+        "{}",
+        refused.1
+    );
+    let standard = sqs_json(
+        &endpoint,
+        "CreateQueue",
+        serde_json::json!({ "QueueName": "plain", "Attributes": { "DeduplicationScope": "messageGroup" } }),
+    )
+    .await;
+    assert_eq!(standard.0, 400, "a standard queue has no deduplication scope: {}", standard.1);
+}

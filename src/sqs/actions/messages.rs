@@ -133,6 +133,15 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
             deduplication = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
         }
     }
+    // DeduplicationScope = messageGroup: an id is its group's. The group scopes the key as a
+    // digest, so that any group keeps it visible ASCII.
+    let key_scope = match (&entry.message_group_id, queue.settings().deduplication_per_group) {
+        (Some(group), Some(true)) => {
+            let digest = sha2::Sha256::digest(group.as_bytes());
+            Some(digest.iter().take(12).map(|b| format!("{b:02x}")).collect::<String>())
+        },
+        _ => None,
+    };
     let options = PutOptions {
         attributes,
         priority: None,
@@ -144,6 +153,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
         // As SQS: a send that repeats a deduplication id within the window is accepted and not
         // delivered, whatever its body.
         key_alone: true,
+        key_scope,
         traceparent,
     };
     Ok((body, options))
@@ -402,15 +412,17 @@ pub(super) async fn send_message_batch(
     // Entries that repeat an earlier entry's deduplication id (or, under content-based
     // deduplication, its body) are duplicates, as SQS takes them: stored once, each answered
     // with the first one's MessageId, whatever its body.
-    let mut first_with_key: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut first_with_key: std::collections::HashMap<(Option<String>, String), usize> =
+        std::collections::HashMap::new();
     let mut unique: Vec<(String, String, PutOptions)> = Vec::with_capacity(valid.len());
     let mut duplicates: Vec<(String, String, PutOptions, usize)> = Vec::new();
     for (id, body, options) in valid {
-        match options.idempotency_key.as_ref().and_then(|key| first_with_key.get(key).copied()) {
+        let scoped = options.idempotency_key.clone().map(|key| (options.key_scope.clone(), key));
+        match scoped.as_ref().and_then(|key| first_with_key.get(key).copied()) {
             Some(first) => duplicates.push((id, body, options, first)),
             None => {
-                if let Some(key) = &options.idempotency_key {
-                    first_with_key.insert(key.clone(), unique.len());
+                if let Some(key) = scoped {
+                    first_with_key.insert(key, unique.len());
                 }
                 unique.push((id, body, options));
             },

@@ -46,7 +46,7 @@ pub(super) struct CreateQueueInput {
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
-const SETTABLE: [&str; 10] = [
+const SETTABLE: [&str; 12] = [
     "VisibilityTimeout",
     "ReceiveMessageWaitTimeSeconds",
     "RedrivePolicy",
@@ -57,6 +57,8 @@ const SETTABLE: [&str; 10] = [
     "MessageRetentionPeriod",
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
 ];
 
 /// SQS's `MessageRetentionPeriod` of a queue `CreateQueue` makes without one: four days.
@@ -94,9 +96,10 @@ fn served(ctx: &Ctx<'_>, queue: &QueueRef, own: &QueueSettings) -> Vec<(&'static
         values.push(("FifoQueue", "true".to_owned()));
         let content = own.content_deduplication.unwrap_or(false);
         values.push(("ContentBasedDeduplication", content.to_string()));
-        // Deduplication ids and throughput are the queue's, not each message group's.
-        values.push(("DeduplicationScope", "queue".to_owned()));
-        values.push(("FifoThroughputLimit", "perQueue".to_owned()));
+        let scope = if own.deduplication_per_group == Some(true) { "messageGroup" } else { "queue" };
+        values.push(("DeduplicationScope", scope.to_owned()));
+        let limit = if own.throughput_per_group == Some(true) { "perMessageGroupId" } else { "perQueue" };
+        values.push(("FifoThroughputLimit", limit.to_owned()));
     }
     // zkq does not encrypt what it stores (ZooKeeper's own storage does, if configured to).
     values.push(("SqsManagedSseEnabled", "false".to_owned()));
@@ -178,7 +181,8 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
                  end with .fifo suffix and be 1 to 80 in length.",
             ));
         }
-        let fifo_only = key == "ContentBasedDeduplication" && !fifo;
+        let fifo_only =
+            matches!(key, "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit") && !fifo;
         if !queue.declared() && SETTABLE.contains(&key) && !fifo_only {
             settable.insert(key.to_owned(), value.clone());
             continue;
@@ -243,6 +247,8 @@ struct SettingsChange {
     /// `Some(None)`: removed (an empty `KmsMasterKeyId`).
     kms_key: Option<Option<String>>,
     kms_reuse: Option<Option<u64>>,
+    per_group: Option<bool>,
+    throughput_per_group: Option<bool>,
 }
 
 impl SettingsChange {
@@ -358,7 +364,21 @@ impl SettingsChange {
                 },
             },
         };
+        let choice = |key: &str, per_queue: &str, per_group: &str| -> Result<Option<bool>, SqsError> {
+            match attributes.get(key).map(text_of) {
+                None => Ok(None),
+                Some(text) if text.trim() == per_queue => Ok(Some(false)),
+                Some(text) if text.trim() == per_group => Ok(Some(true)),
+                Some(text) => Err(SqsError::invalid_attribute_value(format!(
+                    "Invalid value for the parameter {key}: {key} is {per_queue} or {per_group}, not {text}"
+                ))),
+            }
+        };
+        let per_group = choice("DeduplicationScope", "queue", "messageGroup")?;
+        let throughput_per_group = choice("FifoThroughputLimit", "perQueue", "perMessageGroupId")?;
         Ok(SettingsChange {
+            per_group,
+            throughput_per_group,
             visibility,
             wait,
             redrive,
@@ -383,6 +403,8 @@ impl SettingsChange {
             && self.retention.is_none()
             && self.kms_key.is_none()
             && self.kms_reuse.is_none()
+            && self.per_group.is_none()
+            && self.throughput_per_group.is_none()
     }
 
     fn apply(&self, mut settings: QueueSettings) -> QueueSettings {
@@ -416,6 +438,12 @@ impl SettingsChange {
         }
         if let Some(reuse) = self.kms_reuse {
             settings.kms_data_key_reuse_seconds = reuse;
+        }
+        if let Some(per_group) = self.per_group {
+            settings.deduplication_per_group = Some(per_group);
+        }
+        if let Some(per_group) = self.throughput_per_group {
+            settings.throughput_per_group = Some(per_group);
         }
         settings
     }

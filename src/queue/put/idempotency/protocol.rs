@@ -173,9 +173,14 @@ impl Puts {
                 "Idempotency-Key must be 1 to {MAX_KEY_LEN} bytes of visible ASCII (! to ~)"
             )));
         }
+        // A scoped key is its scope's: the same key in another scope is another key.
+        let key = match &options.key_scope {
+            Some(scope) => format!("{scope}:{key}"),
+            None => key.to_owned(),
+        };
         Ok(KeyedPut {
-            key: key.to_owned(),
-            hash: key_hash(key),
+            hash: key_hash(&key),
+            key,
             fingerprint: fingerprint(body, options),
             key_alone: options.key_alone,
         })
