@@ -459,7 +459,7 @@ pub async fn purge_queue(
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<PurgedResponse>, ApiError> {
     let queue = existing(&state, &path.queue).await?;
-    let purged = queue.purge().await?;
+    let purged = queue.purge(crate::queue::Purge::Unheld).await?;
     Ok(Json(PurgedResponse { queue: queue.name().to_string(), removed: purged.removed, complete: purged.complete }))
 }
 

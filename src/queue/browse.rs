@@ -35,6 +35,16 @@ pub struct Purged {
     pub complete: bool,
 }
 
+/// What a purge removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purge {
+    /// Every message no consumer holds (zkq's own purge).
+    Unheld,
+    /// Every message, the held ones too (SQS's `PurgeQueue`): their consumers find their
+    /// leases lost.
+    All,
+}
+
 /// Messages a purge removes in one transaction.
 const PURGE_BATCH: usize = 64;
 
@@ -260,7 +270,7 @@ impl Browse {
     /// take), in transactions of up to [`PURGE_BATCH`] messages; foreign nodes are left alone.
     /// How many were removed, and whether the purge got through them all before the request's
     /// deadline.
-    pub(super) async fn purge(&self) -> Result<Purged, QueueError> {
+    pub(super) async fn purge(&self, what: Purge) -> Result<Purged, QueueError> {
         let deadline = self.ctx.deadline_for(Duration::ZERO);
         let zk = self.ctx.session.connected(deadline).await?.with_deadline(deadline);
         let children = match zk.get_children(&self.ctx.path).await {
@@ -270,6 +280,7 @@ impl Browse {
         };
         let items: Vec<String> = children.into_iter().filter(|c| names::parse(self.ctx.naming, c).is_some()).collect();
         let mut removed = 0;
+        let mut held = Vec::new();
         for chunk in items.chunks(PURGE_BATCH) {
             let mut batch: Vec<&String> = chunk.iter().collect();
             while !batch.is_empty() {
@@ -287,10 +298,38 @@ impl Browse {
                         break;
                     },
                     // Held by a consumer, or gone meanwhile: left out, the rest sent again.
-                    Err(TxnError { index: Some(index), error: ZkError::NoNode | ZkError::NodeExists }) => {
-                        batch.remove((index / each).min(batch.len() - 1));
+                    Err(TxnError { index: Some(index), error })
+                        if matches!(error, ZkError::NoNode | ZkError::NodeExists) =>
+                    {
+                        let name = batch.remove((index / each).min(batch.len() - 1));
+                        if error == ZkError::NodeExists && index % each == 0 {
+                            held.push(name.clone());
+                        }
                     },
                     Err(err) => return Err(err.error.into()),
+                }
+            }
+        }
+        if what == Purge::All {
+            // Then the held ones, as SQS purges messages in flight: the message, then its lock
+            // (another session's), so its consumer's ack finds the lease lost.
+            for name in held {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(Purged { removed, complete: false });
+                }
+                match zk.delete(&format!("{}/{name}", self.ctx.path), None).await {
+                    Ok(()) => {
+                        self.cache.removed_candidate(&name);
+                        removed += 1;
+                    },
+                    Err(ZkError::NoNode) => {},
+                    Err(err) => return Err(err.into()),
+                }
+                if let Some(dir) = &self.ctx.lock_path {
+                    match zk.delete(&format!("{dir}/{name}"), None).await {
+                        Ok(()) | Err(ZkError::NoNode) => {},
+                        Err(err) => return Err(err.into()),
+                    }
                 }
             }
         }

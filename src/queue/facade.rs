@@ -333,9 +333,9 @@ impl Queue {
         self.browse.remove(message_id).await
     }
 
-    /// Removes every message no consumer holds.
-    pub async fn purge(&self) -> Result<super::Purged, QueueError> {
-        let purged = self.browse.purge().await?;
+    /// Removes every message no consumer holds, or every message ([`super::Purge`]).
+    pub async fn purge(&self, what: super::Purge) -> Result<super::Purged, QueueError> {
+        let purged = self.browse.purge(what).await?;
         if !purged.complete {
             return Ok(purged);
         }

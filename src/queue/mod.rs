@@ -25,7 +25,7 @@ mod settings;
 
 pub use acquire::{Handover, Taken};
 pub use attributes::{AttributeValue, MessageAttributes};
-pub use browse::{HeadAge, Purged, QueueInfo};
+pub use browse::{HeadAge, Purge, Purged, QueueInfo};
 pub use cache::GroupStats;
 pub use catalog::is_deleted_queue_node;
 pub use facade::{Queue, QueueRef};

@@ -2317,3 +2317,44 @@ async fn a_high_throughput_fifo_queue_deduplicates_within_each_message_group() {
     .await;
     assert_eq!(standard.0, 400, "a standard queue has no deduplication scope: {}", standard.1);
 }
+
+/// `PurgeQueue` deletes the messages in flight too, as SQS does: a FIFO group a received message
+/// held is free for the next message at once, and the purged message's receipt deletes nothing.
+/// Before, a held message stayed and kept its group blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_queue_deletes_messages_in_flight_too() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-purge-held")).await;
+    let url = create_queue(&endpoint, "purged.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
+    let send = |body: &'static str| serde_json::json!({ "QueueUrl": url, "MessageBody": body, "MessageGroupId": "g", "MessageDeduplicationId": body });
+    assert_eq!(sqs_json(&endpoint, "SendMessage", send("first")).await.0, 200);
+    let receive = serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 });
+    let held = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+    assert_eq!(held.1["Messages"][0]["Body"], "first", "{}", held.1);
+    let (status, xml) = sqs_query(&endpoint, "PurgeQueue", &[("QueueUrl", &url)]).await;
+    assert_eq!(status, 200, "{xml}");
+    let depth = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"] }),
+    )
+    .await;
+    assert_eq!(depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0", "{}", depth.1);
+    assert_eq!(sqs_json(&endpoint, "SendMessage", send("second")).await.0, 200);
+    let next = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    assert_eq!(next.1["Messages"][0]["Body"], "second", "the group is free: {}", next.1);
+    let handle = &held.1["Messages"][0]["ReceiptHandle"];
+    let deleted =
+        sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await;
+    assert_eq!(deleted.0, 200, "as SQS, a purged message's receipt is no error: {}", deleted.1);
+    let depth = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessagesNotVisible"] }),
+    )
+    .await;
+    assert_eq!(
+        depth.1["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "1",
+        "the second stays held: {}",
+        depth.1
+    );
+}

@@ -551,12 +551,12 @@ pub(super) struct QueueUrlInput {
     queue_url: Option<String>,
 }
 
-/// Removes every message no consumer holds, before it answers (SQS answers first and purges
+/// Removes every message, those in flight too, before it answers (SQS answers first and purges
 /// within a minute; zkq's purge is done, or as far as its deadline let it go, when it answers).
 pub(super) async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let purged = queue.purge().await?;
+    let purged = queue.purge(crate::queue::Purge::All).await?;
     if !purged.complete {
         return Err(SqsError::server_unavailable(format!(
             "the purge removed {} messages before its deadline; purge again for the rest",
