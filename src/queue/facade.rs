@@ -279,6 +279,12 @@ impl Queue {
         }
     }
 
+    /// The lease that holds now the message an ended lease `receipt` held, when a lease of this
+    /// process does (SQS changes the visibility of a message in flight by an old receipt).
+    pub async fn current_lease_of(&self, receipt: Receipt) -> Option<Receipt> {
+        self.leases.current_lease_of(receipt).await
+    }
+
     /// Gives back a lease whose message was not handed out: released in its place, its delivery
     /// not counted, as if it had never been leased.
     pub async fn give_back_unhanded(&self, receipt: Receipt) {

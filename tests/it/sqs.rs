@@ -2358,3 +2358,43 @@ async fn purge_queue_deletes_messages_in_flight_too() {
         depth.1
     );
 }
+
+/// `ChangeMessageVisibility` with an old receipt handle of a message received again since changes
+/// the visibility of the message in flight, as SQS allows; once nobody holds it, the old handle
+/// answers `MessageNotInflight`. Before, the old handle always answered `MessageNotInflight`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_receipt_changes_the_visibility_of_its_message_in_flight_again() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-old-visibility")).await;
+    let url = create_queue(&endpoint, "again", serde_json::json!({ "VisibilityTimeout": "1" })).await;
+    assert_eq!(
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "m" })).await.0,
+        200
+    );
+    let receive = serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 20 });
+    let first = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+    let old = first.1["Messages"][0]["ReceiptHandle"].clone();
+    let second = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    assert_eq!(second.1["Messages"][0]["Body"], "m", "visible again after a second: {}", second.1);
+    let (status, xml) = sqs_query(
+        &endpoint,
+        "ChangeMessageVisibility",
+        &[("QueueUrl", &url), ("ReceiptHandle", old.as_str().unwrap_or_default()), ("VisibilityTimeout", "100")],
+    )
+    .await;
+    assert_eq!(status, 200, "{xml}");
+    let none =
+        sqs_json(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 3 })).await;
+    assert!(none.1.get("Messages").is_none_or(|m| m.as_array().is_some_and(Vec::is_empty)), "held 100 s: {}", none.1);
+    let handle = &second.1["Messages"][0]["ReceiptHandle"];
+    let deleted =
+        sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle })).await;
+    assert_eq!(deleted.0, 200, "{}", deleted.1);
+    let after = sqs_json(
+        &endpoint,
+        "ChangeMessageVisibility",
+        serde_json::json!({ "QueueUrl": url, "ReceiptHandle": old, "VisibilityTimeout": 10 }),
+    )
+    .await;
+    assert_eq!(after.0, 400, "{}", after.1);
+    assert!(after.1["__type"].as_str().unwrap_or_default().contains("MessageNotInflight"), "{}", after.1);
+}

@@ -507,6 +507,18 @@ impl Leases {
         }
     }
 
+    /// The receipt of the lease of this process that holds the message an ended lease `receipt`
+    /// held, if one does (the message was leased again here); `None` otherwise.
+    pub(crate) async fn current_lease_of(&self, receipt: Receipt) -> Option<Receipt> {
+        let name = self.ended_item(receipt).await?;
+        let state = self.table.lock();
+        state
+            .live
+            .iter()
+            .find(|(_, lease)| lease.open && lease.item.name == name)
+            .map(|(token, lease)| Receipt::new(lease.zk.session_id(), *token))
+    }
+
     /// A copy of a live lease, to work on while it stays in the table (so a step that fails for
     /// want of ZooKeeper can be retried with the same receipt).
     fn lease_snapshot(&self, token: u128) -> Result<Lease, QueueError> {

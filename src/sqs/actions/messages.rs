@@ -809,10 +809,20 @@ async fn change_one(
 ) -> Result<(), SqsError> {
     let longest = i64::try_from(ctx.state.config.lease.max_visibility.as_secs()).unwrap_or(43_200);
     let visibility = required(bounded("VisibilityTimeout", visibility, 0, 43_200.min(longest))?, "VisibilityTimeout")?;
-    let step = if visibility == 0 {
-        queue.nack(receipt, NackMode::Keep, Duration::ZERO).await
-    } else {
-        queue.extend(receipt, seconds(visibility)).await.map(|_| ())
+    let change = |receipt: Receipt| async move {
+        if visibility == 0 {
+            queue.nack(receipt, NackMode::Keep, Duration::ZERO).await
+        } else {
+            queue.extend(receipt, seconds(visibility)).await.map(|_| ())
+        }
+    };
+    let step = match change(receipt).await {
+        // An old receipt of a message in flight again, here: SQS changes that lease's visibility.
+        Err(crate::queue::QueueError::LeaseLost(why)) => match queue.current_lease_of(receipt).await {
+            Some(current) => change(current).await,
+            None => Err(crate::queue::QueueError::LeaseLost(why)),
+        },
+        other => other,
     };
     step.map_err(|err| match err {
         crate::queue::QueueError::LeaseLost(why) => {
