@@ -531,7 +531,7 @@ impl Redrives {
             }
             let batch = usize::try_from(rate.min(10)).unwrap_or(10);
             let leased = tokio::select! {
-                leased = from.lease_many(Duration::ZERO, MOVE_VISIBILITY, batch, usize::MAX) => leased,
+                leased = from.lease_many(Duration::ZERO, MOVE_VISIBILITY, (batch, usize::MAX), crate::queue::PerGroup::One) => leased,
                 _ = running.cancel.cancelled() => break Ok(TaskStatus::Cancelled),
             };
             let leased = match leased {

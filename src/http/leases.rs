@@ -127,7 +127,9 @@ pub async fn lease_message(
     let visibility = visibility(&state, &queue, asked);
     let wait = wait_until.saturating_duration_since(Instant::now());
     if let Some(max) = max {
-        let leased = queue.lease_many(wait, visibility, max, state.config.api.max_batch_bytes).await?;
+        let leased = queue
+            .lease_many(wait, visibility, (max, state.config.api.max_batch_bytes), crate::queue::PerGroup::One)
+            .await?;
         return Ok(delivered(leased.into_iter().map(|(m, grant)| (m, Some(grant))).collect()));
     }
     match queue.lease(wait, visibility).await? {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::acquire::{Claims, Taken};
+use super::acquire::{Claims, PerGroup, Taken};
 use super::browse::Browse;
 use super::cache::ChildrenCache;
 use super::catalog::Presence;
@@ -244,15 +244,16 @@ impl Queue {
         self.claims.lease(wait, visibility).await
     }
 
-    /// Leases up to `max` messages, like [`Queue::take_many`].
+    /// Leases up to `max` messages, like [`Queue::take_many`]; on a grouped queue one per group,
+    /// or with [`PerGroup::InOrder`] several of one group in its order.
     pub async fn lease_many(
         &self,
         wait: Duration,
         visibility: Duration,
-        max: usize,
-        max_bytes: usize,
+        (max, max_bytes): (usize, usize),
+        per_group: PerGroup,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
-        self.claims.lease_many(wait, visibility, max, max_bytes).await
+        self.claims.lease_many(wait, visibility, (max, max_bytes), per_group).await
     }
 
     /// Whether a lease could be granted now: the queue has a lock path and fewer than

@@ -23,7 +23,7 @@ mod retention;
 mod service;
 mod settings;
 
-pub use acquire::{Handover, Taken};
+pub use acquire::{Handover, PerGroup, Taken};
 pub use attributes::{AttributeValue, MessageAttributes};
 pub use browse::{HeadAge, Purge, Purged, QueueInfo};
 pub use cache::GroupStats;

@@ -2398,3 +2398,72 @@ async fn an_old_receipt_changes_the_visibility_of_its_message_in_flight_again() 
     assert_eq!(after.0, 400, "{}", after.1);
     assert!(after.1["__type"].as_str().unwrap_or_default().contains("MessageNotInflight"), "{}", after.1);
 }
+
+/// One FIFO receive hands several messages of one group, in the group's order, as SQS does; the
+/// group stays held until each of them is done, so no other receive gets any message of it
+/// meanwhile. zkq's own `?max=` still holds one message per group. Before, a receive held at most
+/// one message per group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_receive_hands_several_messages_of_a_group_in_order() {
+    let (zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-group-batch")).await;
+    let url = create_queue(&endpoint, "orders.fifo", serde_json::json!({ "FifoQueue": "true" })).await;
+    let entries: Vec<serde_json::Value> = [("a1", "a"), ("b1", "b"), ("a2", "a"), ("a3", "a")]
+        .iter()
+        .map(|(body, group)| {
+            serde_json::json!({ "Id": body, "MessageBody": body, "MessageGroupId": group, "MessageDeduplicationId": body })
+        })
+        .collect();
+    let sent =
+        sqs_json(&endpoint, "SendMessageBatch", serde_json::json!({ "QueueUrl": url, "Entries": entries })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let bodies = |answer: &serde_json::Value| -> Vec<String> {
+        answer["Messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["Body"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let receive = serde_json::json!({ "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 2 });
+    let first = sqs_json(&endpoint, "ReceiveMessage", receive.clone()).await;
+    let got = bodies(&first.1);
+    let group_a: Vec<&String> = got.iter().filter(|b| b.starts_with('a')).collect();
+    assert_eq!(group_a, ["a1", "a2", "a3"], "group a in order, in one receive: {}", first.1);
+    assert!(got.contains(&"b1".to_owned()), "{}", first.1);
+    let none =
+        sqs_json(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 0 })).await;
+    assert!(bodies(&none.1).is_empty(), "every group is held: {}", none.1);
+    // a1 done, a2 and a3 given back: the group goes on from a2.
+    let handle = |body: &str| {
+        first.1["Messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["Body"] == body)
+            .map(|m| m["ReceiptHandle"].clone())
+    };
+    let done =
+        sqs_json(&endpoint, "DeleteMessage", serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle("a1") }))
+            .await;
+    assert_eq!(done.0, 200, "{}", done.1);
+    for body in ["a3", "a2"] {
+        let back = sqs_json(
+            &endpoint,
+            "ChangeMessageVisibility",
+            serde_json::json!({ "QueueUrl": url, "ReceiptHandle": handle(body), "VisibilityTimeout": 0 }),
+        )
+        .await;
+        assert_eq!(back.0, 200, "{}", back.1);
+    }
+    let again = sqs_json(&endpoint, "ReceiveMessage", receive).await;
+    assert_eq!(bodies(&again.1), ["a2", "a3"], "{}", again.1);
+
+    // zkq's own ?max= lease still holds one message per group.
+    let api = zkq.client();
+    for (body, group) in [("x1", "x"), ("x2", "x")] {
+        assert_eq!(api.put("orders.fifo", &format!("group={group}"), body.as_bytes()).await.status, 201);
+    }
+    let native = api.lease("orders.fifo", "wait=1s&max=10").await;
+    let held: Vec<serde_json::Value> = native.json()["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(held.len(), 1, "one of group x: {}", native.text());
+}

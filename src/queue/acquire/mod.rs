@@ -85,6 +85,16 @@ enum AfterAnswer {
     HandOver,
 }
 
+/// How many messages of one group a batch may hold (grouped queues).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerGroup {
+    /// One: the group's head (zkq's own `?max=`, push).
+    One,
+    /// The head and the messages behind it, in group order, as SQS hands several messages of
+    /// one group to one receive; the group stays held until all of them are done.
+    InOrder,
+}
+
 /// What kind of consumption is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Acquire {
@@ -113,9 +123,9 @@ impl Claims {
             // leaves puts nothing out of order (a take's put-back would go to the tail).
             self.leases.check_leasable()?;
             let how = Acquire::Lease(GROUPED_TAKE_VISIBILITY);
-            self.acquire(wait, how, max, max_bytes, AfterAnswer::HandOver).await?
+            self.acquire(wait, how, (max, max_bytes, PerGroup::One), AfterAnswer::HandOver).await?
         } else {
-            self.acquire(wait, Acquire::Take, max, max_bytes, AfterAnswer::Keep).await?
+            self.acquire(wait, Acquire::Take, (max, max_bytes, PerGroup::One), AfterAnswer::Keep).await?
         };
         Ok(Taken { messages: acquired.into_iter().map(|(message, _)| message).collect(), handover })
     }
@@ -127,7 +137,7 @@ impl Claims {
         wait: Duration,
         visibility: Duration,
     ) -> Result<Option<(Message, LeaseGrant)>, QueueError> {
-        Ok(self.lease_many(wait, visibility, 1, usize::MAX).await?.into_iter().next())
+        Ok(self.lease_many(wait, visibility, (1, usize::MAX), PerGroup::One).await?.into_iter().next())
     }
 
     /// Leases up to `max` messages, like [`Claims::take_many`].
@@ -135,11 +145,12 @@ impl Claims {
         self: &Arc<Self>,
         wait: Duration,
         visibility: Duration,
-        max: usize,
-        max_bytes: usize,
+        (max, max_bytes): (usize, usize),
+        per_group: PerGroup,
     ) -> Result<Vec<(Message, LeaseGrant)>, QueueError> {
         self.leases.check_leasable()?;
-        let (acquired, _) = self.acquire(wait, Acquire::Lease(visibility), max, max_bytes, AfterAnswer::Keep).await?;
+        let how = Acquire::Lease(visibility);
+        let (acquired, _) = self.acquire(wait, how, (max, max_bytes, per_group), AfterAnswer::Keep).await?;
         Ok(acquired.into_iter().filter_map(|(message, grant)| grant.map(|grant| (message, grant))).collect())
     }
 
@@ -147,8 +158,7 @@ impl Claims {
         self: &Arc<Self>,
         wait: Duration,
         how: Acquire,
-        max: usize,
-        max_bytes: usize,
+        batch: (usize, usize, PerGroup),
         after: AfterAnswer,
     ) -> Result<Acquired, QueueError> {
         if self.ctx.shutdown.is_cancelled() {
@@ -159,7 +169,7 @@ impl Claims {
         // lines still carry the request's id.
         let claimed = finish(&self.ctx.background, |tx| async move {
             let mut tx = tx;
-            let result = queue.acquire_up_to(Instant::now() + wait, how, (max, max_bytes), &mut tx).await;
+            let result = queue.acquire_up_to(Instant::now() + wait, how, batch, &mut tx).await;
             let result = result.map(|delivered| match after {
                 AfterAnswer::HandOver if !delivered.is_empty() => {
                     let receipts = delivered.iter().filter_map(|(_, grant)| grant.as_ref().map(|g| g.receipt));
@@ -189,7 +199,7 @@ impl Claims {
         self: &Arc<Self>,
         wait_until: Instant,
         how: Acquire,
-        (max, max_bytes): (usize, usize),
+        (max, max_bytes, per_group): (usize, usize, PerGroup),
         caller: &mut Caller,
     ) -> Result<Vec<Delivery>, QueueError> {
         let Some(first) = self.acquire_until(wait_until, how, caller).await? else {
@@ -198,8 +208,16 @@ impl Claims {
         let mut bytes = first.0.body.len();
         let mut delivered = vec![first];
         while delivered.len() < max && bytes < max_bytes {
-            // The rest: the candidates there now, claimed together in one transaction.
-            match Box::pin(self.claim_more(max - delivered.len(), max_bytes - bytes, how, caller)).await {
+            // The rest: the candidates there now, claimed together in one transaction; on a
+            // grouped queue first the messages behind those delivered in their groups.
+            let behind: Vec<ItemName> = match per_group {
+                PerGroup::One => Vec::new(),
+                PerGroup::InOrder => delivered
+                    .iter()
+                    .filter_map(|(message, _)| super::names::parse(self.ctx.naming, &message.message_id))
+                    .collect(),
+            };
+            match Box::pin(self.claim_more(&behind, max - delivered.len(), max_bytes - bytes, how, caller)).await {
                 Ok(more) if !more.is_empty() => {
                     bytes += more.iter().map(|(message, _)| message.body.len()).sum::<usize>();
                     delivered.extend(more);
@@ -215,6 +233,7 @@ impl Claims {
     /// owns come first, then those another fleet member owns: a batch takes what is there.
     async fn claim_more(
         self: &Arc<Self>,
+        behind: &[ItemName],
         want: usize,
         byte_budget: usize,
         how: Acquire,
@@ -225,7 +244,7 @@ impl Claims {
         }
         let Some(zk) = self.ctx.session.current() else { return Ok(Vec::new()) };
         let zk = zk.with_deadline(Instant::now() + self.ctx.session.request_timeout());
-        let mut candidates = Vec::new();
+        let mut candidates = self.cache.followers(behind, want);
         while candidates.len() < want
             && let Some(candidate) = self.cache.pop(Instant::now())
         {

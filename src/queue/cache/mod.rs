@@ -517,6 +517,12 @@ impl ChildrenCache {
         self.lock().peek_order(n)
     }
 
+    /// The members behind `items` in their groups, up to `n`, marked as being claimed
+    /// ([`State::followers`]); none on a queue without groups.
+    pub(super) fn followers(&self, items: &[ItemName], n: usize) -> Vec<ItemName> {
+        self.lock().followers(items, n)
+    }
+
     /// How many messages wait for their delivery time, from the live cache; `None` when the cache
     /// is not live.
     pub(super) fn delayed_count(&self) -> Option<usize> {

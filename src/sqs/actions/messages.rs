@@ -649,7 +649,7 @@ async fn lease_text(
     let config = &ctx.state.config;
     let policy = config.queues.get(queue.name()).and_then(|q| q.sqs_binary_bodies).unwrap_or(config.sqs.binary_bodies);
     if policy != BinaryBodies::Refuse {
-        return Ok(queue.lease_many(wait, visibility, max, usize::MAX).await?);
+        return Ok(queue.lease_many(wait, visibility, (max, usize::MAX), crate::queue::PerGroup::InOrder).await?);
     }
     let started = tokio::time::Instant::now();
     // A held lease must not expire while held (its expiry would count a delivery).
@@ -657,7 +657,8 @@ async fn lease_text(
     let mut held = Vec::new();
     let result = loop {
         let left = until.saturating_duration_since(tokio::time::Instant::now());
-        let leased = match queue.lease_many(left, visibility, max, usize::MAX).await {
+        let leased = match queue.lease_many(left, visibility, (max, usize::MAX), crate::queue::PerGroup::InOrder).await
+        {
             Ok(leased) => leased,
             Err(err) => break Err(err.into()),
         };

@@ -72,6 +72,21 @@ impl Groups {
         self.members.get(group).and_then(BTreeSet::first).is_none_or(|(_, name)| *name == item.name)
     }
 
+    /// The members of `item`'s group after it, in group order (none for a message without a
+    /// group, or one the groups do not hold).
+    pub(super) fn after<'a>(&'a self, item: &ItemName) -> impl Iterator<Item = &'a String> + 'a {
+        let key = (item.sequence, item.name.clone());
+        let members = names::group_of(item).and_then(|group| self.members.get(group));
+        let held = members.is_some_and(|members| members.contains(&key));
+        members
+            .filter(|_| held)
+            .into_iter()
+            .flat_map(move |members| {
+                members.range((std::ops::Bound::Excluded(key.clone()), std::ops::Bound::Unbounded))
+            })
+            .map(|(_, name)| name)
+    }
+
     /// Replaces the members with those of a full read of the child list.
     pub(super) fn rebuild<'a>(&mut self, items: impl IntoIterator<Item = &'a ItemName>) {
         self.members.clear();

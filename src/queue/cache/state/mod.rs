@@ -368,10 +368,43 @@ impl State {
         self.contended_at = Some(Instant::now());
     }
 
+    /// The members that follow `items` in their groups, up to `n`, each marked as being claimed:
+    /// for each item, the next members in group order as long as each is present, not locked
+    /// and not being claimed (a batch that holds a group's head may take the messages behind it,
+    /// in order, as SQS hands several messages of one group to one receive).
+    pub(super) fn followers(&mut self, items: &[ItemName], n: usize) -> Vec<ItemName> {
+        let Some(groups) = &self.groups else { return Vec::new() };
+        let mut found: Vec<ItemName> = Vec::new();
+        for item in items {
+            for name in groups.after(item) {
+                if found.len() >= n {
+                    break;
+                }
+                if found.iter().any(|f| f.name == *name) {
+                    continue; // behind an earlier item of the same group too
+                }
+                let free = self.present.contains(name)
+                    && !self.locked.contains(name)
+                    && !self.claiming.contains(name)
+                    && !self.undecodable.contains(name);
+                let Some(next) = names::parse(self.kind, name).filter(|_| free) else { break };
+                found.push(next);
+            }
+        }
+        for item in &found {
+            self.claiming.insert(item.name.clone());
+        }
+        found
+    }
+
     /// Puts a popped candidate back in its place in the order (with a random pick it need not
-    /// have been the head).
+    /// have been the head). A member behind its group's head (a batch's follower) is not offered:
+    /// it is again once it heads its group.
     pub(super) fn push_front(&mut self, item: ItemName) {
         self.claiming.remove(&item.name);
+        if self.groups.as_ref().is_some_and(|groups| !groups.is_head(&item)) {
+            return;
+        }
         let kind = self.kind;
         if let Err(pos) = self.candidates.binary_search_by(|c| names::compare(kind, c, &item)) {
             self.candidates.insert(pos, item);
