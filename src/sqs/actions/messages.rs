@@ -9,13 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::Digest;
 
-use super::{Ctx, Empty, bounded, is_fifo, number, required, seconds};
+use super::batch::{BatchError, BatchInput, BatchOutput, check_batch};
+use super::{Ctx, bounded, is_fifo, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
 use crate::queue::attributes;
-use crate::queue::{
-    AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueError, QueueRef,
-    Receipt,
-};
+use crate::queue::{AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef};
 use crate::sqs::error::SqsError;
 use crate::types::{Traceparent, now_epoch_ms};
 
@@ -313,58 +311,9 @@ pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Resu
     })
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct BatchInput<E> {
-    queue_url: Option<String>,
-    #[serde(default = "Vec::new")]
-    entries: Vec<E>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct BatchOutput<S> {
-    successful: Vec<S>,
-    failed: Vec<BatchError>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct BatchError {
-    id: String,
-    sender_fault: bool,
-    code: String,
-    message: String,
-}
-
-impl BatchError {
-    fn of(id: String, err: SqsError) -> BatchError {
-        BatchError { id, sender_fault: err.sender_fault, code: err.code.to_owned(), message: err.message }
-    }
-}
-
 /// A FIFO message with no deduplication id, on a queue that does not deduplicate by content.
 const NO_DEDUPLICATION: &str =
     "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly";
-
-/// Checks a batch's entries: 1 to 10, each id 1 to 80 of `[A-Za-z0-9_-]`, all distinct; `entry`
-/// is the action's entry type, as SQS names it in its errors.
-fn check_batch<'a>(ids: impl Iterator<Item = &'a str>, entry: &str) -> Result<(), SqsError> {
-    let mut seen = HashSet::new();
-    for id in ids {
-        if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(SqsError::invalid_batch_entry_id());
-        }
-        if !seen.insert(id) {
-            return Err(SqsError::ids_not_distinct(id));
-        }
-    }
-    match seen.len() {
-        0 => Err(SqsError::empty_batch(entry)),
-        n if n > 10 => Err(SqsError::too_many_entries(n)),
-        _ => Ok(()),
-    }
-}
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -685,157 +634,4 @@ async fn lease_text(
         }
     }
     result
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct DeleteMessageInput {
-    queue_url: Option<String>,
-    receipt_handle: Option<String>,
-}
-
-/// The receipt a single call's `ReceiptHandle` names (a batch entry's says which handle, as SQS's
-/// do: `receipt_batch`).
-fn receipt_of(text: Option<String>) -> Result<Receipt, SqsError> {
-    required(text, "ReceiptHandle")?
-        .parse()
-        .map_err(|_| SqsError::receipt_handle_invalid("The input receipt handle is invalid."))
-}
-
-pub(super) async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.leased_from(&url)?;
-    delete_one(&queue, receipt_of(input.receipt_handle)?).await?;
-    Ok(Empty {})
-}
-
-/// Acks the lease `receipt` names; the receipt of a lease that ended (its visibility passed)
-/// removes the message the lease held, unless a consumer holds it now, as SQS deletes a message
-/// by an old receipt handle.
-async fn delete_one(queue: &QueueRef, receipt: Receipt) -> Result<(), SqsError> {
-    match queue.ack(receipt).await {
-        Err(QueueError::LeaseLost(why)) => match queue.remove_after_lease(receipt).await? {
-            true => Ok(()),
-            false => Err(QueueError::LeaseLost(why).into()),
-        },
-        other => Ok(other?),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct ReceiptEntry {
-    id: Option<String>,
-    receipt_handle: Option<String>,
-    #[serde(default, deserialize_with = "number")]
-    visibility_timeout: Option<i64>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct IdEntry {
-    id: String,
-}
-
-/// What a batch of receipts asks for each.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum ReceiptStep {
-    Delete,
-    ChangeVisibility,
-}
-
-/// Runs `step` for every entry of a receipt batch, all at once; each entry succeeds or fails on its
-/// own.
-pub(super) async fn receipt_batch(
-    ctx: &Ctx<'_>,
-    input: BatchInput<ReceiptEntry>,
-    step: ReceiptStep,
-) -> Result<BatchOutput<IdEntry>, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let entry = match step {
-        ReceiptStep::Delete => "DeleteMessageBatchRequestEntry",
-        ReceiptStep::ChangeVisibility => "ChangeMessageVisibilityBatchRequestEntry",
-    };
-    check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), entry)?;
-    let queue = ctx.leased_from(&url)?;
-    let steps = input.entries.into_iter().map(|entry| {
-        let queue = &queue;
-        async move {
-            let receipt = required(entry.receipt_handle, "ReceiptHandle").and_then(|text| {
-                text.parse::<Receipt>().map_err(|_| {
-                    SqsError::receipt_handle_invalid(format!(
-                        "The input receipt handle {text:?} is not a valid receipt handle."
-                    ))
-                })
-            });
-            let result = match (receipt, step) {
-                (Err(err), _) => Err(err),
-                (Ok(receipt), ReceiptStep::Delete) => delete_one(queue, receipt).await,
-                (Ok(receipt), ReceiptStep::ChangeVisibility) => {
-                    change_one(ctx, queue, receipt, entry.visibility_timeout).await
-                },
-            };
-            (entry.id.unwrap_or_default(), result)
-        }
-    });
-    Ok(split(futures::future::join_all(steps).await))
-}
-
-fn split(results: Vec<(String, Result<(), SqsError>)>) -> BatchOutput<IdEntry> {
-    let (mut successful, mut failed) = (Vec::new(), Vec::new());
-    for (id, result) in results {
-        match result {
-            Ok(()) => successful.push(IdEntry { id }),
-            Err(err) => failed.push(BatchError::of(id, err)),
-        }
-    }
-    BatchOutput { successful, failed }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct ChangeVisibilityInput {
-    queue_url: Option<String>,
-    receipt_handle: Option<String>,
-    #[serde(default, deserialize_with = "number")]
-    visibility_timeout: Option<i64>,
-}
-
-/// Extends the lease to `visibility` seconds from now; 0 releases it now, in its place.
-async fn change_one(
-    ctx: &Ctx<'_>,
-    queue: &QueueRef,
-    receipt: Receipt,
-    visibility: Option<i64>,
-) -> Result<(), SqsError> {
-    let longest = i64::try_from(ctx.state.config.lease.max_visibility.as_secs()).unwrap_or(43_200);
-    let visibility = required(bounded("VisibilityTimeout", visibility, 0, 43_200.min(longest))?, "VisibilityTimeout")?;
-    let change = |receipt: Receipt| async move {
-        if visibility == 0 {
-            queue.nack(receipt, NackMode::Keep, Duration::ZERO).await
-        } else {
-            queue.extend(receipt, seconds(visibility)).await.map(|_| ())
-        }
-    };
-    let step = match change(receipt).await {
-        // An old receipt of a message in flight again, here: SQS changes that lease's visibility.
-        Err(crate::queue::QueueError::LeaseLost(why)) => match queue.current_lease_of(receipt).await {
-            Some(current) => change(current).await,
-            None => Err(crate::queue::QueueError::LeaseLost(why)),
-        },
-        other => other,
-    };
-    step.map_err(|err| match err {
-        crate::queue::QueueError::LeaseLost(why) => {
-            SqsError::not_in_flight(format!("the message is not in flight: {why}; it will be delivered again"))
-        },
-        other => SqsError::from(other),
-    })
-}
-
-pub(super) async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
-    let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.leased_from(&url)?;
-    change_one(ctx, &queue, receipt_of(input.receipt_handle)?, input.visibility_timeout).await?;
-    Ok(Empty {})
 }

@@ -17,10 +17,12 @@
 //! `permissions.rs` the policy's statements,
 //! `messages.rs` the message actions and message attributes.
 
+mod batch;
 mod messages;
 mod moves;
 mod permissions;
 mod queues;
+mod receipts;
 mod tags;
 
 use std::time::Duration;
@@ -29,15 +31,14 @@ use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use messages::{
-    ReceiptStep, change_visibility, delete_message, receipt_batch, receive_message, send_message, send_message_batch,
-};
+use messages::{receive_message, send_message, send_message_batch};
 use moves::{cancel_move_task, list_move_tasks, start_move_task};
 use permissions::{add_permission, remove_permission};
 use queues::{
     create_queue, delete_queue, get_queue_attributes, get_queue_url, list_dead_letter_sources, list_queues,
     purge_queue, set_queue_attributes,
 };
+use receipts::{ReceiptStep, change_visibility, delete_message, receipt_batch};
 use tags::{list_queue_tags, tag_queue, untag_queue};
 
 use super::error::SqsError;
