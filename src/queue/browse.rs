@@ -10,7 +10,7 @@ use super::message::PeekedItem;
 use super::names::{self, ItemMeta, ItemName};
 use super::{QueueError, envelope};
 use crate::config::QueueKind;
-use crate::zk::{NodeMode, TxnError, TxnOp, Zk, ZkError};
+use crate::zk::{TxnError, TxnOp, Zk, ZkError};
 
 /// What `GET /v1/queues/{queue}` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,19 +340,7 @@ impl Browse {
     /// claim, each one's lock node is created and deleted in the same transaction, so an item a
     /// consumer holds a lock on is never removed.
     fn removal<'a>(&self, names: impl Iterator<Item = &'a str>) -> (Vec<TxnOp>, Vec<(usize, String)>) {
-        let mut ops = Vec::new();
-        for name in names {
-            let item_path = format!("{}/{}", self.ctx.path, name);
-            match &self.ctx.lock_path {
-                Some(dir) => {
-                    let lock = format!("{dir}/{name}");
-                    ops.push(TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral });
-                    ops.push(TxnOp::Delete { path: item_path, version: None });
-                    ops.push(TxnOp::Delete { path: lock, version: None });
-                },
-                None => ops.push(TxnOp::Delete { path: item_path, version: None }),
-            }
-        }
+        let ops = names.flat_map(|name| self.ctx.unheld_removal(name, None)).collect();
         let parents = self.ctx.lock_path.iter().map(|dir| (0, dir.clone())).collect();
         (ops, parents)
     }

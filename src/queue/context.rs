@@ -109,6 +109,25 @@ impl Context {
         })
     }
 
+    /// The operations that delete message `name` (at `version`, if given) unless a consumer holds
+    /// it: its lock node is created and deleted in the same transaction, which ZooKeeper refuses
+    /// while a consumer's lock exists. A queue without locks (`simple`) deletes it alone. The
+    /// first operation may need the lock directory (see [`Context::apply_txn`]).
+    pub(super) fn unheld_removal(&self, name: &str, version: Option<i32>) -> Vec<TxnOp> {
+        let item = TxnOp::Delete { path: format!("{}/{name}", self.path), version };
+        match &self.lock_path {
+            Some(dir) => {
+                let lock = format!("{dir}/{name}");
+                vec![
+                    TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: crate::zk::NodeMode::Ephemeral },
+                    item,
+                    TxnOp::Delete { path: lock, version: None },
+                ]
+            },
+            None => vec![item],
+        }
+    }
+
     pub(super) fn deadline_for(&self, wait: Duration) -> Instant {
         Instant::now() + wait.max(self.session.request_timeout())
     }

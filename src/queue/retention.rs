@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::cache::ChildrenCache;
 use super::context::Context;
 use crate::types::now_epoch_ms;
-use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{Zk, ZkError};
 
 /// Messages one sweep looks at, at most (the oldest first); a sweep that deleted them all looks
 /// again at once.
@@ -117,14 +117,14 @@ impl Retention {
             let mut ops = Vec::new();
             let mut taken = 0;
             for (name, version) in messages.iter().take(MAX_PER_TXN) {
-                let more = self.ops(name, *version);
+                let more = self.ctx.unheld_removal(name, Some(*version));
                 if taken > 0 && zk.request_bytes(ops.iter().chain(&more)) > MAX_BATCH_BYTES {
                     break;
                 }
                 ops.extend(more);
                 taken += 1;
             }
-            let per = self.ops("", 0).len();
+            let per = self.ctx.unheld_removal("", None).len();
             let parents: Vec<(usize, String)> = self.ctx.lock_path.iter().map(|dir| (0, dir.clone())).collect();
             match self.ctx.apply_txn(zk, &ops, &parents).await {
                 Ok(_) => {
@@ -148,22 +148,6 @@ impl Retention {
             }
         }
         removed
-    }
-
-    /// The operations that delete message `name` at `version` unless a consumer holds it.
-    fn ops(&self, name: &str, version: i32) -> Vec<TxnOp> {
-        let item = TxnOp::Delete { path: format!("{}/{name}", self.ctx.path), version: Some(version) };
-        match &self.ctx.lock_path {
-            Some(dir) => {
-                let lock = format!("{dir}/{name}");
-                vec![
-                    TxnOp::Create { path: lock.clone(), data: Vec::new(), mode: NodeMode::Ephemeral },
-                    item,
-                    TxnOp::Delete { path: lock, version: None },
-                ]
-            },
-            None => vec![item],
-        }
     }
 }
 
