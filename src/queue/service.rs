@@ -1,6 +1,8 @@
 //! [`QueueService`]: every queue this process serves, opened on first use and closed when idle,
 //! and where a queue lives ([`queue_layout`]).
 
+mod start;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,20 +11,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::acquire::Claims;
-use super::browse::Browse;
-use super::cache::{ChildrenCache, Rules};
 use super::catalog::{self, Presence};
 use super::claims::ClaimMarkers;
-use super::context::Context;
-use super::facade::{Parts, Queue, QueueRef};
-use super::lease::{LeaseMemories, LeaseTable, Leases};
+use super::facade::{Queue, QueueRef};
+use super::lease::LeaseMemories;
 use super::names;
-use super::put::Puts;
 use super::put::idempotency;
-use super::retention::Retention;
 use super::settings::DeadLetter;
-use super::settings::{Current, QueueSettings, SettingsCell};
+use super::settings::{Current, QueueSettings};
 use super::{HeadAge, QueueError};
 use crate::config::{Config, QueueKind};
 use crate::metrics::Metrics;
@@ -406,174 +402,6 @@ impl QueueService {
         let queue = self.open(name)?;
         queue.seen_live();
         Ok(queue)
-    }
-
-    /// Builds a queue and starts its tasks (the caller inserts it into the map).
-    fn start_queue(&self, name: &QueueName) -> Result<Arc<Queue>, QueueError> {
-        let declared = self.config.queues.contains_key(name);
-        if !declared {
-            if !self.config.queues_dynamic {
-                return Err(QueueError::UnknownQueue(name.to_owned()));
-            }
-            let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
-            if *dynamic >= self.config.max_dynamic_queues {
-                return Err(QueueError::TooManyQueues(self.config.max_dynamic_queues));
-            }
-            *dynamic += 1;
-        }
-        let layout = self.layout(name);
-        let (kind, path, lock_path, grouped) = (layout.kind, layout.path, layout.lock_path, layout.grouped);
-        let declared_config = self.config.queues.get(name);
-        let max_items = declared_config.and_then(|q| q.max_items);
-        let dead_letter = declared_config
-            .and_then(|q| q.dead_letter.as_ref())
-            .map(|target| Arc::new(self.dead_letter_of(target, declared_config.and_then(|q| q.max_deliveries))));
-        let stop = self.shutdown.child_token();
-        let settings = Arc::new(if declared { SettingsCell::declared() } else { SettingsCell::unloaded() });
-        let watch_always = !self.config.queues_watch_on_demand
-            || grouped
-            || max_items.is_some()
-            || (dead_letter.is_some() && kind != QueueKind::Simple);
-        let rules = Rules {
-            naming: names::naming(kind, grouped),
-            grouped,
-            eager: dead_letter.is_some() && kind != QueueKind::Simple,
-            watch_always,
-            // A queue every member watches anyway, or whose messages fall due by the clock, has
-            // no members standing by.
-            watchers: if watch_always || kind == QueueKind::Delay { 0 } else { self.config.queues_fleet_watchers },
-        };
-        let cache = ChildrenCache::new(
-            rules,
-            path.clone(),
-            name.to_owned(),
-            self.metrics.clone(),
-            stop.clone(),
-            self.tasks.clone(),
-        );
-        let ctx = Arc::new(Context {
-            name: name.clone(),
-            kind,
-            naming: names::naming(kind, grouped),
-            grouped,
-            path,
-            lock_path: lock_path.clone(),
-            max_items,
-            declared,
-            dead_letter,
-            settings: settings.clone(),
-            retention: declared_config.and_then(|q| q.retention),
-            deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
-            max_message_bytes: self.config.api.max_message_bytes,
-            max_peek_bytes: self.config.api.max_peek_bytes,
-            max_leases: self.config.lease.max_per_queue,
-            session: self.session.clone(),
-            qm: self.metrics.queue(name),
-            markers: self.markers.clone(),
-            group: self.group.clone(),
-            background: self.background.clone(),
-            shutdown: self.shutdown.clone(),
-        });
-        let leases = Arc::new(Leases::new(ctx.clone(), cache.clone(), LeaseTable::new(self.lease_memories.open(name))));
-        let puts = Arc::new(Puts::new(
-            ctx.clone(),
-            cache.clone(),
-            &Layout::new(&self.config.zookeeper.root),
-            self.config.idempotency_window(name),
-        ));
-        let parts = Parts {
-            claims: Arc::new(Claims::new(ctx.clone(), cache.clone(), leases.clone())),
-            browse: Browse::new(ctx.clone(), cache.clone()),
-            ctx: ctx.clone(),
-            cache: cache.clone(),
-            puts: puts.clone(),
-            leases: leases.clone(),
-        };
-        let (session, metrics, owner) = (self.session.clone(), self.metrics.clone(), format!("queue {name}"));
-        self.tasks.spawn(supervise::until_shutdown(
-            Task::CacheRefresher,
-            owner.clone(),
-            metrics.clone(),
-            stop.clone(),
-            {
-                let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
-                let (lock_path, marker_dir) = (lock_path.clone(), self.markers.dir().to_owned());
-                move || cache.clone().run(session.clone(), marker_dir.clone(), lock_path.clone(), stop.clone())
-            },
-        ));
-        self.tasks.spawn(supervise::until_shutdown(Task::FleetMember, owner.clone(), metrics.clone(), stop.clone(), {
-            let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
-            let dir = Layout::new(&self.config.zookeeper.root).members(name);
-            move || cache.clone().run_membership(session.clone(), dir.clone(), stop.clone())
-        }));
-        if !declared {
-            // A dynamic queue follows its settings node (a declared one has its configuration).
-            let resolve = {
-                let config = self.config.clone();
-                move |settings: QueueSettings| Current {
-                    dead_letter: settings
-                        .dead_letter
-                        .as_ref()
-                        .map(|target| Arc::new(dead_letter_of(&config, target, settings.max_deliveries))),
-                    settings,
-                }
-            };
-            let path = Layout::new(&self.config.zookeeper.root).settings(name);
-            let refused = self.metrics.settings_refused.clone();
-            self.tasks.spawn(settings.clone().follow(
-                session.clone(),
-                path,
-                name.clone(),
-                resolve,
-                refused,
-                stop.clone(),
-            ));
-        }
-        self.tasks.spawn(supervise::until_shutdown(Task::LeaseReaper, owner.clone(), metrics.clone(), stop.clone(), {
-            let (leases, session, stop) = (leases.clone(), session.clone(), stop.clone());
-            move || leases.clone().run_lease_reaper(session.clone(), stop.clone())
-        }));
-        if ctx.dead_letter.is_some() && kind != QueueKind::Simple {
-            self.tasks.spawn(supervise::until_shutdown(
-                Task::UndecodableMover,
-                owner.clone(),
-                metrics.clone(),
-                stop.clone(),
-                {
-                    let (leases, stop) = (leases.clone(), stop.clone());
-                    move || leases.clone().run_undecodable_mover(stop.clone())
-                },
-            ));
-        }
-        self.tasks.spawn(supervise::until_shutdown(
-            Task::DeliveryCountSweeper,
-            owner.clone(),
-            metrics.clone(),
-            stop.clone(),
-            {
-                let (leases, stop) = (leases.clone(), stop.clone());
-                move || leases.clone().run_delivery_count_sweeper(stop.clone())
-            },
-        ));
-        if declared_config.is_none_or(|q| q.retention.is_some()) {
-            // A declared queue has a retention or never will; a dynamic one's settings may set one.
-            let retention = Arc::new(Retention::new(ctx.clone(), cache.clone()));
-            self.tasks.spawn(supervise::until_shutdown(
-                Task::RetentionSweeper,
-                owner.clone(),
-                metrics.clone(),
-                stop.clone(),
-                {
-                    let stop = stop.clone();
-                    move || retention.clone().run(stop.clone())
-                },
-            ));
-        }
-        self.tasks.spawn(supervise::until_shutdown(Task::IdempotencySweeper, owner, metrics, stop.clone(), {
-            let (puts, stop) = (puts.clone(), stop.clone());
-            move || puts.clone().run_idempotency_sweeper(stop.clone())
-        }));
-        Ok(Arc::new(Queue::new(parts, stop)))
     }
 
     /// Closes dynamic queues nobody used for `queue_idle_close`: their tasks end, their cache is
