@@ -40,10 +40,10 @@ pub struct MessagePath {
 pub struct PutQuery {
     /// Priority queues only: lower is delivered first (int32, default 0).
     pub priority: Option<i32>,
-    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds); at most
+    /// Delay queues and plain fifo queues: deliver no earlier than this long from now (`30s`, `5m`, or seconds); at most
     /// `api.max_delay` (30 days by default), longer is refused (400).
     pub delay: Option<String>,
-    /// Delay queues only: deliver no earlier than this time, epoch milliseconds. With `delay` too,
+    /// Delay queues and plain fifo queues: deliver no earlier than this time, epoch milliseconds. With `delay` too,
     /// the later of the two applies. At most `api.max_delay` from now (400 beyond it).
     #[param(minimum = 1)]
     pub deliver_at: Option<i64>,

@@ -37,10 +37,10 @@ pub struct KindFields {
     /// Priority queues only: lower is delivered first (int32, default 0).
     #[serde(default)]
     pub priority: Option<i32>,
-    /// Delay queues only: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
+    /// Delay queues and plain fifo queues: deliver no earlier than this long from now (`30s`, `5m`, or seconds).
     #[serde(default)]
     pub delay: Option<String>,
-    /// Delay queues only: deliver no earlier than this time, epoch milliseconds.
+    /// Delay queues and plain fifo queues: deliver no earlier than this time, epoch milliseconds.
     #[serde(default)]
     pub deliver_at: Option<i64>,
     /// Id queues only (required there): the message's id.
