@@ -97,7 +97,7 @@ impl Context {
     /// How long a message is kept now: the declared `retention`, else the queue's settings'
     /// (`MessageRetentionPeriod`); `None`: until consumed.
     pub(super) fn retention_now(&self) -> Option<Duration> {
-        self.retention.or_else(|| self.settings.get().settings.retention_seconds.map(Duration::from_secs))
+        self.retention.or_else(|| self.settings.retention_seconds().map(Duration::from_secs))
     }
 
     /// Whether a message whose node ZooKeeper created at `ctime` (epoch ms, its clock) is past

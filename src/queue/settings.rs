@@ -195,6 +195,11 @@ impl SettingsCell {
         self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The retention the settings set, if any (read without copying the settings: every claim asks).
+    pub(super) fn retention_seconds(&self) -> Option<u64> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).settings.retention_seconds
+    }
+
     /// The dead-letter queue the settings name, if any.
     pub(super) fn dead_letter(&self) -> Option<Arc<DeadLetter>> {
         self.current.read().unwrap_or_else(|p| p.into_inner()).dead_letter.clone()

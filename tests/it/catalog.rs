@@ -363,7 +363,7 @@ async fn a_refused_create_queue_leaves_nothing_and_the_corrected_retry_makes_the
     let direct = zk_client(zk).await;
     let dlq = "arn:aws:sqs:us-east-1:000000000000:missing";
     let refused = [
-        serde_json::json!({ "DelaySeconds": "5" }),
+        serde_json::json!({ "DelaySeconds": "901" }),
         serde_json::json!({ "VisibilityTimeout": "99999" }),
         serde_json::json!({ "RedrivePolicy": serde_json::json!({ "deadLetterTargetArn": dlq, "maxReceiveCount": 3 }).to_string() }),
     ];

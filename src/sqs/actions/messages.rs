@@ -13,7 +13,9 @@ use super::batch::{BatchError, BatchInput, BatchOutput, check_batch};
 use super::{Ctx, bounded, is_fifo, number, required, seconds};
 use crate::config::{BinaryBodies, QueueKind};
 use crate::queue::attributes;
-use crate::queue::{AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef};
+use crate::queue::{
+    AttributeValue, ItemMeta, LeaseGrant, Message, MessageAttributes, NackMode, PutOptions, QueueRef, QueueSettings,
+};
 use crate::sqs::error::SqsError;
 use crate::types::{Traceparent, now_epoch_ms};
 
@@ -68,10 +70,15 @@ fn md5_hex(bytes: &[u8]) -> String {
     format!("{:x}", md5::compute(bytes))
 }
 
-/// The body and put options of one message to send to `queue`.
-/// `largest`: the queue's `MaximumMessageSize` (`queues::largest_message`), which the body and the
-/// attributes (names, types and values) fit, as SQS counts them.
-fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(String, PutOptions), SqsError> {
+/// The body and put options of one message to send to `queue`, whose settings are `own` (read
+/// once per call). `largest`: the queue's `MaximumMessageSize` (`queues::largest_message`), which
+/// the body and the attributes (names, types and values) fit, as SQS counts them.
+fn prepare(
+    entry: MessageEntry,
+    queue: &QueueRef,
+    own: &QueueSettings,
+    largest: usize,
+) -> Result<(String, PutOptions), SqsError> {
     let body = required(entry.message_body, "MessageBody")?;
     if body.is_empty() {
         return Err(SqsError::invalid_parameter("MessageBody must not be empty"));
@@ -95,7 +102,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
     // queue's (a plain fifo queue in zkq) wait; a FIFO queue's names hold the group, not a time.
     let delay = match bounded("DelaySeconds", entry.delay_seconds, 0, 900)? {
         Some(delay) => delay,
-        None => queue.settings().delay_seconds.map_or(0, |d| i64::try_from(d).unwrap_or(900)),
+        None => own.delay_seconds.map_or(0, |d| i64::try_from(d).unwrap_or(900)),
     };
     let timed = queue.kind() == QueueKind::Delay || (queue.kind() == QueueKind::Fifo && !queue.grouped());
     let deliver_at = match delay {
@@ -124,7 +131,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
             return Err(SqsError::missing_parameter("MessageGroupId"));
         }
         if deduplication.is_none() {
-            if queue.settings().content_deduplication != Some(true) {
+            if own.content_deduplication != Some(true) {
                 return Err(SqsError::invalid_parameter(NO_DEDUPLICATION));
             }
             let digest = sha2::Sha256::digest(body.as_bytes());
@@ -133,7 +140,7 @@ fn prepare(entry: MessageEntry, queue: &QueueRef, largest: usize) -> Result<(Str
     }
     // DeduplicationScope = messageGroup: an id is its group's. The group scopes the key as a
     // digest, so that any group keeps it visible ASCII.
-    let key_scope = match (&entry.message_group_id, queue.settings().deduplication_per_group) {
+    let key_scope = match (&entry.message_group_id, own.deduplication_per_group) {
         (Some(group), Some(true)) => {
             let digest = sha2::Sha256::digest(group.as_bytes());
             Some(digest.iter().take(12).map(|b| format!("{b:02x}")).collect::<String>())
@@ -294,8 +301,9 @@ fn sqs_message_id(queue_path: &str, node: &str) -> String {
 pub(super) async fn send_message(ctx: &Ctx<'_>, input: SendMessageInput) -> Result<SendMessageOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let largest = super::queues::largest_message(&ctx.state.config, &queue.settings());
-    let (body, options) = prepare(input.message, &queue, largest)?;
+    let own = queue.settings();
+    let largest = super::queues::largest_message(&ctx.state.config, &own);
+    let (body, options) = prepare(input.message, &queue, &own, largest)?;
     let md5_of_message_attributes = attributes_md5(&options.attributes);
     let receipt = queue.put(body.as_bytes(), options).await.map_err(|err| match err {
         // One message: SQS's error for a body too long, not a batch's.
@@ -339,21 +347,22 @@ pub(super) async fn send_message_batch(
     // As SQS: on a FIFO queue, an entry without a group, or without a deduplication id where the
     // queue does not deduplicate by content, refuses the whole batch (the other checks fail an
     // entry alone).
+    let own = queue.settings();
     if is_fifo(queue.name()) {
         if input.entries.iter().any(|entry| entry.message_group_id.is_none()) {
             return Err(SqsError::missing_parameter("MessageGroupId"));
         }
-        let by_content = queue.settings().content_deduplication == Some(true);
+        let by_content = own.content_deduplication == Some(true);
         if !by_content && input.entries.iter().any(|entry| entry.message_deduplication_id.is_none()) {
             return Err(SqsError::invalid_parameter(NO_DEDUPLICATION));
         }
     }
     let mut failed = Vec::new();
     let mut valid = Vec::new();
-    let largest = super::queues::largest_message(&ctx.state.config, &queue.settings());
+    let largest = super::queues::largest_message(&ctx.state.config, &own);
     for entry in input.entries {
         let id = entry.id.clone().unwrap_or_default();
-        match prepare(entry, &queue, largest) {
+        match prepare(entry, &queue, &own, largest) {
             Ok((body, options)) => valid.push((id, body, options)),
             Err(err) => failed.push(BatchError::of(id, err)),
         }
