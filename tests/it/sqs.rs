@@ -2467,3 +2467,39 @@ async fn a_fifo_receive_hands_several_messages_of_a_group_in_order() {
     let held: Vec<serde_json::Value> = native.json()["messages"].as_array().cloned().unwrap_or_default();
     assert_eq!(held.len(), 1, "one of group x: {}", native.text());
 }
+
+/// A queue's `MessageRetentionPeriod` deletes a message once its node is older, on a dynamic
+/// queue too (its settings node says it): the message is no longer counted nor received, and
+/// `zkq_messages_past_retention_total` counts it. Before, the attribute was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_older_than_the_queues_retention_period_is_deleted() {
+    let (zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-retention")).await;
+    let url = create_queue(&endpoint, "brief", serde_json::json!({ "MessageRetentionPeriod": "60" })).await;
+    let sent = sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": "old" })).await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let sent_at = Instant::now();
+    let depth = || {
+        let (endpoint, url) = (endpoint.clone(), url.clone());
+        async move {
+            let got = sqs_json(
+                &endpoint,
+                "GetQueueAttributes",
+                serde_json::json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages"] }),
+            )
+            .await;
+            got.1["Attributes"]["ApproximateNumberOfMessages"].as_str().unwrap_or("?").to_owned()
+        }
+    };
+    assert_eq!(depth().await, "1");
+    // Deleted within a quarter of the period after it passed (the sweep's pace).
+    while depth().await != "0" {
+        assert!(sent_at.elapsed() < Duration::from_secs(120), "still there after {:?}", sent_at.elapsed());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(sent_at.elapsed() >= Duration::from_secs(59), "deleted after {:?}", sent_at.elapsed());
+    let none =
+        sqs_json(&endpoint, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 0 })).await;
+    assert!(none.1.get("Messages").is_none_or(|m| m.as_array().is_some_and(Vec::is_empty)), "{}", none.1);
+    let metrics = zkq.metrics().await;
+    assert!(metrics.contains("zkq_messages_past_retention_total{queue=\"brief\"} 1"), "{metrics}");
+}
