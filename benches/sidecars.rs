@@ -26,7 +26,8 @@
 //!
 //! Environment: `ZKQ_BENCH_MESSAGES` (default 5000),
 //! `ZKQ_BENCH_SIDECARS` (default `1,4,8,16`), `ZKQ_BENCH_MODES` (default `lease,take`),
-//! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_FLEET_WATCHERS` (default 3, zkq's; e.g. 0: every sidecar
+//! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_CURATOR=0` (no Curator anchor: its
+//! column reads NaN), `ZKQ_BENCH_FLEET_WATCHERS` (default 3, zkq's; e.g. 0: every sidecar
 //! runs with `queues_fleet_watchers = 0`, every member watching), `ZKQ_BENCH_PER_SIDECAR=1` (after each drain row, each
 //! sidecar's claims by outcome, whether it watches or stands by, and its calls for help),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
@@ -611,9 +612,13 @@ async fn main() {
         "zkq sidecars benchmark: {n} messages of 100 B, {CONSUMERS} HTTP consumers round-robin over K sidecars, wait=1s \
          (ZooKeeper 3.8 standalone on loopback)"
     );
-    let curator = curator_anchor(&zk, &this_build, n).await;
-    let curator_rate = rate_of(&curator.0);
-    println!("Curator, 8 lock-safe consumers: {} ; {:.1} packets/msg", curator.0, curator.1);
+    let curator_rate = if env_or("ZKQ_BENCH_CURATOR", "1") == "0" {
+        f64::NAN
+    } else {
+        let curator = curator_anchor(&zk, &this_build, n).await;
+        println!("Curator, 8 lock-safe consumers: {} ; {:.1} packets/msg", curator.0, curator.1);
+        rate_of(&curator.0)
+    };
     // Builds alternate row by row, so that a busy moment of the shared machine hits both.
     println!(
         "\n{:<10} {:<6} {:>2} {:>9} {:>9} {:>11} {:>10} {:>10} {:>12} {:>16}  claim attempts per msg",
@@ -638,7 +643,7 @@ async fn main() {
                     if *mode == Mode::Lease { "lease" } else { "take" },
                     k,
                     f.rate,
-                    f.rate / curator_rate.max(1e-9),
+                    f.rate / curator_rate,
                     f.packets,
                     f.writes,
                     f.conflicts,
