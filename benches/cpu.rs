@@ -10,7 +10,7 @@
 //! - **the floor**: this benchmark's executable started again as a child process
 //!   (`ZKQ_BENCH_FLOOR_LISTEN`), an HTTP server on zkq's own stack and settings: the same runtime
 //!   (tokio's multi-threaded runtime, one worker per core), the same allocator (jemalloc with its
-//!   background thread), zkq's accept loop and connection watchdog (`zkq::web::server::serve`,
+//!   background thread), zkq's accept loop and connection watchdog (`zkq::serve`,
 //!   the API listener's default limits) and an axum router, whose one handler reads the body and
 //!   answers 201 with a small JSON body (the size of a put's answer). What zkq spends above it is
 //!   zkq's own work: its middleware, the queue and ZooKeeper's client;
@@ -79,7 +79,7 @@ fn main() {
 /// The floor server: zkq's runtime, allocator settings, accept loop and listener limits, one
 /// axum handler. Runs until killed. With `zk` (`connect|path|reads`), the handler first reads
 /// `path` `reads` times, one after the other, through zkq's own ZooKeeper session
-/// (`zkq::zk::ZkSession`, the `zookeeper-client` crate): the floor of a request that must ask
+/// (`zkq::ZkSession`, the `zookeeper-client` crate): the floor of a request that must ask
 /// ZooKeeper.
 fn serve_floor(listen: &str, zk: Option<&str>) {
     // As zkq's main: jemalloc's background thread, then the default multi-threaded runtime.
@@ -88,7 +88,7 @@ fn serve_floor(listen: &str, zk: Option<&str>) {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.expect("the floor binds");
         let api = zkq::config::Config::default().api;
-        let limits = zkq::web::server::ListenerLimits {
+        let limits = zkq::ListenerLimits {
             max_connections: api.max_connections,
             header_read_timeout: api.header_read_timeout,
             idle_timeout: api.idle_timeout,
@@ -111,33 +111,30 @@ fn serve_floor(listen: &str, zk: Option<&str>) {
                 })
             },
         };
-        let metrics = std::sync::Arc::new(zkq::metrics::Metrics::new().expect("metrics"));
-        zkq::web::server::serve(listener, router, limits, "api", metrics, stop).await.expect("the floor serves");
+        let metrics = std::sync::Arc::new(zkq::Metrics::new().expect("metrics"));
+        zkq::serve(listener, router, limits, "api", metrics, stop).await.expect("the floor serves");
     });
 }
 
 /// The floor's ZooKeeper session (zkq's own, with its default settings) and the paths each
 /// request reads, from `connect|path|reads`.
-async fn floor_session(
-    spec: &str,
-    stop: tokio_util::sync::CancellationToken,
-) -> (Arc<Vec<String>>, zkq::zk::ZkSession) {
+async fn floor_session(spec: &str, stop: tokio_util::sync::CancellationToken) -> (Arc<Vec<String>>, zkq::ZkSession) {
     let mut parts = spec.split('|');
     let (connect, path, reads) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
     let reads: usize = reads.parse().expect("reads per request");
     let defaults = zkq::config::Config::default().zookeeper;
-    let settings = zkq::zk::SessionSettings {
+    let settings = zkq::SessionSettings {
         connect: connect.to_owned(),
         session_timeout: defaults.session_timeout,
         request_timeout: defaults.request_timeout,
         auth_digest: None,
         sasl: None,
         tls: None,
-        acl: zkq::types::acl::NodeAcl::Open,
+        acl: zkq::NodeAcl::Open,
         reconnect_backoff_max: defaults.reconnect_backoff_max,
     };
-    let metrics = Arc::new(zkq::metrics::Metrics::new().expect("metrics"));
-    let (session, _task) = zkq::zk::ZkSession::start(settings, metrics, stop).expect("the floor's session");
+    let metrics = Arc::new(zkq::Metrics::new().expect("metrics"));
+    let (session, _task) = zkq::ZkSession::start(settings, metrics, stop).expect("the floor's session");
     (Arc::new(vec![path.to_owned(); reads]), session)
 }
 

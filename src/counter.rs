@@ -24,14 +24,14 @@ pub(crate) const ADD_ATTEMPTS: u32 = 64;
 
 /// A counter's value and the data version it was read at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Versioned {
+pub(crate) struct Versioned {
     pub value: i32,
     pub version: i32,
 }
 
 /// Why a counter operation failed. The wording is the domain's; `http/` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CounterError {
+pub(crate) enum CounterError {
     #[error("counter {0:?} is not declared and dynamic counters are disabled (counters_dynamic = false)")]
     UnknownCounter(CounterName),
     /// A dynamic counter whose node does not exist: nobody has set it yet.
@@ -82,7 +82,7 @@ pub(crate) fn decode(data: &[u8]) -> Result<i32, CounterError> {
 }
 
 /// One counter: its path, seed, and the shared watch that feeds long-polls.
-pub struct Counter {
+pub(crate) struct Counter {
     pub name: CounterName,
     pub path: String,
     pub seed: i32,
@@ -99,7 +99,7 @@ impl Counter {
     /// Reads the counter: at once, or (with `after_version` and a non-zero `wait`) once its
     /// version is newer than `after_version`. Never answers a version older than `after_version`
     /// that a `sync` did not confirm. Counted in `zkq_counter_operations_total{operation="get"}`.
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         self: &Arc<Self>,
         after_version: Option<i32>,
         wait: Duration,
@@ -115,7 +115,7 @@ impl Counter {
 
     /// Sets the counter; with `expected` a compare-and-set against that version (one no znode
     /// can have never matches). Counted as `set` or `compare_and_set`.
-    pub async fn write(&self, expected: Option<i64>, value: i32) -> Result<Versioned, CounterError> {
+    pub(crate) async fn write(&self, expected: Option<i64>, value: i32) -> Result<Versioned, CounterError> {
         let result = match expected.map(i32::try_from) {
             Some(Ok(version)) => self.compare_and_set(version, value).await,
             Some(Err(_)) => self.get().await.and_then(|current| Err(CounterError::VersionMismatch(current))),
@@ -126,7 +126,7 @@ impl Counter {
     }
 
     /// Adds `delta` atomically. Counted as `add`.
-    pub async fn add(&self, delta: i32) -> Result<Versioned, CounterError> {
+    pub(crate) async fn add(&self, delta: i32) -> Result<Versioned, CounterError> {
         let result = self.add_with_retries(delta).await;
         self.record("add", &result);
         result
@@ -371,7 +371,7 @@ async fn backoff(attempt: u32) {
 }
 
 /// All counters of this process; dynamic ones are created on first use.
-pub struct CounterService {
+pub(crate) struct CounterService {
     config: Arc<Config>,
     session: ZkSession,
     metrics: Arc<Metrics>,
@@ -381,7 +381,7 @@ pub struct CounterService {
 }
 
 impl CounterService {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         session: ZkSession,
         metrics: Arc<Metrics>,
@@ -393,7 +393,7 @@ impl CounterService {
 
     /// The counter called `name` for a read: never creates anything. A dynamic counter this
     /// process has not open is opened only if its node exists (one `exists` read).
-    pub async fn existing(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
+    pub(crate) async fn existing(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
         let known = self.config.counters.contains_key(name)
             || self.counters.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name);
         if known || !self.config.counters_dynamic {
@@ -409,7 +409,7 @@ impl CounterService {
 
     /// The counter called `name` for a write, opening it on first use (a dynamic counter's node
     /// is created with seed 0 by its first write).
-    pub fn open(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
+    pub(crate) fn open(&self, name: &CounterName) -> Result<Arc<Counter>, CounterError> {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(counter) = counters.get(name) {
             return Ok(counter.clone());

@@ -43,14 +43,14 @@ enum Command {
     /// Print a reference page as Markdown (docs/reference/ holds each as committed).
     Reference {
         /// Which page.
-        page: zkq::reference::Page,
+        page: zkq::Page,
     },
     /// Exit 0 if this configuration's zkq answers /readyz with 200 (for container health checks).
     Healthcheck,
     /// Show every queue in ZooKeeper (declared, and under {root}/queues): kind, depth, oldest message,
     /// locks and their sessions, redeliveries, child-list size, undecodable nodes. Read-only; exit 1
     /// when ZooKeeper is unreachable or the report is incomplete.
-    Inspect(zkq::inspect::InspectArgs),
+    Inspect(zkq::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
     };
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig { no_files } => {
-            if !no_files && let Err(err) = zkq::zk::load_secrets(&config) {
+            if !no_files && let Err(err) = zkq::load_secrets(&config) {
                 eprintln!("zkq: {err}");
                 return ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(64));
             }
@@ -90,12 +90,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         },
         Command::Openapi => {
-            print!("{}", zkq::http::openapi_json(&config));
+            print!("{}", zkq::openapi_json(&config));
             ExitCode::SUCCESS
         },
         Command::Reference { .. } => ExitCode::SUCCESS,
         Command::Healthcheck => healthcheck(&config),
-        Command::Inspect(args) => ExitCode::from(zkq::inspect::run(&config, &args)),
+        Command::Inspect(args) => ExitCode::from(zkq::run_inspect(&config, &args)),
         Command::Run => run(config),
     }
 }
@@ -172,7 +172,7 @@ fn run(config: Config) -> ExitCode {
                 return ExitCode::FAILURE;
             },
         };
-        zkq::shutdown::on_signals(running.shutdown.clone());
+        zkq::on_signals(running.shutdown.clone());
         // Exit 0 on a signal-initiated shutdown, even past the grace period (it is logged).
         running.wait().await;
         ExitCode::SUCCESS

@@ -42,18 +42,18 @@ use crate::types::{Backoff, Layout, QueueName, Retries, now_epoch_ms};
 use crate::zk::{NodeMode, NodeStat, WatchEvent, Zk, ZkError, ZkSession};
 
 /// The highest rate a task may ask for (as SQS's `MaxNumberOfMessagesPerSecond`).
-pub const MAX_PER_SECOND: u32 = 500;
+pub(crate) const MAX_PER_SECOND: u32 = 500;
 /// The rate of a task that asks for none.
-pub const DEFAULT_PER_SECOND: u32 = 100;
+pub(crate) const DEFAULT_PER_SECOND: u32 = 100;
 /// Finished tasks each zkq remembers for listing.
-pub const FINISHED_REMEMBERED: usize = 100;
+pub(crate) const FINISHED_REMEMBERED: usize = 100;
 /// How long a moved message's lease lasts: its put and ack have this long before it would be
 /// leased again (and the idempotency key then stores nothing twice).
 const MOVE_VISIBILITY: Duration = Duration::from_secs(60);
 /// The shortest idempotency window a destination may have: three leases. A key is sure to be
 /// remembered for half its window only (a zkq whose clock runs ahead sweeps it sooner), so half
 /// the window covers a lease that expires after its message was stored, and the move again.
-pub const MIN_DESTINATION_WINDOW: Duration = Duration::from_secs(3 * MOVE_VISIBILITY.as_secs());
+pub(crate) const MIN_DESTINATION_WINDOW: Duration = Duration::from_secs(3 * MOVE_VISIBILITY.as_secs());
 /// How often a running task writes its counts to its node.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// Tries of a write to a task's node that another zkq changes meanwhile.
@@ -62,7 +62,7 @@ const ATTEMPTS: usize = 5;
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum TaskStatus {
+pub(crate) enum TaskStatus {
     Running,
     Completed,
     Cancelled,
@@ -71,7 +71,7 @@ pub enum TaskStatus {
 
 /// A task as it is listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskReport {
+pub(crate) struct TaskReport {
     /// Opaque; names the source queue (`{source}:{random}`).
     pub handle: String,
     pub source: String,
@@ -89,7 +89,7 @@ pub struct TaskReport {
 
 /// Why a task cannot start, or be cancelled.
 #[derive(Debug, thiserror::Error)]
-pub enum RedriveError {
+pub(crate) enum RedriveError {
     #[error("{0}")]
     Invalid(String),
     #[error("a message move task is already running for queue {0:?}; cancel it or wait for it to end")]
@@ -107,7 +107,7 @@ impl From<ZkError> for RedriveError {
 }
 
 /// The message move tasks of this zkq, and the door to those of the others.
-pub struct Redrives {
+pub(crate) struct Redrives {
     config: Arc<Config>,
     queues: Arc<QueueService>,
     session: ZkSession,
@@ -150,7 +150,7 @@ enum Seen {
 }
 
 impl Redrives {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         queues: Arc<QueueService>,
         session: ZkSession,
@@ -174,7 +174,7 @@ impl Redrives {
 
     /// Starts moving the messages of `source` to `destination` (default: the one queue whose
     /// dead-letter queue `source` is) at up to `max_per_second`. The task's handle.
-    pub async fn start(
+    pub(crate) async fn start(
         self: &Arc<Self>,
         source: &QueueName,
         destination: Option<QueueName>,
@@ -313,7 +313,7 @@ impl Redrives {
 
     /// Every task of `source` this zkq knows (running here, finished here), and the one running
     /// on another zkq (from its node), newest first.
-    pub async fn list(&self, source: &QueueName) -> Result<Vec<TaskReport>, RedriveError> {
+    pub(crate) async fn list(&self, source: &QueueName) -> Result<Vec<TaskReport>, RedriveError> {
         let deadline = Instant::now() + self.session.request_timeout();
         let zk = self.session.connected(deadline).await?.with_deadline(deadline);
         let here = self.lock_running().get(source.as_str()).cloned();
@@ -340,7 +340,7 @@ impl Redrives {
     /// had moved. A task on another zkq is asked through its node and seen to stop there; if it
     /// has not said so within the request's deadline, the cancel still holds (it stops as it
     /// sees it) and the answer is its last count.
-    pub async fn cancel(&self, handle: &str) -> Result<u64, RedriveError> {
+    pub(crate) async fn cancel(&self, handle: &str) -> Result<u64, RedriveError> {
         let source = handle.rsplit_once(':').map(|(source, _)| source).unwrap_or_default();
         let source: QueueName = source.parse().map_err(|_| RedriveError::NoSuchTask(handle.to_owned()))?;
         let deadline = Instant::now() + self.session.request_timeout();

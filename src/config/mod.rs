@@ -17,9 +17,8 @@ use serde::{Deserialize, Serialize};
 // The vocabulary lives on the ground floor; these paths keep working for the modules that name it here.
 pub use crate::types::AppUrl;
 pub use crate::types::acl::{AclEntry, NodeAcl, acl_perms};
-pub use crate::types::{
-    CounterName, JUTE_MAXBUFFER_BYTES, MAX_NAME_LEN, MAX_PUSH_URL_LEN, QueueKind, QueueName, Secret,
-};
+pub(crate) use crate::types::{CounterName, JUTE_MAXBUFFER_BYTES, QueueName};
+pub use crate::types::{QueueKind, Secret};
 pub use error::ConfigError;
 pub use load::Overrides;
 pub use secrets::{FileSecrets, SqsKeyPair, read_secret_files};

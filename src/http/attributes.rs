@@ -15,7 +15,7 @@ use crate::web::headers::{Attribute, Attributes, HEADER_ATTRIBUTES, HEADER_TRACE
 
 /// The attributes a client gave, as the queue keeps them; a `Binary` value that is not base64 is
 /// refused here (names, types and counts are checked by the put).
-pub fn from_json(given: Attributes, what: &str) -> Result<MessageAttributes, ApiError> {
+pub(crate) fn from_json(given: Attributes, what: &str) -> Result<MessageAttributes, ApiError> {
     given
         .into_iter()
         .map(|(name, Attribute { data_type, value })| {
@@ -34,7 +34,7 @@ pub fn from_json(given: Attributes, what: &str) -> Result<MessageAttributes, Api
 }
 
 /// The `zkq-attributes` header of a put: none, or one JSON object of [`Attribute`]s.
-pub fn from_header(headers: &HeaderMap) -> Result<MessageAttributes, ApiError> {
+pub(crate) fn from_header(headers: &HeaderMap) -> Result<MessageAttributes, ApiError> {
     let Some(value) = single(headers, HEADER_ATTRIBUTES)? else { return Ok(MessageAttributes::new()) };
     let given: Attributes = serde_json::from_slice(value.as_bytes()).map_err(|err| {
         ApiError::invalid(format!(
@@ -46,14 +46,14 @@ pub fn from_header(headers: &HeaderMap) -> Result<MessageAttributes, ApiError> {
 }
 
 /// The `traceparent` header of a put, checked as W3C Trace Context reads it.
-pub fn traceparent_from_header(headers: &HeaderMap) -> Result<Option<Traceparent>, ApiError> {
+pub(crate) fn traceparent_from_header(headers: &HeaderMap) -> Result<Option<Traceparent>, ApiError> {
     let Some(value) = single(headers, HEADER_TRACEPARENT)? else { return Ok(None) };
     let text = value.to_str().map_err(|_| ApiError::invalid("traceparent must be visible ASCII"))?;
     parse_traceparent(text).map(Some)
 }
 
 /// A `traceparent` given as text.
-pub fn parse_traceparent(text: &str) -> Result<Traceparent, ApiError> {
+pub(crate) fn parse_traceparent(text: &str) -> Result<Traceparent, ApiError> {
     Traceparent::parse(text).map_err(|why| {
         ApiError::invalid(format!(
             "traceparent {why}; W3C Trace Context: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"

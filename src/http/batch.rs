@@ -19,7 +19,7 @@ use crate::queue::{NackMode, PutOptions, QueueError};
 use crate::web::headers::HEADER_IDEMPOTENT_REPLAY;
 
 /// The route of a batch put (its body limit is larger than a single put's).
-pub const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
+pub(crate) const BATCH_PUT_ROUTE: &str = "/v1/queues/{queue}/batch";
 
 /// A batch message's `body` as [`put_batch`] decodes it, as an ECMA-262 pattern (for the OpenAPI
 /// document): standard base64 with its padding (no stray bits in the
@@ -30,7 +30,7 @@ pub(super) const BODY_PATTERN: &str =
 /// One message of a batch put.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BatchMessage {
+pub(crate) struct BatchMessage {
     /// The body as UTF-8 text. Exactly one of `text` and `body`.
     #[serde(default, deserialize_with = "not_null")]
     pub text: Option<String>,
@@ -72,7 +72,7 @@ pub struct BatchMessage {
 /// A batch put: 1 to `api.max_batch` messages, stored all or none.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BatchPutRequest {
+pub(crate) struct BatchPutRequest {
     /// 1 to `api.max_batch` messages (the handler refuses an empty batch).
     pub messages: Vec<BatchMessage>,
 }
@@ -80,7 +80,7 @@ pub struct BatchPutRequest {
 /// Query parameters of a batch put.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct BatchPutQuery {
+pub(crate) struct BatchPutQuery {
     /// How long to wait for room for every message when the queue has `max_items` (default 0;
     /// longer values are cut to `take.max_wait`).
     pub wait: Option<String>,
@@ -93,7 +93,7 @@ pub struct BatchPutQuery {
 /// How a batch put stores its messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum BatchFormat {
+pub(crate) enum BatchFormat {
     /// One node per message, each with its own sequence number and message id.
     #[default]
     Nodes,
@@ -105,7 +105,7 @@ pub enum BatchFormat {
 /// Answer to a batch put: the message ids, in the order of the request; with
 /// `format=curator-multi`, the id of the one node that holds them all.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct BatchPutResponse {
+pub(crate) struct BatchPutResponse {
     pub queue: String,
     /// Node names, e.g. `queue-0000000042`. `null` only for a message with an `idempotency_key`
     /// (or in a batch with one) whose name zkq could not tell after a lost answer or a crash (it
@@ -143,7 +143,7 @@ pub struct BatchPutResponse {
         ZookeeperErrors,
     )
 )]
-pub async fn put_batch(
+pub(crate) async fn put_batch(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<BatchPutQuery>,
@@ -228,7 +228,7 @@ pub async fn put_batch(
 /// `POST …/leases/{lease}/nack`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BatchNack {
+pub(crate) struct BatchNack {
     #[serde(default)]
     pub mode: Option<NackModeParam>,
     /// Requeue: deliver again no earlier than this (`30s`; cut to `lease.max_visibility`).
@@ -239,7 +239,7 @@ pub struct BatchNack {
 /// A batch ack: 1 to `api.max_batch` receipts of one queue.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BatchAckRequest {
+pub(crate) struct BatchAckRequest {
     /// 1 to `api.max_batch` receipts (the handler refuses an empty batch).
     pub leases: Vec<String>,
     /// Nack them instead of acking.
@@ -249,7 +249,7 @@ pub struct BatchAckRequest {
 
 /// The outcome for one receipt of a batch ack.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LeaseOutcome {
+pub(crate) struct LeaseOutcome {
     pub lease: String,
     /// The status the single ack (or nack) would have answered: 204, 404, 409, 503, 504.
     pub status: u16,
@@ -262,7 +262,7 @@ pub struct LeaseOutcome {
 
 /// Answer to a batch ack: one outcome per receipt, in the order of the request.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct BatchAckResponse {
+pub(crate) struct BatchAckResponse {
     pub results: Vec<LeaseOutcome>,
 }
 
@@ -280,7 +280,7 @@ pub struct BatchAckResponse {
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
     )
 )]
-pub async fn ack_batch(
+pub(crate) async fn ack_batch(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiJson(request): ApiJson<BatchAckRequest>,

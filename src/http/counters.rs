@@ -16,7 +16,7 @@ use crate::types::CounterName;
 /// Path parameter: a counter name.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-pub struct CounterPath {
+pub(crate) struct CounterPath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
     #[param(value_type = String)]
     pub name: CounterName,
@@ -25,7 +25,7 @@ pub struct CounterPath {
 /// Query parameters of a read.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ReadQuery {
+pub(crate) struct ReadQuery {
     /// Long-poll: wait up to this long (cut to `take.max_wait`) for a version newer than
     /// `after_version`. A waiting long-poll answers 503 `shutting_down` when zkq starts to drain.
     pub wait: Option<String>,
@@ -36,7 +36,7 @@ pub struct ReadQuery {
 
 /// A counter's value.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CounterValue {
+pub(crate) struct CounterValue {
     pub name: String,
     pub value: i32,
     /// The node's data version (also the ETag).
@@ -45,7 +45,7 @@ pub struct CounterValue {
 
 /// A compare-and-set that lost: the current value and version.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CounterConflict {
+pub(crate) struct CounterConflict {
     /// `version_mismatch`.
     pub code: String,
     pub message: String,
@@ -56,7 +56,7 @@ pub struct CounterConflict {
 /// Body of a set.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SetRequest {
+pub(crate) struct SetRequest {
     #[serde(deserialize_with = "json_int32")]
     pub value: i32,
 }
@@ -64,7 +64,7 @@ pub struct SetRequest {
 /// Body of an add.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AddRequest {
+pub(crate) struct AddRequest {
     #[serde(deserialize_with = "json_int32")]
     pub delta: i32,
 }
@@ -151,7 +151,7 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
         ZookeeperErrors,
     )
 )]
-pub async fn get_counter(
+pub(crate) async fn get_counter(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<CounterPath>,
     ApiQuery(query): ApiQuery<ReadQuery>,
@@ -178,7 +178,7 @@ pub async fn get_counter(
         ZookeeperErrors,
     )
 )]
-pub async fn set_counter(
+pub(crate) async fn set_counter(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<CounterPath>,
     headers: HeaderMap,
@@ -207,7 +207,7 @@ pub async fn set_counter(
         ZookeeperErrors,
     )
 )]
-pub async fn add_to_counter(
+pub(crate) async fn add_to_counter(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<CounterPath>,
     ApiJson(body): ApiJson<AddRequest>,

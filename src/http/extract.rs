@@ -15,7 +15,7 @@ use super::error::{ApiError, ErrorCode};
 use crate::web::body;
 
 /// `Query<T>` with JSON errors.
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -32,7 +32,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 /// `invalid_queue_name`, a counter's `{name}` that is not a counter name 400 `invalid_name`
 /// (`QueueName` and `CounterName` refuse it as they are read, so axum says which segment);
 /// any other bad segment 400 `bad_request`.
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
@@ -57,7 +57,7 @@ fn path_rejection(rejection: PathRejection) -> ApiError {
 }
 
 /// The raw request body, with JSON errors (413 when over the limit).
-pub struct ApiBody(pub Bytes);
+pub(crate) struct ApiBody(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for ApiBody {
     type Rejection = ApiError;
@@ -77,7 +77,7 @@ impl<S: Send + Sync> FromRequest<S> for ApiBody {
 
 /// A JSON object body as `T`, with JSON errors: 415 without a JSON content type, 400 for bad
 /// JSON and for anything but an object (serde would read `[1]` as a struct's fields in order).
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;

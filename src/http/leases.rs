@@ -21,7 +21,7 @@ use crate::web::headers::{HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LE
 /// Path parameters: a queue and a lease receipt.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-pub struct LeasePath {
+pub(crate) struct LeasePath {
     #[param(value_type = String)]
     pub queue: QueueName,
     /// The `zkq-lease` header of the lease response.
@@ -32,7 +32,7 @@ pub struct LeasePath {
 /// Query parameters of a lease.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct LeaseQuery {
+pub(crate) struct LeaseQuery {
     /// How long to wait for a message (default 0; longer values are cut to `take.max_wait`).
     pub wait: Option<String>,
     /// Visibility timeout: unless acked, nacked or extended by then, the message is delivered
@@ -46,7 +46,7 @@ pub struct LeaseQuery {
 /// Query parameters of a nack.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct NackQuery {
+pub(crate) struct NackQuery {
     /// `requeue` (the default; `keep` on a grouped queue), `delete` or `keep`. A grouped message
     /// refuses `requeue` (409 `parameter_not_for_kind`): it keeps its place at the head of its group.
     pub mode: Option<NackModeParam>,
@@ -57,14 +57,14 @@ pub struct NackQuery {
 /// Query parameters of an extend.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ExtendQuery {
+pub(crate) struct ExtendQuery {
     /// New visibility from now (default `lease.default_visibility`, cut to 1s..`lease.max_visibility`).
     pub visibility: Option<String>,
 }
 
 /// Answer to an extend.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ExtendResponse {
+pub(crate) struct ExtendResponse {
     pub lease: String,
     /// New expiry, epoch milliseconds.
     pub expires_at: i64,
@@ -111,7 +111,7 @@ fn asked_visibility(text: Option<&str>) -> Result<Option<Duration>, ApiError> {
         ZookeeperErrors,
     )
 )]
-pub async fn lease_message(
+pub(crate) async fn lease_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<LeaseQuery>,
@@ -164,7 +164,10 @@ pub async fn lease_message(
         ZookeeperErrors,
     )
 )]
-pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath>) -> Result<StatusCode, ApiError> {
+pub(crate) async fn ack(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<LeasePath>,
+) -> Result<StatusCode, ApiError> {
     let queue = state.queues.open_only(&path.queue)?;
     queue.ack(receipt_of(&path.lease)?).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -182,7 +185,7 @@ pub async fn ack(State(state): State<AppState>, ApiPath(path): ApiPath<LeasePath
         ZookeeperErrors,
     )
 )]
-pub async fn nack(
+pub(crate) async fn nack(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<NackQuery>,
@@ -206,7 +209,7 @@ pub async fn nack(
         ZookeeperErrors,
     )
 )]
-pub async fn extend(
+pub(crate) async fn extend(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<ExtendQuery>,

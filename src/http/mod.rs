@@ -7,32 +7,32 @@
 #![allow(clippy::disallowed_types, reason = "src/http/ owns the HTTP statuses")]
 
 mod admin;
-pub mod attributes;
-pub mod batch;
-pub mod counters;
-pub mod error;
+pub(crate) mod attributes;
+pub(crate) mod batch;
+pub(crate) mod counters;
+pub(crate) mod error;
 mod extract;
-pub mod leases;
+pub(crate) mod leases;
 mod openapi;
-pub mod queues;
-pub mod redrive;
+pub(crate) mod queues;
+pub(crate) mod redrive;
 mod state;
-pub mod wire;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 
 use axum::Router;
 
 use error::{ApiError, ErrorCode, Native};
+pub use openapi::openapi_json;
 use openapi::{api_routes, document_access_control, document_bounds};
-pub use openapi::{openapi_document, openapi_json};
-pub use state::AppState;
+pub(crate) use state::AppState;
 
 use crate::web::{Access, BodyLimits, Guard, TokenCheck, with_layers};
 
 /// The queue API router. `admin` is where the admin listener listens: the API's 404 for the admin
 /// paths (`/livez`, `/readyz`, `/metrics`) names it, so a request sent to the wrong port says where to go.
-pub fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
+pub(crate) fn api_router(state: AppState, admin: std::net::SocketAddr) -> Router {
     let (router, mut openapi) = api_routes().split_for_parts();
     document_access_control(&mut openapi);
     document_bounds(&mut openapi, &state.config);
@@ -73,7 +73,7 @@ fn holds_no_data(path: &str) -> bool {
 }
 
 /// The admin router: health and metrics.
-pub fn admin_router(state: AppState) -> Router {
+pub(crate) fn admin_router(state: AppState) -> Router {
     let router = Router::new()
         .route("/livez", axum::routing::get(admin::livez))
         .route("/readyz", axum::routing::get(admin::readyz))

@@ -52,7 +52,7 @@ pub(super) fn api_routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document the API listener of a zkq with this configuration serves
 /// (`openapi/openapi.json` holds the default configuration's).
-pub fn openapi_document(config: &Config) -> utoipa::openapi::OpenApi {
+pub(crate) fn openapi_document(config: &Config) -> utoipa::openapi::OpenApi {
     let mut openapi = api_routes().into_openapi();
     document_access_control(&mut openapi);
     document_bounds(&mut openapi, config);

@@ -25,7 +25,7 @@ use crate::web::headers::{HEADER_IDEMPOTENCY_KEY, HEADER_IDEMPOTENT_REPLAY};
 /// Path parameters: a queue name and a message id.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-pub struct MessagePath {
+pub(crate) struct MessagePath {
     #[param(value_type = String)]
     pub queue: QueueName,
     /// The message's node name, as returned by put (`zkq-message-id`). Characters ZooKeeper refuses in
@@ -37,7 +37,7 @@ pub struct MessagePath {
 /// Query parameters of a put.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct PutQuery {
+pub(crate) struct PutQuery {
     /// Priority queues only: lower is delivered first (int32, default 0).
     pub priority: Option<i32>,
     /// Delay queues and plain fifo queues: deliver no earlier than this long from now (`30s`, `5m`, or seconds); at most
@@ -63,7 +63,7 @@ pub struct PutQuery {
 /// Query parameters of a take.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct TakeQuery {
+pub(crate) struct TakeQuery {
     /// How long to wait for a message: `20s`, `500ms`, or seconds (default 0; longer values are
     /// cut to `take.max_wait`, 20s by default).
     pub wait: Option<String>,
@@ -79,7 +79,7 @@ const DEFAULT_PEEK_LIMIT: i64 = 10;
 /// Query parameters of a peek.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct PeekQuery {
+pub(crate) struct PeekQuery {
     /// How many messages to show (1–1000, default 10). Fewer when their bodies would exceed
     /// `api.max_peek_bytes` (8 MiB by default); the first message is always shown.
     pub limit: Option<i64>,
@@ -88,7 +88,7 @@ pub struct PeekQuery {
 /// Query parameters of a remove-by-id.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct RemoveQuery {
+pub(crate) struct RemoveQuery {
     /// Remove every message with this id (id queues); matched after Curator's `/`,`|` → `_`.
     #[param(required = true)]
     pub id: Option<String>,
@@ -96,7 +96,7 @@ pub struct RemoveQuery {
 
 /// Answer to a put.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PutResponse {
+pub(crate) struct PutResponse {
     pub queue: String,
     /// The node name, e.g. `queue-0000000042`. `null` only for a put with an `Idempotency-Key`
     /// whose message was stored but consumed before zkq could record or find its name (after a
@@ -107,7 +107,7 @@ pub struct PutResponse {
 
 /// One queue's description.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct QueueSummary {
+pub(crate) struct QueueSummary {
     pub name: String,
     /// `fifo`, `priority`, `delay`, `id` or `simple`.
     pub kind: String,
@@ -139,7 +139,7 @@ pub struct QueueSummary {
 
 /// The groups of a grouped queue.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
-pub struct GroupsSummary {
+pub(crate) struct GroupsSummary {
     /// Groups with a message in the queue.
     pub groups: usize,
     /// Groups whose first message is being consumed (leased, or being taken).
@@ -150,7 +150,7 @@ pub struct GroupsSummary {
 
 /// The queues this zkq has opened, or (with `all=true`) every queue in ZooKeeper.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct QueueList {
+pub(crate) struct QueueList {
     pub queues: Vec<QueueSummary>,
     /// With `all=true`: queues that exist but are not listed (beyond the 1000-queue limit, in a
     /// `{root}/queues` list of more than 100,000 names, or not read before the request's deadline);
@@ -161,7 +161,7 @@ pub struct QueueList {
 /// Query parameters of the queue list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// `true`: every queue in ZooKeeper, not only those this zkq has open: the declared queues and
     /// every child of `{root}/queues`, sorted by name. Bounded like `zkq inspect`: at most 1000
     /// queues (declared ones always), child lists of up to 100,000 names, 8 queues read at once,
@@ -172,7 +172,7 @@ pub struct ListQuery {
 
 /// One message seen by a peek.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PeekedMessage {
+pub(crate) struct PeekedMessage {
     pub message_id: String,
     /// Index inside a node written by Curator's `putMulti` (0 otherwise).
     pub item_index: usize,
@@ -186,20 +186,20 @@ pub struct PeekedMessage {
 
 /// A peek's answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PeekResponse {
+pub(crate) struct PeekResponse {
     pub queue: String,
     pub messages: Vec<PeekedMessage>,
 }
 
 /// A remove-by-id's answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RemovedResponse {
+pub(crate) struct RemovedResponse {
     pub removed: usize,
 }
 
 /// A purge's answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PurgedResponse {
+pub(crate) struct PurgedResponse {
     pub queue: String,
     /// Messages removed.
     pub removed: usize,
@@ -210,7 +210,7 @@ pub struct PurgedResponse {
 
 /// A queue delete's answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeletedResponse {
+pub(crate) struct DeletedResponse {
     pub queue: String,
     /// Message nodes deleted.
     pub removed: usize,
@@ -289,7 +289,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         ZookeeperErrors,
     )
 )]
-pub async fn put_message(
+pub(crate) async fn put_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<PutQuery>,
@@ -342,7 +342,7 @@ pub async fn put_message(
         ZookeeperErrors,
     )
 )]
-pub async fn take_message(
+pub(crate) async fn take_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<TakeQuery>,
@@ -385,7 +385,7 @@ pub async fn take_message(
         ZookeeperErrors,
     )
 )]
-pub async fn peek_messages(
+pub(crate) async fn peek_messages(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<PeekQuery>,
@@ -432,7 +432,7 @@ pub async fn peek_messages(
         ZookeeperErrors,
     )
 )]
-pub async fn remove_message(
+pub(crate) async fn remove_message(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<MessagePath>,
 ) -> Result<StatusCode, ApiError> {
@@ -454,7 +454,7 @@ pub async fn remove_message(
         ZookeeperErrors,
     )
 )]
-pub async fn purge_queue(
+pub(crate) async fn purge_queue(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<PurgedResponse>, ApiError> {
@@ -478,7 +478,7 @@ pub async fn purge_queue(
         ZookeeperErrors,
     )
 )]
-pub async fn delete_queue(
+pub(crate) async fn delete_queue(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<DeletedResponse>, ApiError> {
@@ -498,7 +498,7 @@ pub async fn delete_queue(
         ZookeeperErrors,
     )
 )]
-pub async fn remove_by_id(
+pub(crate) async fn remove_by_id(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiQuery(query): ApiQuery<RemoveQuery>,
@@ -546,7 +546,7 @@ async fn summary(queue: &Queue) -> Result<QueueSummary, QueueError> {
         ZookeeperErrors,
     )
 )]
-pub async fn get_queue(
+pub(crate) async fn get_queue(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<QueueSummary>, ApiError> {
@@ -565,7 +565,7 @@ pub async fn get_queue(
         ZookeeperErrors,
     )
 )]
-pub async fn list_queues(
+pub(crate) async fn list_queues(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<QueueList>, ApiError> {

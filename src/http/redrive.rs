@@ -18,7 +18,7 @@ use crate::types::QueueName;
 /// A message move task to start.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RedriveRequest {
+pub(crate) struct RedriveRequest {
     /// The queue the messages go to; default: the one declared queue whose `dead_letter` this
     /// queue is.
     #[serde(default, deserialize_with = "not_null")]
@@ -31,7 +31,7 @@ pub struct RedriveRequest {
 
 /// A message move task.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct MoveTask {
+pub(crate) struct MoveTask {
     /// Opaque: cancels the task (also through the SQS-compatible API's `CancelMessageMoveTask`).
     pub handle: String,
     pub source: String,
@@ -74,13 +74,13 @@ impl From<TaskReport> for MoveTask {
 
 /// A queue's message move tasks.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct MoveTasks {
+pub(crate) struct MoveTasks {
     pub tasks: Vec<MoveTask>,
 }
 
 /// What a cancel stopped.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CancelledTask {
+pub(crate) struct CancelledTask {
     pub handle: String,
     /// Messages it had moved (when it stopped, or at its last report if it had not confirmed).
     pub moved: u64,
@@ -116,7 +116,7 @@ impl From<RedriveError> for ApiError {
         ZookeeperErrors,
     )
 )]
-pub async fn start_redrive(
+pub(crate) async fn start_redrive(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
     ApiJson(request): ApiJson<RedriveRequest>,
@@ -136,7 +136,7 @@ pub async fn start_redrive(
         ZookeeperErrors,
     )
 )]
-pub async fn list_redrives(
+pub(crate) async fn list_redrives(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<MoveTasks>, ApiError> {
@@ -157,7 +157,7 @@ pub async fn list_redrives(
         ZookeeperErrors,
     )
 )]
-pub async fn cancel_redrive(
+pub(crate) async fn cancel_redrive(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<CancelledTask>, ApiError> {

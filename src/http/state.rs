@@ -12,7 +12,7 @@ use crate::zk::ZkSession;
 
 /// What every handler can reach.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub config: Arc<Config>,
     pub session: ZkSession,
     pub metrics: Arc<Metrics>,

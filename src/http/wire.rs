@@ -24,7 +24,7 @@ use crate::web::headers::{
 /// Path parameter: a queue name.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
-pub struct QueuePath {
+pub(crate) struct QueuePath {
     /// 1–200 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
     #[param(value_type = String)]
     pub queue: QueueName,
@@ -33,7 +33,7 @@ pub struct QueuePath {
 /// A message's kind fields as a client gives them (query parameters of a put, or one message
 /// of a batch put).
 #[derive(Debug, Default, Deserialize, ToSchema)]
-pub struct KindFields {
+pub(crate) struct KindFields {
     /// Priority queues only: lower is delivered first (int32, default 0).
     #[serde(default)]
     pub priority: Option<i32>,
@@ -53,12 +53,17 @@ pub struct KindFields {
 
 /// Checks a message's kind fields against the API's bounds. Both `delay` and `deliver_at` are
 /// "not before" bounds: given together, the later one applies.
-pub fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
+pub(crate) fn put_options(state: &AppState, fields: KindFields, wait: Duration) -> Result<PutOptions, ApiError> {
     put_options_at(state, fields, wait, crate::types::now_epoch_ms())
 }
 
 /// [`put_options`] with `delay` counted from `now` (epoch ms).
-pub fn put_options_at(state: &AppState, fields: KindFields, wait: Duration, now: i64) -> Result<PutOptions, ApiError> {
+pub(crate) fn put_options_at(
+    state: &AppState,
+    fields: KindFields,
+    wait: Duration,
+    now: i64,
+) -> Result<PutOptions, ApiError> {
     let max_delay = state.config.api.max_delay;
     let max_delay_ms = i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX);
     let after_delay = match &fields.delay {
@@ -123,7 +128,7 @@ impl From<NackModeParam> for NackMode {
 }
 
 /// A message as a raw body with its `zkq-*` headers.
-pub fn message_response(message: Message) -> Response {
+pub(crate) fn message_response(message: Message) -> Response {
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -146,7 +151,7 @@ pub fn message_response(message: Message) -> Response {
 
 /// One message of a `?max=` answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveredMessage {
+pub(crate) struct DeliveredMessage {
     /// Node name of the message.
     pub message_id: String,
     /// The body, standard base64.
@@ -184,12 +189,12 @@ pub struct DeliveredMessage {
 /// A `?max=` answer: 1 to `max` messages, in delivery order while this zkq is the queue's only consumer
 /// (with other consumers at work it picks among the first candidates, so the order may differ).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveredMessages {
+pub(crate) struct DeliveredMessages {
     pub messages: Vec<DeliveredMessage>,
 }
 
 /// Checks `?max=` against `api.max_batch`.
-pub fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
+pub(crate) fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
     let max = usize::try_from(max).unwrap_or(usize::MAX);
     if max == 0 || max > state.config.api.max_batch {
         return Err(ApiError::invalid(format!(
@@ -201,7 +206,7 @@ pub fn check_max(state: &AppState, max: u32) -> Result<usize, ApiError> {
 }
 
 /// The JSON answer of a `?max=` take or lease; 204 when nothing was delivered.
-pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
+pub(crate) fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
     if messages.is_empty() {
         return StatusCode::NO_CONTENT.into_response();
     }
@@ -235,6 +240,6 @@ pub fn delivered(messages: Vec<(Message, Option<LeaseGrant>)>) -> Response {
 
 /// A lease receipt from a request (a path, a batch ack's entry), parsed once: one that is not of a
 /// receipt's shape is answered as an unknown one, 404 `lease_not_found`.
-pub fn receipt_of(text: &str) -> Result<Receipt, QueueError> {
+pub(crate) fn receipt_of(text: &str) -> Result<Receipt, QueueError> {
     text.parse().map_err(|_: MalformedReceipt| QueueError::LeaseNotFound(text.to_owned()))
 }

@@ -16,16 +16,16 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES};
 use crate::metrics::Metrics;
 use crate::types::QueueName;
-pub mod survey;
+pub(crate) mod survey;
 
 use crate::zk::ZkSession;
 use survey::{Detail, QueueReport, SurveyLimits};
 
 /// Longest wait for a first session; an unreachable ensemble is reported after this.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit status when ZooKeeper cannot be reached or the report is incomplete.
-pub const EXIT_INCOMPLETE: u8 = 1;
+pub(crate) const EXIT_INCOMPLETE: u8 = 1;
 
 /// The flags of `zkq inspect`.
 #[derive(Debug, Clone, clap::Args)]

@@ -24,7 +24,7 @@ use crate::types::{QueueName, now_epoch_ms};
 use crate::zk::{Zk, ZkError};
 
 /// Node reads in flight at once, per queue: with nodes of at most 1 MiB, the data held at any time.
-pub const READS_IN_FLIGHT: usize = 8;
+pub(crate) const READS_IN_FLIGHT: usize = 8;
 
 /// At most this many entries of each list in a report (undecodable nodes, redelivered messages).
 const LISTED: usize = 20;
@@ -34,7 +34,7 @@ const PREVIEW_BYTES: usize = 64;
 
 /// What one survey may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct SurveyLimits {
+pub(crate) struct SurveyLimits {
     /// Queues examined; declared ones first, then the children of `{root}/queues` by name.
     pub max_queues: usize,
     /// A child list (of `{root}/queues`, a queue, its lock directory or its delivery counts) is
@@ -55,7 +55,7 @@ impl Default for SurveyLimits {
 
 /// How much of a queue to look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Detail {
+pub(crate) enum Detail {
     /// Depth, locks held, child list size, kind and the age of the head (`GET /v1/queues?all=true`).
     Summary,
     /// Everything, with the first `messages` messages of the queue.
@@ -64,7 +64,7 @@ pub enum Detail {
 
 /// A queue the survey found: declared, or a child of `{root}/queues`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueLocation {
+pub(crate) struct QueueLocation {
     pub name: String,
     pub declared: bool,
     /// The declared kind; `None` for a found queue (inferred from its child names).
@@ -79,7 +79,7 @@ pub struct QueueLocation {
 
 /// The queues to examine, and how many more there are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located {
+pub(crate) struct Located {
     pub queues: Vec<QueueLocation>,
     /// Queues not examined: beyond `max_queues`, or in a `{root}/queues` list too long to read.
     pub omitted: usize,
@@ -88,7 +88,7 @@ pub struct Located {
 }
 
 /// The location of the queue called `name`, declared or not.
-pub fn location(config: &Config, name: &str) -> QueueLocation {
+pub(crate) fn location(config: &Config, name: &str) -> QueueLocation {
     let layout = queue_layout(config, name);
     let declared = config.queues.contains_key(name);
     QueueLocation {
@@ -104,7 +104,7 @@ pub fn location(config: &Config, name: &str) -> QueueLocation {
 
 /// Every declared queue and every child of `{root}/queues` (one stat and one child list), sorted
 /// by name, at most `limits.max_queues` (declared ones first).
-pub async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<Located, ZkError> {
+pub(crate) async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<Located, ZkError> {
     let mut names: Vec<String> = config.queues.keys().map(QueueName::to_string).collect();
     let mut declared_paths: HashSet<String> = names.iter().map(|n| location(config, n).path).collect();
     let directory = Layout::new(&config.zookeeper.root).queues();
@@ -152,7 +152,7 @@ pub async fn locate(zk: &Zk, config: &Config, limits: &SurveyLimits) -> Result<L
 /// hex digits before the sequence), `delay` (upper-case hex epoch between `|`) or `id` queue.
 /// `None` when no name is an item. A priority queue's requeued items have plain names, so one
 /// priority name decides; an id that looks like a hex epoch is taken for a delay queue.
-pub fn infer_kind<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<QueueKind> {
+pub(crate) fn infer_kind<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<QueueKind> {
     let mut votes: BTreeMap<u8, usize> = BTreeMap::new();
     for name in names {
         let Some(kind) = kind_of_name(name) else { continue };
@@ -211,7 +211,7 @@ fn kind_of_name(name: &str) -> Option<QueueKind> {
 
 /// One queue, as the survey saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct QueueReport {
+pub(crate) struct QueueReport {
     pub name: String,
     /// Declared in the configuration (false: found under `{root}/queues`).
     pub declared: bool,
@@ -256,7 +256,7 @@ pub struct QueueReport {
 
 /// The lock directory of a queue: messages a consumer holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LockReport {
+pub(crate) struct LockReport {
     /// Lock nodes (`numChildren` of the lock directory).
     pub held: i64,
     /// Sessions holding the locks looked up (at most `max_lock_owners`), most locks first.
@@ -269,7 +269,7 @@ pub struct LockReport {
 
 /// A ZooKeeper session holding locks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LockOwner {
+pub(crate) struct LockOwner {
     /// The session id, as ZooKeeper's `ephemeralOwner` (hex).
     pub session: String,
     pub locks: usize,
@@ -277,7 +277,7 @@ pub struct LockOwner {
 
 /// zkq's delivery counts of a queue (`{root}/deliveries/{queue}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeliveryReport {
+pub(crate) struct DeliveryReport {
     /// Messages with a delivery count (leased at least once and not yet acked).
     pub counted: i64,
     /// Counts read (at most `max_reads`).
@@ -289,14 +289,14 @@ pub struct DeliveryReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Redelivered {
+pub(crate) struct Redelivered {
     pub message_id: String,
     pub deliveries: u32,
 }
 
 /// The first nodes of a queue checked for Curator's envelope.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EnvelopeReport {
+pub(crate) struct EnvelopeReport {
     /// Nodes read, in delivery order (at most `max_reads`).
     pub checked: usize,
     /// Of those, not Curator's envelope (at most 20 listed).
@@ -307,14 +307,14 @@ pub struct EnvelopeReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Undecodable {
+pub(crate) struct Undecodable {
     pub message_id: String,
     pub reason: String,
 }
 
 /// One of the first messages of a queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MessageReport {
+pub(crate) struct MessageReport {
     pub message_id: String,
     /// Time since the node was created.
     pub age_ms: i64,
@@ -337,7 +337,7 @@ pub struct MessageReport {
 }
 
 /// ZooKeeper's `ephemeralOwner` as it prints session ids.
-pub fn session_hex(session: i64) -> String {
+pub(crate) fn session_hex(session: i64) -> String {
     format!("{:#x}", u64::from_ne_bytes(session.to_ne_bytes()))
 }
 
@@ -439,7 +439,7 @@ impl Examiner<'_> {
 /// Looks at one queue. `Summary` costs at most two stats and two child lists plus one stat of its
 /// head; `Full` adds the lock owners, the delivery counts and the first nodes' data (each bounded
 /// by `limits`).
-pub async fn examine(
+pub(crate) async fn examine(
     zk: &Zk,
     location: &QueueLocation,
     limits: &SurveyLimits,
@@ -727,13 +727,13 @@ async fn first_messages(
 }
 
 /// The first [`PREVIEW_BYTES`] of a body, printable ASCII as is and anything else escaped.
-pub fn preview(body: &[u8]) -> String {
+pub(crate) fn preview(body: &[u8]) -> String {
     let shown: String = body.iter().take(PREVIEW_BYTES).flat_map(|b| b.escape_ascii()).map(char::from).collect();
     if body.len() > PREVIEW_BYTES { format!("{shown}...") } else { shown }
 }
 
 /// Whether a child list of this size is beyond what Java clients read by default.
-pub fn over_java_limit(bytes: i64) -> bool {
+pub(crate) fn over_java_limit(bytes: i64) -> bool {
     bytes > i64::try_from(JUTE_MAXBUFFER_BYTES).unwrap_or(i64::MAX)
 }
 

@@ -11,9 +11,9 @@ mod queue;
 
 #[cfg(test)]
 pub(crate) use push::PUSH_OUTCOMES;
-pub use push::{PushMetrics, PushVecs};
+pub(crate) use push::{PushMetrics, PushVecs};
 use queue::QueueVecs;
-pub use queue::{ClaimOutcome, QueueMetrics};
+pub(crate) use queue::{ClaimOutcome, QueueMetrics};
 
 use crate::types::QueueName;
 use prometheus::{

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 /// Every way a delivery ends: the fixed label set of `zkq_push_deliveries_total{outcome}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// 2xx (or Dapr's SUCCESS), acked.
     Success,
     /// Dapr's DROP: deleted.
@@ -38,8 +38,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Every outcome, for exporting each series from the start.
-    pub const ALL: [Outcome; 10] = [
+    /// Every outcome (the metric's label set is checked against it).
+    #[cfg(test)]
+    pub(crate) const ALL: [Outcome; 10] = [
         Outcome::Success,
         Outcome::Drop,
         Outcome::Retry,
@@ -53,7 +54,7 @@ impl Outcome {
     ];
 
     /// The metric label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::Drop => "drop",

@@ -33,16 +33,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use crate::types::AppUrl;
-pub use answer::Outcome;
-
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::queue::QueueService;
 use crate::supervise::{self, Task};
 
 /// The push subscriptions of this process and their tasks.
-pub struct PushService {
+pub(crate) struct PushService {
     tasks: TaskTracker,
     abort: CancellationToken,
 }
@@ -50,7 +47,7 @@ pub struct PushService {
 impl PushService {
     /// Starts a worker per unit of `concurrency` for every queue with a `push` table (and its
     /// readiness probe). Workers stop leasing when `draining` is cancelled.
-    pub fn start(
+    pub(crate) fn start(
         config: &Config,
         queues: &Arc<QueueService>,
         metrics: &Arc<Metrics>,
@@ -95,7 +92,7 @@ impl PushService {
     /// Shutdown, once `draining` is cancelled (no delivery starts any more): deliveries in flight
     /// get until `deliveries_until` to be answered and settled; then the rest are ended and their
     /// messages released, to be delivered again at once. True if everything ended by `deadline`.
-    pub async fn drain(&self, deliveries_until: Instant, deadline: Instant) -> bool {
+    pub(crate) async fn drain(&self, deliveries_until: Instant, deadline: Instant) -> bool {
         self.tasks.close();
         if tokio::time::timeout_at(deliveries_until, self.tasks.wait()).await.is_ok() {
             return true;
@@ -106,7 +103,7 @@ impl PushService {
     }
 
     /// The part of `grace` kept at the end of a shutdown to release deliveries that did not finish.
-    pub fn release_reserve(grace: Duration) -> Duration {
+    pub(crate) fn release_reserve(grace: Duration) -> Duration {
         (grace / 4).min(Duration::from_secs(2))
     }
 }

@@ -21,14 +21,14 @@ const MAGIC: &[u8] = b"ZKQA\x01";
 const MAGIC_WITH_TRACE: &[u8] = b"ZKQA\x02";
 
 /// The most attributes one message may carry (as in SQS).
-pub const MAX_ATTRIBUTES: usize = 10;
+pub(crate) const MAX_ATTRIBUTES: usize = 10;
 /// The longest attribute name, and the longest data type (with its label), in bytes.
-pub const MAX_ATTRIBUTE_NAME_LEN: usize = 256;
+pub(crate) const MAX_ATTRIBUTE_NAME_LEN: usize = 256;
 
 /// One attribute's value: its data type (`String`, `Number` or `Binary`, each optionally followed
 /// by `.` and a custom label) and its value, text or bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttributeValue {
+pub(crate) struct AttributeValue {
     #[serde(rename = "t")]
     pub data_type: String,
     #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
@@ -38,11 +38,11 @@ pub struct AttributeValue {
 }
 
 /// A message's attributes, by name.
-pub type MessageAttributes = BTreeMap<String, AttributeValue>;
+pub(crate) type MessageAttributes = BTreeMap<String, AttributeValue>;
 
 /// Why attributes are refused (each front words it its own way; this is zkq's).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidAttributes {
+pub(crate) enum InvalidAttributes {
     #[error("a message carries at most {MAX_ATTRIBUTES} attributes, not {0}")]
     TooMany(usize),
     #[error(
@@ -59,18 +59,19 @@ pub enum InvalidAttributes {
 
 /// The attribute names [`check`] accepts, as an ECMA-262 pattern (for the OpenAPI document, which
 /// states [`MAX_ATTRIBUTE_NAME_LEN`] as their `maxLength`).
-pub const NAME_PATTERN: &str = r"^(?![Aa][Ww][Ss]\.|[Aa][Mm][Aa][Zz][Oo][Nn]\.)[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$";
+pub(crate) const NAME_PATTERN: &str =
+    r"^(?![Aa][Ww][Ss]\.|[Aa][Mm][Aa][Zz][Oo][Nn]\.)[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$";
 
 /// The data types [`check`] accepts, as an ECMA-262 pattern (for the OpenAPI document, with
 /// [`MAX_ATTRIBUTE_NAME_LEN`] as their `maxLength`); a label of visible ASCII and spaces only, so
 /// that the bound in characters is the one in bytes.
-pub const TYPE_PATTERN: &str = r"^(?:String|Number|Binary)(?:\.[\x20-\x7e]*)?$";
+pub(crate) const TYPE_PATTERN: &str = r"^(?:String|Number|Binary)(?:\.[\x20-\x7e]*)?$";
 
 /// Checks attributes as SQS does: at most [`MAX_ATTRIBUTES`], names of 1 to 256 letters, digits,
 /// `_`, `-` and `.` (not starting with `AWS.` or `Amazon.`, no `..`, not starting or ending with
 /// `.`), a data type of String, Number or Binary (with an optional `.label`), and the value its
 /// type needs.
-pub fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
+pub(crate) fn check(attributes: &MessageAttributes) -> Result<(), InvalidAttributes> {
     if attributes.len() > MAX_ATTRIBUTES {
         return Err(InvalidAttributes::TooMany(attributes.len()));
     }
@@ -115,7 +116,7 @@ struct Annex {
 
 /// What a message carries besides its body, in the trailer after Curator's envelope.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Trailer {
+pub(crate) struct Trailer {
     pub attributes: MessageAttributes,
     pub traceparent: Option<Traceparent>,
     /// The key of the put that stored it (SQS's `MessageDeduplicationId`), if it had one.
@@ -123,7 +124,7 @@ pub struct Trailer {
 }
 
 /// The longest deduplication id a trailer keeps (SQS's `MessageDeduplicationId` limit).
-pub const MAX_DEDUPLICATION_ID_LEN: usize = 128;
+pub(crate) const MAX_DEDUPLICATION_ID_LEN: usize = 128;
 
 /// Whether `id` is a deduplication id a trailer keeps: 1 to 128 visible ASCII characters.
 fn keepable(id: &str) -> bool {
@@ -132,7 +133,7 @@ fn keepable(id: &str) -> bool {
 
 /// The trailer that carries `trailer` after Curator's envelope; empty when it carries nothing. A
 /// deduplication id that is not [`keepable`] is left out.
-pub fn trailer(trailer: &Trailer) -> Vec<u8> {
+pub(crate) fn trailer(trailer: &Trailer) -> Vec<u8> {
     let deduplication_id = trailer.deduplication_id.clone().filter(|id| keepable(id));
     // Serializing plain strings and bytes cannot fail.
     match (&trailer.traceparent, deduplication_id) {
@@ -152,7 +153,7 @@ pub fn trailer(trailer: &Trailer) -> Vec<u8> {
 /// What the bytes after a node's envelope carry (see `envelope::after_end`); nothing when there is
 /// no trailer of ours or it does not parse (a traceparent that is not valid is none too, and so is
 /// a deduplication id that is not [`keepable`]).
-pub fn from_trailer(bytes: &[u8]) -> Trailer {
+pub(crate) fn from_trailer(bytes: &[u8]) -> Trailer {
     if let Some(json) = bytes.strip_prefix(MAGIC) {
         return Trailer { attributes: serde_json::from_slice(json).unwrap_or_default(), ..Trailer::default() };
     }
@@ -169,7 +170,7 @@ pub fn from_trailer(bytes: &[u8]) -> Trailer {
 /// SQS's `MD5OfMessageAttributes`: for each attribute in name order, its name, its data type and
 /// its value (the byte 1 and its text, or 2 and its bytes), each length-prefixed (4 bytes,
 /// big-endian).
-pub fn md5_hex(attributes: &MessageAttributes) -> String {
+pub(crate) fn md5_hex(attributes: &MessageAttributes) -> String {
     fn put(bytes: &mut Vec<u8>, data: &[u8]) {
         bytes.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
         bytes.extend_from_slice(data);

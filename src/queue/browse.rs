@@ -14,7 +14,7 @@ use crate::zk::{TxnError, TxnOp, Zk, ZkError};
 
 /// What `GET /v1/queues/{queue}` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueInfo {
+pub(crate) struct QueueInfo {
     pub depth: i64,
     pub in_flight: i64,
     pub waiting_takers: usize,
@@ -28,7 +28,7 @@ pub struct QueueInfo {
 
 /// What a purge did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Purged {
+pub(crate) struct Purged {
     /// Messages removed.
     pub removed: usize,
     /// False when the request's deadline came first: the messages not reached are still there.
@@ -37,7 +37,7 @@ pub struct Purged {
 
 /// What a purge removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purge {
+pub(crate) enum Purge {
     /// Every message no consumer holds (zkq's own purge).
     Unheld,
     /// Every message, the held ones too (SQS's `PurgeQueue`): their consumers find their
@@ -50,7 +50,7 @@ const PURGE_BATCH: usize = 64;
 
 /// What zkq knows of the age of a queue's next message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadAge {
+pub(crate) enum HeadAge {
     /// The next message has waited since this time (epoch milliseconds).
     Since(i64),
     /// The queue's child list was read and no message is waiting (empty, all in flight or not due).
@@ -62,7 +62,7 @@ pub enum HeadAge {
 
 impl HeadAge {
     /// The age in milliseconds, when a message is known to wait.
-    pub fn age_ms(self) -> Option<i64> {
+    pub(crate) fn age_ms(self) -> Option<i64> {
         match self {
             HeadAge::Since(since) => Some((crate::types::now_epoch_ms() - since).max(0)),
             HeadAge::NoneWaiting | HeadAge::NotKnownYet => None,

@@ -53,7 +53,7 @@ pub(crate) async fn presence(zk: &Zk, path: &str) -> Result<Presence, ZkError> {
 /// Whether the node at `path` is a deleted dynamic queue's (for the read-only survey, which
 /// reports such a queue as not existing); a failed read says no, and the survey's own reads
 /// report the failure.
-pub async fn is_deleted_queue_node(zk: &Zk, path: &str) -> bool {
+pub(crate) async fn is_deleted_queue_node(zk: &Zk, path: &str) -> bool {
     matches!(presence(zk, path).await, Ok(Presence::Deleted))
 }
 

@@ -38,7 +38,7 @@ pub(super) struct Parts {
 }
 
 /// One queue: where it lives, how its nodes are named, and the protocols that read and write it.
-pub struct Queue {
+pub(crate) struct Queue {
     ctx: Arc<Context>,
     cache: Arc<ChildrenCache>,
     puts: Arc<Puts>,
@@ -55,7 +55,7 @@ pub struct Queue {
 
 /// A queue in use by a request: an idle dynamic queue is closed only when no `QueueRef` to it
 /// lives (and it has no waiter and no lease).
-pub struct QueueRef(Arc<Queue>);
+pub(crate) struct QueueRef(Arc<Queue>);
 
 impl std::ops::Deref for QueueRef {
     type Target = Arc<Queue>;
@@ -115,47 +115,47 @@ impl Queue {
         self.puts.records_dir()
     }
 
-    pub fn name(&self) -> &QueueName {
+    pub(crate) fn name(&self) -> &QueueName {
         &self.ctx.name
     }
 
-    pub fn kind(&self) -> QueueKind {
+    pub(crate) fn kind(&self) -> QueueKind {
         self.ctx.kind
     }
 
     /// The queue node's path.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.ctx.path
     }
 
     /// Where consumers lock its messages (Curator's lock path), if they do.
-    pub fn lock_path(&self) -> Option<&str> {
+    pub(crate) fn lock_path(&self) -> Option<&str> {
         self.ctx.lock_path.as_deref()
     }
 
-    pub fn max_items(&self) -> Option<u32> {
+    pub(crate) fn max_items(&self) -> Option<u32> {
         self.ctx.max_items
     }
 
     /// Whether the configuration declares it (else it is dynamic).
-    pub fn declared(&self) -> bool {
+    pub(crate) fn declared(&self) -> bool {
         self.ctx.declared
     }
 
     /// Where its dead letters go now: its declared `dead_letter`, else its settings' (a dynamic
     /// queue's `RedrivePolicy`).
-    pub fn dead_letter(&self) -> Option<Arc<DeadLetter>> {
+    pub(crate) fn dead_letter(&self) -> Option<Arc<DeadLetter>> {
         self.ctx.dead_letter_now()
     }
 
     /// How long its messages are kept: its declared `retention`, else its settings'
     /// (`MessageRetentionPeriod`); `None`: until consumed.
-    pub fn retention(&self) -> Option<std::time::Duration> {
+    pub(crate) fn retention(&self) -> Option<std::time::Duration> {
         self.ctx.retention_now()
     }
 
     /// A dynamic queue's own settings, as its settings node says now (none for a declared queue).
-    pub fn settings(&self) -> super::QueueSettings {
+    pub(crate) fn settings(&self) -> super::QueueSettings {
         self.ctx.settings.get().settings
     }
 
@@ -176,7 +176,7 @@ impl Queue {
 
     /// Whether a list of the queues this process serves shows it: declared, or not seen deleted
     /// (or without a node) since it opened.
-    pub fn listed(&self) -> bool {
+    pub(crate) fn listed(&self) -> bool {
         self.declared() || matches!(self.presence(), None | Some(Presence::Live))
     }
 
@@ -200,13 +200,13 @@ impl Queue {
     }
 
     /// Stores one message; answers only after ZooKeeper confirmed the node.
-    pub async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
+    pub(crate) async fn put(&self, body: &[u8], options: PutOptions) -> Result<PutReceipt, QueueError> {
         self.puts.put(body, options).await
     }
 
     /// Stores `messages` all or none, in one ZooKeeper transaction (shared with other puts in
     /// flight); keyed messages are stored once per key within the window.
-    pub async fn put_many(
+    pub(crate) async fn put_many(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
@@ -215,7 +215,7 @@ impl Queue {
     }
 
     /// Stores `messages` as ONE node holding all of them, as Curator's `putMulti` does.
-    pub async fn put_multi(
+    pub(crate) async fn put_multi(
         &self,
         messages: Vec<(&[u8], PutOptions)>,
         wait: Duration,
@@ -225,18 +225,18 @@ impl Queue {
 
     /// Removes the head message and returns it, waiting up to `wait` for one. A grouped queue's
     /// message comes with the [`Handover`](super::Handover) its answer must carry to the client.
-    pub async fn take(&self, wait: Duration) -> Result<Taken, QueueError> {
+    pub(crate) async fn take(&self, wait: Duration) -> Result<Taken, QueueError> {
         self.claims.take(wait).await
     }
 
     /// Removes up to `max` messages (and about `max_bytes` of bodies; the first always) from the
     /// head: waits up to `wait` for the first, then takes whatever else is there at once.
-    pub async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Taken, QueueError> {
+    pub(crate) async fn take_many(&self, wait: Duration, max: usize, max_bytes: usize) -> Result<Taken, QueueError> {
         self.claims.take_many(wait, max, max_bytes).await
     }
 
     /// Leases the head message for `visibility`, waiting up to `wait` for one.
-    pub async fn lease(
+    pub(crate) async fn lease(
         &self,
         wait: Duration,
         visibility: Duration,
@@ -246,7 +246,7 @@ impl Queue {
 
     /// Leases up to `max` messages, like [`Queue::take_many`]; on a grouped queue one per group,
     /// or with [`PerGroup::InOrder`] several of one group in its order.
-    pub async fn lease_many(
+    pub(crate) async fn lease_many(
         &self,
         wait: Duration,
         visibility: Duration,
@@ -258,12 +258,12 @@ impl Queue {
 
     /// Whether a lease could be granted now: the queue has a lock path and fewer than
     /// `lease.max_per_queue` leases out.
-    pub fn check_leasable(&self) -> Result<(), QueueError> {
+    pub(crate) fn check_leasable(&self) -> Result<(), QueueError> {
         self.leases.check_leasable()
     }
 
     /// Ack: the message is done and deleted. Runs to its end whether or not the caller waits.
-    pub async fn ack(&self, receipt: Receipt) -> Result<(), QueueError> {
+    pub(crate) async fn ack(&self, receipt: Receipt) -> Result<(), QueueError> {
         self.leases.ack(receipt).await
     }
 
@@ -272,7 +272,7 @@ impl Queue {
     /// it now (then it is left to that consumer, as SQS's "the message might not be deleted"
     /// allows); a message already gone is no error. False when this process does not know the
     /// receipt (not issued here, or too long ago): nothing was done.
-    pub async fn remove_after_lease(&self, receipt: Receipt) -> Result<bool, QueueError> {
+    pub(crate) async fn remove_after_lease(&self, receipt: Receipt) -> Result<bool, QueueError> {
         let Some(name) = self.leases.ended_item(receipt).await else { return Ok(false) };
         match self.browse.remove(&name).await {
             Ok(()) | Err(QueueError::MessageNotFound(_)) => Ok(true),
@@ -282,66 +282,66 @@ impl Queue {
 
     /// The lease that holds now the message an ended lease `receipt` held, when a lease of this
     /// process does (SQS changes the visibility of a message in flight by an old receipt).
-    pub async fn current_lease_of(&self, receipt: Receipt) -> Option<Receipt> {
+    pub(crate) async fn current_lease_of(&self, receipt: Receipt) -> Option<Receipt> {
         self.leases.current_lease_of(receipt).await
     }
 
     /// Gives back a lease whose message was not handed out: released in its place, its delivery
     /// not counted, as if it had never been leased.
-    pub async fn give_back_unhanded(&self, receipt: Receipt) {
+    pub(crate) async fn give_back_unhanded(&self, receipt: Receipt) {
         self.leases.abandon_lease(receipt).await;
     }
 
     /// Nack: the consumer failed; `delay` postpones the next delivery. Runs to its end whether
     /// or not the caller waits.
-    pub async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
+    pub(crate) async fn nack(&self, receipt: Receipt, mode: NackMode, delay: Duration) -> Result<(), QueueError> {
         self.leases.nack(receipt, mode, delay).await
     }
 
     /// What a nack without a mode does: a grouped message keeps its place at the head of its
     /// group; any other is requeued at the tail.
-    pub fn default_nack_mode(&self) -> NackMode {
+    pub(crate) fn default_nack_mode(&self) -> NackMode {
         if self.ctx.grouped { NackMode::Keep } else { NackMode::Requeue }
     }
 
     /// Whether its messages carry groups (`queues.NAME.grouped`).
-    pub fn grouped(&self) -> bool {
+    pub(crate) fn grouped(&self) -> bool {
         self.ctx.grouped
     }
 
     /// What its groups look like now, as this zkq's cache sees them (`None`: not grouped, or the
     /// cache does not follow the queue's events right now).
-    pub fn group_stats(&self) -> Option<super::GroupStats> {
+    pub(crate) fn group_stats(&self) -> Option<super::GroupStats> {
         self.cache.group_stats()
     }
 
     /// Extend: moves the lease's expiry; answers the new expiry (epoch ms).
-    pub async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
+    pub(crate) async fn extend(&self, receipt: Receipt, visibility: Duration) -> Result<i64, QueueError> {
         self.leases.extend(receipt, visibility).await
     }
 
     /// Releases every lease of the queue (shutdown); how many were released.
-    pub async fn release_all_leases(&self) -> usize {
+    pub(crate) async fn release_all_leases(&self) -> usize {
         self.leases.release_all_leases().await
     }
 
     /// The first `limit` messages in delivery order, without removing them.
-    pub async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
+    pub(crate) async fn peek(&self, limit: usize) -> Result<Vec<PeekedItem>, QueueError> {
         self.browse.peek(limit).await
     }
 
     /// Depth, messages in flight, waiting takers and the age of the head message.
-    pub async fn info(&self) -> Result<QueueInfo, QueueError> {
+    pub(crate) async fn info(&self) -> Result<QueueInfo, QueueError> {
         self.browse.info().await
     }
 
     /// Removes one message by its node name; respects locks held by others.
-    pub async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
+    pub(crate) async fn remove(&self, message_id: &str) -> Result<(), QueueError> {
         self.browse.remove(message_id).await
     }
 
     /// Removes every message no consumer holds, or every message ([`super::Purge`]).
-    pub async fn purge(&self, what: super::Purge) -> Result<super::Purged, QueueError> {
+    pub(crate) async fn purge(&self, what: super::Purge) -> Result<super::Purged, QueueError> {
         let purged = self.browse.purge(what).await?;
         if !purged.complete {
             return Ok(purged);
@@ -352,7 +352,7 @@ impl Queue {
     }
 
     /// Removes every message put with `id` (id queues); how many were removed.
-    pub async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
+    pub(crate) async fn remove_by_id(&self, id: &str) -> Result<usize, QueueError> {
         self.browse.remove_by_id(id).await
     }
 

@@ -8,7 +8,7 @@ use super::names::ItemMeta;
 
 /// What a put asks for beyond the body.
 #[derive(Debug, Clone, Default)]
-pub struct PutOptions {
+pub(crate) struct PutOptions {
     pub priority: Option<i32>,
     /// Absolute delivery time, epoch ms (delay queues).
     pub deliver_at: Option<i64>,
@@ -36,7 +36,7 @@ pub struct PutOptions {
 
 /// A stored message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PutReceipt {
+pub(crate) struct PutReceipt {
     /// The message's node name. `None` only when a keyed put's message was consumed before its
     /// name could be recorded or found (it was stored; its name is gone with it).
     pub message_id: Option<String>,
@@ -46,7 +46,7 @@ pub struct PutReceipt {
 
 /// A message handed out by a take.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub(crate) struct Message {
     pub message_id: String,
     pub body: Vec<u8>,
     pub meta: ItemMeta,
@@ -60,7 +60,7 @@ pub struct Message {
 
 /// One message seen by a peek.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeekedItem {
+pub(crate) struct PeekedItem {
     pub message_id: String,
     /// Position inside a multi-item node written by Curator's `putMulti` (0 otherwise).
     pub item_index: usize,

@@ -5,7 +5,7 @@
 //! components behind it (puts, claims, leases, browse) own their protocols and their state.
 
 mod acquire;
-pub mod attributes;
+pub(crate) mod attributes;
 mod browse;
 mod cache;
 mod candidate;
@@ -23,26 +23,26 @@ mod retention;
 mod service;
 mod settings;
 
-pub use acquire::{Handover, PerGroup, Taken};
-pub use attributes::{AttributeValue, MessageAttributes};
-pub use browse::{HeadAge, Purge, Purged, QueueInfo};
-pub use cache::GroupStats;
-pub use catalog::is_deleted_queue_node;
-pub use facade::{Queue, QueueRef};
+pub(crate) use acquire::{Handover, PerGroup, Taken};
+pub(crate) use attributes::{AttributeValue, MessageAttributes};
+pub(crate) use browse::{HeadAge, Purge, Purged, QueueInfo};
+pub(crate) use cache::GroupStats;
+pub(crate) use catalog::is_deleted_queue_node;
+pub(crate) use facade::{Queue, QueueRef};
 pub(crate) use lease::read_counter;
-pub use lease::{FencingToken, LeaseGrant, MalformedReceipt, NackMode, Receipt};
-pub use message::{Message, PeekedItem, PutOptions, PutReceipt};
-pub use names::{ItemMeta, MAX_ID_LEN, id_pattern, order_of};
-pub use put::idempotency::{
+pub(crate) use lease::{LeaseGrant, MalformedReceipt, NackMode, Receipt};
+pub(crate) use message::{Message, PeekedItem, PutOptions, PutReceipt};
+pub(crate) use names::{ItemMeta, MAX_ID_LEN, id_pattern, order_of};
+pub(crate) use put::idempotency::{
     MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key,
     key_pattern as idempotency_key_pattern,
 };
+pub(crate) use service::QueueService;
 pub(crate) use service::queue_layout;
-pub use service::{Created, QueueService, QueueTimes};
-pub use settings::DeadLetter;
-pub use settings::{
-    MAX_DELAY_SECONDS, MAX_DELIVERIES_SETTING, MAX_POLICY_BYTES, MAX_RETENTION_SECONDS, MIN_MESSAGE_BYTES_SETTING,
-    MIN_RETENTION_SECONDS, QueueSettings,
+pub(crate) use settings::DeadLetter;
+pub(crate) use settings::{
+    MAX_DELAY_SECONDS, MAX_POLICY_BYTES, MAX_RETENTION_SECONDS, MIN_MESSAGE_BYTES_SETTING, MIN_RETENTION_SECONDS,
+    QueueSettings,
 };
 
 use crate::types::QueueName;
@@ -50,7 +50,7 @@ use crate::zk::ZkError;
 
 /// Why a queue operation failed. The wording is the domain's; `http/error.rs` picks the status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueueError {
+pub(crate) enum QueueError {
     #[error("queue {0:?} is not declared and dynamic queues are disabled (queues_dynamic = false)")]
     UnknownQueue(QueueName),
     /// A dynamic queue whose node does not exist: nobody has put to it yet.

@@ -6,12 +6,12 @@ use crate::config::QueueKind;
 
 /// Prefix of every Curator `DistributedQueue`-family item.
 /// Longest message id (or group) a put accepts, in bytes.
-pub const MAX_ID_LEN: usize = 200;
+pub(crate) const MAX_ID_LEN: usize = 200;
 
 /// The ids [`is_valid_id`] accepts, as an ECMA-262 pattern (for the OpenAPI document): no character
 /// ZooKeeper refuses in a node name. JSON Schema counts characters, so a pattern cannot state the
 /// bound in bytes: it says [`MAX_ID_LEN`] characters, which is the bound for ASCII ids.
-pub fn id_pattern() -> String {
+pub(crate) fn id_pattern() -> String {
     format!(r"^[\x20-\x7e\xa0-\ud7ff\uf900-\uffef]{{1,{MAX_ID_LEN}}}$")
 }
 
@@ -21,7 +21,7 @@ pub(crate) const SIMPLE_PREFIX: &str = "qn-";
 
 /// What an item's name says about it, beyond its sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemMeta {
+pub(crate) enum ItemMeta {
     Plain,
     /// `DistributedPriorityQueue`: lower comes out first.
     Priority(i32),
@@ -105,7 +105,7 @@ fn split_base(name: &str) -> Option<&str> {
 /// its node's sequence, then (for a node split from a putMulti node) its index in that node.
 /// Sequences go on across a queue deleted and made anew (`catalog.rs`), so the number never repeats
 /// within a queue's name. `None` for a name without a sequence, or one past the 32-bit counter.
-pub fn order_of(name: &str) -> Option<u128> {
+pub(crate) fn order_of(name: &str) -> Option<u128> {
     let sequence = u128::try_from(sequence_of(name)?).ok()?;
     let index = match split_base(name) {
         Some(base) => name.get(base.len() + 1..)?.parse::<u128>().ok()?,

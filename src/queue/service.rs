@@ -79,14 +79,14 @@ fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u3
 
 /// When a queue's present incarnation began and last changed (epoch ms, ZooKeeper's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueTimes {
+pub(crate) struct QueueTimes {
     pub created_ms: i64,
     pub modified_ms: i64,
 }
 
 /// What [`QueueService::create`] found or did.
 #[derive(Debug, Clone)]
-pub struct Created {
+pub(crate) struct Created {
     /// Whether this call made the queue; `false`: it existed (a declared queue always does).
     pub made: bool,
     /// A dynamic queue's own settings, as ZooKeeper holds them (a declared queue's are its
@@ -95,7 +95,7 @@ pub struct Created {
 }
 
 /// All queues this process serves; dynamic ones are created on first use.
-pub struct QueueService {
+pub(crate) struct QueueService {
     config: Arc<Config>,
     session: ZkSession,
     metrics: Arc<Metrics>,
@@ -111,7 +111,7 @@ pub struct QueueService {
 }
 
 impl QueueService {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         session: ZkSession,
         metrics: Arc<Metrics>,
@@ -196,7 +196,7 @@ impl QueueService {
 
     /// The queue called `name` for a write (a put), opening it on first use: the put creates the
     /// queue's node when it does not exist (nothing else does).
-    pub fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    pub(crate) fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(name) {
             return Ok(queue.used());
@@ -213,7 +213,11 @@ impl QueueService {
     /// serves the new queue without its settings. `settings` are checked first (a dead-letter
     /// queue must exist). What the queue has is returned with whether this call made it; a
     /// declared queue exists with its configuration.
-    pub async fn create(&self, name: &QueueName, settings: QueueSettings) -> Result<(QueueRef, Created), QueueError> {
+    pub(crate) async fn create(
+        &self,
+        name: &QueueName,
+        settings: QueueSettings,
+    ) -> Result<(QueueRef, Created), QueueError> {
         let queue = self.open(name)?;
         if queue.declared() {
             return Ok((queue, Created { made: false, settings: QueueSettings::default() }));
@@ -257,7 +261,7 @@ impl QueueService {
     /// as [`QueueService::open`] does, and, when it was deleted, made to exist again first, so
     /// that a put never stores a message in a deleted queue (`catalog`). A queue this process
     /// has read since it opened costs nothing more; one it has not, one read.
-    pub async fn open_for_put(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    pub(crate) async fn open_for_put(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queue = self.open(name)?;
         // Absent needs nothing: the put creates the node.
         if matches!(queue.presence(), None | Some(Presence::Deleted)) && !queue.declared() {
@@ -273,7 +277,7 @@ impl QueueService {
     /// The queue called `name` if this process has it open (declared queues always are), or a
     /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
     /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
-    pub fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    pub(crate) fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get(name) {
             Some(queue) => Ok(queue.used()),
@@ -304,7 +308,7 @@ impl QueueService {
     ///   put that created the queue on another sidecar, acknowledged before this request arrived.
     /// - No one-shot watch is ever set on a queue's path: beside the cache's persistent watch it
     ///   breaks that watch on ZooKeeper before 3.9 (ZOOKEEPER-4466): see [`Self::await_live`].
-    pub async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+    pub(crate) async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         let queue = self.find_existing(name, wait).await?;
         if let Some(queue) = &queue {
             self.settings_loaded(queue).await?;
@@ -436,7 +440,7 @@ impl QueueService {
     /// Writes dynamic queue `name`'s own settings (SQS's `SetQueueAttributes`), applied to every
     /// field given (`change` gets the current ones and returns the new); every sidecar with the
     /// queue open follows. A declared queue is refused: its configuration is its settings.
-    pub async fn set_settings(
+    pub(crate) async fn set_settings(
         &self,
         name: &QueueName,
         change: impl Fn(QueueSettings) -> Result<QueueSettings, String>,
@@ -492,7 +496,7 @@ impl QueueService {
 
     /// The queues whose dead letters go to `name`: declared ones, and dynamic ones whose
     /// settings say so (their settings nodes read, at most [`MAX_SETTINGS_READ`]).
-    pub async fn dead_letter_sources(&self, name: &QueueName) -> Result<Vec<QueueName>, QueueError> {
+    pub(crate) async fn dead_letter_sources(&self, name: &QueueName) -> Result<Vec<QueueName>, QueueError> {
         let mut sources: Vec<QueueName> = self
             .config
             .queues
@@ -526,7 +530,7 @@ impl QueueService {
 
     /// Whether queue `name` exists now: declared, or its node is in ZooKeeper (after a `sync`,
     /// so a queue another sidecar created or deleted is seen as it is).
-    pub async fn stored(&self, name: &QueueName) -> Result<bool, QueueError> {
+    pub(crate) async fn stored(&self, name: &QueueName) -> Result<bool, QueueError> {
         if self.config.queues.contains_key(name) {
             return Ok(true);
         }
@@ -542,7 +546,7 @@ impl QueueService {
     /// `CreateQueue` that made a deleted queue anew; nothing else writes a queue node's data),
     /// and its settings node's last write. `None` while it has no node (a declared queue nothing
     /// wrote to yet; a dynamic queue that does not exist).
-    pub async fn timestamps(&self, name: &QueueName) -> Result<Option<QueueTimes>, QueueError> {
+    pub(crate) async fn timestamps(&self, name: &QueueName) -> Result<Option<QueueTimes>, QueueError> {
         let path = self.layout(name).path;
         let settings = Layout::new(&self.config.zookeeper.root).settings(name);
         let deadline = Instant::now() + self.session.request_timeout();
@@ -560,7 +564,7 @@ impl QueueService {
     /// delete still runs is not deleted, nor its lock, count or idempotency record (only what
     /// was made before the mark is: `catalog::ended_incarnation`). `complete: false` when the request's deadline came first: deleting again goes on.
     /// A declared queue is refused; a queue whose node does not exist is no such queue.
-    pub async fn delete(&self, name: &QueueName) -> Result<super::Purged, QueueError> {
+    pub(crate) async fn delete(&self, name: &QueueName) -> Result<super::Purged, QueueError> {
         if self.config.queues.contains_key(name) {
             return Err(QueueError::Declared(name.clone()));
         }
@@ -674,7 +678,7 @@ impl QueueService {
     /// Waits (until `deadline`) for claims still running and for put-backs and settlements of
     /// lost answers, then deletes the claim markers they left; true if all finished in time.
     /// Shutdown calls this before it closes the session.
-    pub async fn settle(&self, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn settle(&self, deadline: tokio::time::Instant) -> bool {
         self.background.close();
         let settled = tokio::time::timeout_at(deadline, self.background.wait()).await.is_ok();
         if !settled {
@@ -685,7 +689,7 @@ impl QueueService {
     }
 
     /// Releases every lease of every queue (shutdown).
-    pub async fn release_all_leases(&self) -> usize {
+    pub(crate) async fn release_all_leases(&self) -> usize {
         let mut released = 0;
         for queue in self.opened() {
             released += queue.release_all_leases().await;
@@ -699,7 +703,7 @@ impl QueueService {
     /// head changed since the last scrape, all at once, within `budget`. A queue whose read fails
     /// or is late keeps its last values. Called by every `/metrics` scrape, so the gauges are as
     /// fresh as the scrape.
-    pub async fn sample_for_scrape(&self, budget: Duration) {
+    pub(crate) async fn sample_for_scrape(&self, budget: Duration) {
         let Some(zk) = self.session.current() else { return };
         let zk = zk.with_deadline(tokio::time::Instant::now() + budget);
         let reads = self.opened().into_iter().map(|queue| {
@@ -737,7 +741,7 @@ impl QueueService {
     }
 
     /// Queues opened so far (declared ones always), sorted by name.
-    pub fn opened(&self) -> Vec<Arc<Queue>> {
+    pub(crate) fn opened(&self) -> Vec<Arc<Queue>> {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         let mut all: Vec<Arc<Queue>> = queues.values().cloned().collect();
         all.sort_by(|a, b| a.name().cmp(b.name()));

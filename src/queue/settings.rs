@@ -18,7 +18,7 @@ use crate::zk::{WatchEvent, ZkError, ZkSession};
 
 /// Where dead letters of a queue go: its declared `dead_letter`, or the one its settings name.
 #[derive(Debug, Clone)]
-pub struct DeadLetter {
+pub(crate) struct DeadLetter {
     pub max_deliveries: Option<u32>,
     pub name: QueueName,
     pub kind: QueueKind,
@@ -26,7 +26,7 @@ pub struct DeadLetter {
 }
 
 /// The highest `max_deliveries` a setting may ask for (as SQS's `maxReceiveCount`).
-pub const MAX_DELIVERIES_SETTING: u32 = 1000;
+pub(crate) const MAX_DELIVERIES_SETTING: u32 = 1000;
 
 /// The longest visibility timeout a setting may ask for, seconds (SQS's 12 hours).
 pub(super) const MAX_VISIBILITY_SECONDS: u64 = 43_200;
@@ -36,7 +36,7 @@ pub(super) const MAX_RECEIVE_WAIT_SECONDS: u64 = 20;
 
 /// What the node holds. Every field is optional: unset, the configuration's default applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueSettings {
+pub(crate) struct QueueSettings {
     /// The visibility timeout of a lease that asks for none, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visibility_seconds: Option<u64>,
@@ -88,23 +88,23 @@ pub struct QueueSettings {
 }
 
 /// The longest delay a setting may ask for, seconds (SQS's 15 minutes).
-pub const MAX_DELAY_SECONDS: u64 = 900;
+pub(crate) const MAX_DELAY_SECONDS: u64 = 900;
 
 /// The shortest retention a setting may ask for, seconds (SQS's one minute).
-pub const MIN_RETENTION_SECONDS: u64 = 60;
+pub(crate) const MIN_RETENTION_SECONDS: u64 = 60;
 
 /// The longest retention a setting may ask for, seconds (SQS's 14 days).
-pub const MAX_RETENTION_SECONDS: u64 = 1_209_600;
+pub(crate) const MAX_RETENTION_SECONDS: u64 = 1_209_600;
 
 /// The smallest `MaximumMessageSize` a queue takes (SQS's 1 KiB).
-pub const MIN_MESSAGE_BYTES_SETTING: u64 = 1_024;
+pub(crate) const MIN_MESSAGE_BYTES_SETTING: u64 = 1_024;
 
 /// The largest `Policy` a queue keeps (SQS's limit, 20 KiB).
-pub const MAX_POLICY_BYTES: usize = 20_480;
+pub(crate) const MAX_POLICY_BYTES: usize = 20_480;
 
 impl QueueSettings {
     /// Reads a settings node: a JSON object of the fields above (others are ignored).
-    pub fn parse(data: &[u8]) -> Result<QueueSettings, String> {
+    pub(crate) fn parse(data: &[u8]) -> Result<QueueSettings, String> {
         match serde_json::from_slice::<serde_json::Value>(data) {
             Ok(object @ serde_json::Value::Object(_)) => serde_json::from_value(object).map_err(|err| err.to_string()),
             Ok(_) => Err("not a JSON object".to_owned()),
@@ -116,7 +116,7 @@ impl QueueSettings {
     /// node is untrusted: any ZooKeeper client may have written it): it must parse and pass
     /// [`QueueSettings::check`]; the waits are then clamped to what a setting may ask for, so no
     /// value another client wrote can make a wait overflow.
-    pub fn read_node(data: &[u8], queue: &QueueName) -> Result<QueueSettings, String> {
+    pub(crate) fn read_node(data: &[u8], queue: &QueueName) -> Result<QueueSettings, String> {
         let mut settings = QueueSettings::parse(data)?;
         settings.check(queue)?;
         settings.visibility_seconds = settings.visibility_seconds.map(|v| v.min(MAX_VISIBILITY_SECONDS));
@@ -126,7 +126,7 @@ impl QueueSettings {
 
     /// Checks values a client gives: a dead-letter queue with a `max_deliveries` of 1 to
     /// [`MAX_DELIVERIES_SETTING`], never the queue itself.
-    pub fn check(&self, queue: &QueueName) -> Result<(), String> {
+    pub(crate) fn check(&self, queue: &QueueName) -> Result<(), String> {
         if let Some(policy) = &self.policy {
             let object = serde_json::from_str::<serde_json::Value>(policy).is_ok_and(|v| v.is_object());
             if policy.len() > MAX_POLICY_BYTES || !object {

@@ -26,7 +26,6 @@ use crate::config::Config;
 use crate::http::AppState;
 use crate::metrics::Metrics;
 use crate::web::{Access, Answer, BodyLimits, Dialect, Guard, Refusal, RefusalKind, closes_connection, with_layers};
-pub use actions::SERVED as SERVED_ACTIONS;
 use error::SqsError;
 use protocol::Protocol;
 
@@ -108,7 +107,7 @@ impl Answer for Asked {
 
 /// The SQS-compatible router: every path and method goes to [`handle`] (the query protocol may
 /// post to a queue's URL).
-pub fn sqs_router(state: AppState) -> Router {
+pub(crate) fn sqs_router(state: AppState) -> Router {
     let limits = BodyLimits::of(&state.config);
     let body = body_limit(&state.config);
     let guard = Guard {

@@ -132,7 +132,7 @@ pub enum NodeAcl {
 }
 
 /// The id ZooKeeper's digest scheme derives from `user:password`: `user:base64(sha1(user:password))`'s hash part.
-pub fn digest_hash(credentials: &str) -> String {
+pub(crate) fn digest_hash(credentials: &str) -> String {
     use base64::Engine;
     let sha1 = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, credentials.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(sha1.as_ref())

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 /// Longest push `url` or `readiness_url` accepted, in bytes.
-pub const MAX_PUSH_URL_LEN: usize = 2048;
+pub(crate) const MAX_PUSH_URL_LEN: usize = 2048;
 
 /// A checked `http://` URL of the app: where to connect and what to ask for. Parsed once, when
 /// the configuration is read; written back as it was written.

@@ -7,29 +7,29 @@ use std::time::Duration;
 /// `max`, then shortened by up to `jitter` of itself at random (0: exact; 0.5: between half and
 /// all of it; 1: anywhere below it), so that many clients retrying together spread out.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     jitter: f64,
 }
 
 impl Backoff {
-    pub const fn new(initial: Duration, max: Duration, jitter: f64) -> Backoff {
+    pub(crate) const fn new(initial: Duration, max: Duration, jitter: f64) -> Backoff {
         Backoff { initial, max, jitter }
     }
 
     /// The first pause, unjittered.
-    pub fn initial(&self) -> Duration {
+    pub(crate) fn initial(&self) -> Duration {
         self.initial
     }
 
     /// The pause after `failures` failures in a row (1: the first), jittered.
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub(crate) fn delay(&self, failures: u32) -> Duration {
         self.jittered(failures, rand::random_range(0.0..1.0))
     }
 
     /// [`Backoff::delay`] with its random draw `random` (in [0, 1)) given.
-    pub fn jittered(&self, failures: u32, random: f64) -> Duration {
+    pub(crate) fn jittered(&self, failures: u32, random: f64) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);
         let base = self.initial.saturating_mul(1u32 << doublings).min(self.max);
         let keep = (1.0 - self.jitter * random.clamp(0.0, 1.0)).clamp(0.0, 1.0);
@@ -37,32 +37,32 @@ impl Backoff {
     }
 
     /// A run of retries under this policy, counting its failures.
-    pub fn retries(self) -> Retries {
+    pub(crate) fn retries(self) -> Retries {
         Retries { policy: self, failures: 0 }
     }
 }
 
 /// Failures in a row under one [`Backoff`]: each pause follows the last.
 #[derive(Debug, Clone)]
-pub struct Retries {
+pub(crate) struct Retries {
     policy: Backoff,
     failures: u32,
 }
 
 impl Retries {
     /// The pause after one more failure.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
         self.policy.delay(self.failures)
     }
 
     /// Waits out the pause after one more failure.
-    pub async fn sleep(&mut self) {
+    pub(crate) async fn sleep(&mut self) {
         tokio::time::sleep(self.next_delay()).await;
     }
 
     /// A success: the next failure pauses as the first did.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 }

@@ -15,80 +15,76 @@
 
 /// The paths under one `zookeeper.root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     root: String,
 }
 
 impl Layout {
-    pub fn new(root: &str) -> Layout {
+    pub(crate) fn new(root: &str) -> Layout {
         Layout { root: root.to_owned() }
     }
 
-    pub fn root(&self) -> &str {
-        &self.root
-    }
-
     /// The parent of dynamic queues.
-    pub fn queues(&self) -> String {
+    pub(crate) fn queues(&self) -> String {
         format!("{}/queues", self.root)
     }
 
-    pub fn queue(&self, queue: &str) -> String {
+    pub(crate) fn queue(&self, queue: &str) -> String {
         format!("{}/queues/{queue}", self.root)
     }
 
-    pub fn locks(&self, queue: &str) -> String {
+    pub(crate) fn locks(&self, queue: &str) -> String {
         format!("{}/locks/{queue}", self.root)
     }
 
     /// The sidecars taking from a queue now: one ephemeral node each (`queue/cache/fleet.rs`).
-    pub fn members(&self, queue: &str) -> String {
+    pub(crate) fn members(&self, queue: &str) -> String {
         format!("{}/members/{queue}", self.root)
     }
 
-    pub fn deliveries(&self, queue: &str) -> String {
+    pub(crate) fn deliveries(&self, queue: &str) -> String {
         format!("{}/deliveries/{queue}", self.root)
     }
 
     /// The parent of every queue's idempotency records.
-    pub fn idempotency(&self) -> String {
+    pub(crate) fn idempotency(&self) -> String {
         format!("{}/idempotency", self.root)
     }
 
-    pub fn idempotency_of(&self, queue: &str) -> String {
+    pub(crate) fn idempotency_of(&self, queue: &str) -> String {
         format!("{}/idempotency/{queue}", self.root)
     }
 
     /// A queue's tags (the SQS-compatible API's `TagQueue`), a JSON object of strings.
-    pub fn tags(&self, queue: &str) -> String {
+    pub(crate) fn tags(&self, queue: &str) -> String {
         format!("{}/sqs/tags/{queue}", self.root)
     }
 
     /// The parent of dynamic queues' settings.
-    pub fn settings_dir(&self) -> String {
+    pub(crate) fn settings_dir(&self) -> String {
         format!("{}/settings", self.root)
     }
 
     /// A dynamic queue's own settings.
-    pub fn settings(&self, queue: &str) -> String {
+    pub(crate) fn settings(&self, queue: &str) -> String {
         format!("{}/settings/{queue}", self.root)
     }
 
     /// The parent of running message move tasks.
-    pub fn moves_dir(&self) -> String {
+    pub(crate) fn moves_dir(&self) -> String {
         format!("{}/moves", self.root)
     }
 
     /// The message move task running for source queue `queue`.
-    pub fn moves(&self, queue: &str) -> String {
+    pub(crate) fn moves(&self, queue: &str) -> String {
         format!("{}/moves/{queue}", self.root)
     }
 
-    pub fn claims(&self) -> String {
+    pub(crate) fn claims(&self) -> String {
         format!("{}/claims", self.root)
     }
 
-    pub fn counter(&self, counter: &str) -> String {
+    pub(crate) fn counter(&self, counter: &str) -> String {
         format!("{}/counters/{counter}", self.root)
     }
 }

@@ -8,10 +8,10 @@ use std::ops::Deref;
 use std::str::FromStr;
 
 /// Longest queue or counter name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 200;
+pub(crate) const MAX_NAME_LEN: usize = 200;
 
 /// The names [`check_name`] accepts, as an ECMA-262 pattern (for the OpenAPI document).
-pub fn name_pattern() -> String {
+pub(crate) fn name_pattern() -> String {
     format!(r"^(?!\.{{1,2}}$)[A-Za-z0-9._-]{{1,{MAX_NAME_LEN}}}$")
 }
 

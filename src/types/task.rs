@@ -2,7 +2,7 @@
 
 /// Every kind of supervised task: the fixed label set of the restart metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Task {
+pub(crate) enum Task {
     CacheRefresher,
     LeaseReaper,
     DeliveryCountSweeper,
@@ -18,7 +18,7 @@ pub enum Task {
 
 impl Task {
     /// Every task, for exporting each series from the start.
-    pub const ALL: [Task; 11] = [
+    pub(crate) const ALL: [Task; 11] = [
         Task::CacheRefresher,
         Task::LeaseReaper,
         Task::DeliveryCountSweeper,
@@ -33,7 +33,7 @@ impl Task {
     ];
 
     /// The metric label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Task::CacheRefresher => "cache_refresher",
             Task::LeaseReaper => "lease_reaper",

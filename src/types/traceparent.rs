@@ -8,23 +8,23 @@ use std::fmt;
 /// all zeros, the version not `ff`. A version after `00` may carry more fields after the four
 /// (as the specification asks a reader to accept); it is kept as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Traceparent(String);
+pub(crate) struct Traceparent(String);
 
 /// The longest `traceparent` kept (a future version's extra fields included).
-pub const MAX_TRACEPARENT_LEN: usize = 512;
+pub(crate) const MAX_TRACEPARENT_LEN: usize = 512;
 
 impl Traceparent {
     /// What [`Traceparent::parse`] accepts (once trimmed), as an ECMA-262 pattern (for the OpenAPI
     /// document; its length bound is [`MAX_TRACEPARENT_LEN`]): a version of 2 lower-case hex
     /// digits but `ff`, a trace id of 32 and a parent id of 16 that are not all zeros, 2 of flags;
     /// after a version other than `00`, optionally `-` and visible ASCII.
-    pub fn pattern() -> String {
+    pub(crate) fn pattern() -> String {
         let ids = r"(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}";
         format!(r"^(?:00-{ids}|(?:0[1-9a-f]|[1-9a-e][0-9a-f]|f[0-9a-e])-{ids}(?:-[\x21-\x7e]*)?)$")
     }
 
     /// Parses a `traceparent` as the specification reads one; `Err` says what is wrong.
-    pub fn parse(text: &str) -> Result<Traceparent, &'static str> {
+    pub(crate) fn parse(text: &str) -> Result<Traceparent, &'static str> {
         let text = text.trim_matches([' ', '\t']);
         let hex =
             |part: &str, len: usize| part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -60,7 +60,7 @@ impl Traceparent {
         Ok(Traceparent(text.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -68,7 +68,7 @@ impl Traceparent {
     /// `Root=1-{8 hex}-{24 hex};Parent={16 hex};Sampled={0|1}`, its fields in any order (others,
     /// such as `Lineage`, are left out). The trace id is the root's 32 hex digits, the parent id
     /// the parent's, and `Sampled=1` the sampled flag (01), as X-Ray's own W3C mapping has it.
-    pub fn from_xray(header: &str) -> Result<Traceparent, &'static str> {
+    pub(crate) fn from_xray(header: &str) -> Result<Traceparent, &'static str> {
         let field = |key: &str| {
             header.split(';').map(|f| f.trim()).find_map(|f| f.split_once('=').filter(|(k, _)| *k == key)).map(|f| f.1)
         };
@@ -88,7 +88,7 @@ impl Traceparent {
     }
 
     /// This trace context as an AWS X-Ray trace header (the inverse of [`Traceparent::from_xray`]).
-    pub fn to_xray(&self) -> String {
+    pub(crate) fn to_xray(&self) -> String {
         let mut parts = self.0.split('-').skip(1);
         let (trace, parent, flags) =
             (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));

@@ -1,17 +1,17 @@
 //! What ZooKeeper itself accepts: characters in a path, and the size of one packet.
 
 /// Java's default `jute.maxbuffer`: the largest reply (including a child list) a Curator client reads.
-pub const JUTE_MAXBUFFER_BYTES: u64 = 0xfffff;
+pub(crate) const JUTE_MAXBUFFER_BYTES: u64 = 0xfffff;
 
 /// Whether ZooKeeper refuses `c` in a path (`PathUtils.validatePath`, which checks UTF-16 units):
 /// U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF, and every character above U+FFFF
 /// (Java stores those as surrogates, U+D800–U+DFFF).
-pub fn zookeeper_refuses(c: char) -> bool {
+pub(crate) fn zookeeper_refuses(c: char) -> bool {
     matches!(u32::from(c), 0x00..=0x1F | 0x7F..=0x9F | 0xD800..=0xF8FF | 0xFFF0..)
 }
 
 /// The first character of `text` that ZooKeeper refuses in a node name, if any.
-pub fn refused_char(text: &str) -> Option<char> {
+pub(crate) fn refused_char(text: &str) -> Option<char> {
     text.chars().find(|&c| zookeeper_refuses(c))
 }
 

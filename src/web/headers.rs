@@ -13,37 +13,37 @@ use crate::queue::MessageAttributes;
 use crate::types::Traceparent;
 
 /// Headers a take or lease answers with.
-pub const HEADER_MESSAGE_ID: &str = "zkq-message-id";
-pub const HEADER_PRIORITY: &str = "zkq-priority";
-pub const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
-pub const HEADER_ID: &str = "zkq-id";
+pub(crate) const HEADER_MESSAGE_ID: &str = "zkq-message-id";
+pub(crate) const HEADER_PRIORITY: &str = "zkq-priority";
+pub(crate) const HEADER_DELIVER_AT: &str = "zkq-deliver-at";
+pub(crate) const HEADER_ID: &str = "zkq-id";
 /// The request header that makes a put idempotent, and the answer's mark of a replay.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
+pub(crate) const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const HEADER_IDEMPOTENT_REPLAY: &str = "zkq-idempotent-replay";
 
 /// Headers a lease answers with, besides a message's.
-pub const HEADER_LEASE: &str = "zkq-lease";
-pub const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
-pub const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
-pub const HEADER_FENCING_TOKEN: &str = "zkq-fencing-token";
+pub(crate) const HEADER_LEASE: &str = "zkq-lease";
+pub(crate) const HEADER_LEASE_EXPIRES_AT: &str = "zkq-lease-expires-at";
+pub(crate) const HEADER_DELIVERY_COUNT: &str = "zkq-delivery-count";
+pub(crate) const HEADER_FENCING_TOKEN: &str = "zkq-fencing-token";
 
 /// The header that carries the API token.
-pub const API_TOKEN_HEADER: &str = "zkq-api-token";
+pub(crate) const API_TOKEN_HEADER: &str = "zkq-api-token";
 
 /// The header naming the queue of a push delivery.
-pub const HEADER_QUEUE: &str = "zkq-queue";
+pub(crate) const HEADER_QUEUE: &str = "zkq-queue";
 
 /// The request and answer header with a message's attributes, as a JSON object (ASCII: other
 /// characters as `\u` escapes in an answer).
-pub const HEADER_ATTRIBUTES: &str = "zkq-attributes";
+pub(crate) const HEADER_ATTRIBUTES: &str = "zkq-attributes";
 /// The request and answer header with a message's W3C trace context.
-pub const HEADER_TRACEPARENT: &str = "traceparent";
+pub(crate) const HEADER_TRACEPARENT: &str = "traceparent";
 
 /// One attribute: its type (`String`, `Number` or `Binary`, each optionally followed by `.` and
 /// a label of your own) and its value (for `Binary`, standard base64).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Attribute {
+pub(crate) struct Attribute {
     #[serde(rename = "type")]
     #[schema(example = "String")]
     pub data_type: String,
@@ -52,10 +52,10 @@ pub struct Attribute {
 
 /// A message's attributes by name: up to 10, names of 1 to 256 letters, digits, `_`, `-` and `.`
 /// (as SQS's message attributes, which they are on the SQS-compatible API).
-pub type Attributes = BTreeMap<String, Attribute>;
+pub(crate) type Attributes = BTreeMap<String, Attribute>;
 
 /// The attributes of a message as zkq's API shows them.
-pub fn to_json(attributes: &MessageAttributes) -> Attributes {
+pub(crate) fn to_json(attributes: &MessageAttributes) -> Attributes {
     attributes
         .iter()
         .map(|(name, value)| {
@@ -70,7 +70,7 @@ pub fn to_json(attributes: &MessageAttributes) -> Attributes {
 }
 
 /// The answer headers of a message's attributes (when it has any) and traceparent.
-pub fn headers_of(
+pub(crate) fn headers_of(
     attributes: &MessageAttributes,
     traceparent: Option<&Traceparent>,
 ) -> impl Iterator<Item = (&'static str, HeaderValue)> {

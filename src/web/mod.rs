@@ -9,8 +9,8 @@
 
 pub(crate) mod body;
 mod guard;
-pub mod headers;
-pub mod server;
+pub(crate) mod headers;
+pub(crate) mod server;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

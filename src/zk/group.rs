@@ -53,16 +53,16 @@ pub(super) const MAX_BATCH_OPS: usize = 1000;
 /// Encoded bytes of one transaction that carries several units: half of ZooKeeper's default
 /// `jute.maxbuffer` (1 MiB). A unit larger than this is sent alone (and must itself fit
 /// [`super::MAX_REQUEST_BYTES`]).
-pub const MAX_BATCH_BYTES: usize = 512 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 512 * 1024;
 
 /// Per operation of a unit: its rank among the transaction's identical creates (same path, same
 /// data; in the order of the operations) and how many there are. `(0, 1)` for any other operation.
-pub type Twins = Vec<(u32, u32)>;
+pub(crate) type Twins = Vec<(u32, u32)>;
 
 /// Why a unit was not applied, or may not have been: the error, and with `OutcomeUnknown` the
 /// unit's [`Twins`] in the transaction that was sent (empty otherwise).
 #[derive(Debug, Clone)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub error: TxnError,
     pub twins: Twins,
 }
@@ -76,7 +76,7 @@ impl From<TxnError> for Refusal {
 type Reply = oneshot::Sender<Result<Vec<TxnResult>, Refusal>>;
 
 /// What follows a unit that applied, given the unit's results; run by the transaction's task.
-pub type Booking = Box<dyn FnOnce(&[TxnResult]) + Send>;
+pub(crate) type Booking = Box<dyn FnOnce(&[TxnResult]) + Send>;
 
 struct Unit {
     zk: Zk,
@@ -124,7 +124,7 @@ struct State {
 }
 
 /// Shared by every queue of the process, so puts to different queues share transactions too.
-pub struct GroupCommit {
+pub(crate) struct GroupCommit {
     state: Mutex<State>,
     metrics: Arc<Metrics>,
 }
@@ -136,7 +136,7 @@ impl std::fmt::Debug for GroupCommit {
 }
 
 impl GroupCommit {
-    pub fn new(metrics: Arc<Metrics>) -> Arc<GroupCommit> {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Arc<GroupCommit> {
         Arc::new(GroupCommit { state: Mutex::new(State::default()), metrics })
     }
 
@@ -148,7 +148,7 @@ impl GroupCommit {
     /// Applies `ops` all or none, possibly in one transaction with other callers' units, on
     /// `zk`'s session within its deadline. Errors are those of [`Zk::multi`]; the error's index
     /// is relative to `ops`.
-    pub async fn submit(
+    pub(crate) async fn submit(
         self: &Arc<Self>,
         tasks: &TaskTracker,
         zk: &Zk,
@@ -159,7 +159,7 @@ impl GroupCommit {
 
     /// As [`GroupCommit::submit`]; when the answer was lost, the error comes with the unit's
     /// [`Twins`].
-    pub async fn submit_twins(
+    pub(crate) async fn submit_twins(
         self: &Arc<Self>,
         tasks: &TaskTracker,
         zk: &Zk,
@@ -170,7 +170,7 @@ impl GroupCommit {
 
     /// As [`GroupCommit::submit`], and once the unit applied, `booking` runs with its results,
     /// whether or not the caller still waits for them.
-    pub async fn submit_booked(
+    pub(crate) async fn submit_booked(
         self: &Arc<Self>,
         tasks: &TaskTracker,
         zk: &Zk,
@@ -186,7 +186,7 @@ impl GroupCommit {
     /// `queue::finish`): a caller dropped while its transaction is in flight loses only its own
     /// answer, since such a transaction carries its unit alone; the units that queued meanwhile
     /// are handed to a runner.
-    pub async fn submit_here(
+    pub(crate) async fn submit_here(
         self: &Arc<Self>,
         tasks: &TaskTracker,
         zk: &Zk,

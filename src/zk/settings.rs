@@ -44,7 +44,7 @@ pub fn load_secrets(config: &Config) -> Result<Secrets, ConfigError> {
 }
 
 /// The session's settings: the configuration with the secrets read from their files.
-pub fn session_settings(config: &Config, secrets: Secrets) -> SessionSettings {
+pub(crate) fn session_settings(config: &Config, secrets: Secrets) -> SessionSettings {
     SessionSettings {
         connect: config.zookeeper.connect.clone(),
         session_timeout: config.zookeeper.session_timeout,

@@ -8,7 +8,7 @@ use super::TxnOp;
 
 /// Java's default `jute.maxbuffer` (0xfffff): the largest request (and reply) a ZooKeeper server
 /// or client reads.
-pub const JUTE_MAX_BUFFER: usize = 0xf_ffff;
+pub(crate) const JUTE_MAX_BUFFER: usize = 0xf_ffff;
 
 /// The largest request zkq sends. The server turns a transaction into a log entry and a proposal
 /// to its followers a little larger than the request (a header, and a byte per create), and the
@@ -31,7 +31,7 @@ const fn buffer(len: usize) -> usize {
 /// How zkq's requests are encoded on one session: the ACL every create carries and the chroot
 /// the client puts before every path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestSizer {
+pub(crate) struct RequestSizer {
     /// The encoded ACL vector of a create.
     acl_bytes: usize,
     /// The chroot's length ("/a/b" adds 4 bytes to every path; none adds 0).
@@ -40,7 +40,7 @@ pub struct RequestSizer {
 
 impl RequestSizer {
     /// `acl` holds each entry's scheme and id lengths.
-    pub fn new(acl: impl IntoIterator<Item = (usize, usize)>, chroot_len: usize) -> RequestSizer {
+    pub(crate) fn new(acl: impl IntoIterator<Item = (usize, usize)>, chroot_len: usize) -> RequestSizer {
         let acl_bytes = INT + acl.into_iter().map(|(scheme, id)| INT + buffer(scheme) + buffer(id)).sum::<usize>();
         RequestSizer { acl_bytes, chroot_len }
     }
@@ -50,7 +50,7 @@ impl RequestSizer {
     }
 
     /// What one operation adds to a multi request (its multi header included).
-    pub fn op_bytes(&self, op: &TxnOp) -> usize {
+    pub(crate) fn op_bytes(&self, op: &TxnOp) -> usize {
         MULTI_HEADER
             + match op {
                 // CreateRequest: path, data, acl, flags.
@@ -63,7 +63,7 @@ impl RequestSizer {
     }
 
     /// The encoded size of a multi request of `ops` (what `jute.maxbuffer` is checked against).
-    pub fn multi_bytes<'a>(&self, ops: impl IntoIterator<Item = &'a TxnOp>) -> usize {
+    pub(crate) fn multi_bytes<'a>(&self, ops: impl IntoIterator<Item = &'a TxnOp>) -> usize {
         REQUEST_HEADER + ops.into_iter().map(|op| self.op_bytes(op)).sum::<usize>() + MULTI_HEADER
     }
 }

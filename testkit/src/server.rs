@@ -283,7 +283,7 @@ pub async fn zk_client(zk: &(impl ConnectTarget + ?Sized)) -> zookeeper_client::
 /// first try that finds its bucket missing.
 pub async fn prepare_idempotency_buckets(direct: &zookeeper_client::Client, root: &str, queue: &str) {
     let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let now = zkq::types::now_epoch_ms();
+    let now = zkq::now_epoch_ms();
     for second in 0..20 {
         let end = ((now + 300_000) / 1000 + 1 + second) * 1000;
         let bucket = format!("{root}/idempotency/{queue}/expiry/{end:015}");

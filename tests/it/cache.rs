@@ -66,7 +66,7 @@ async fn after_a_zookeeper_restart_a_put_by_another_client_wakes_a_waiting_take(
     .await;
     let direct = zk_client(&zk).await;
     let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
-    let body = zkq::queue::envelope::encode([b"from another client".as_slice()]);
+    let body = zkq::envelope::encode([b"from another client".as_slice()]);
     direct.create(&format!("{root}/queues/w/queue-"), &body, &options).await.expect("direct put");
     let response = waiting.await.expect("join");
     assert_eq!(response.status(), 200, "the direct put wakes the waiting take");

@@ -97,7 +97,7 @@ async fn write_settings(zk: &ZkServer, root: &str, queue: &str, settings: &[u8])
 /// The seconds from now until a lease's `zkq-lease-expires-at`.
 fn expires_in_seconds(lease: &Answer) -> i64 {
     let at: i64 = lease.expiry.parse().expect("zkq-lease-expires-at");
-    (at - zkq::types::now_epoch_ms()) / 1000
+    (at - zkq::now_epoch_ms()) / 1000
 }
 
 /// A sidecar opening a queue serves its first request with the queue's settings: the first

@@ -184,7 +184,7 @@ async fn request_ids_are_kept_or_made_and_echoed_on_both_listeners() {
 #[test]
 fn the_document_states_that_a_batch_holds_at_least_one_item() {
     let spec: serde_json::Value =
-        serde_json::from_str(&zkq::http::openapi_json(&zkq::config::Config::default())).expect("JSON");
+        serde_json::from_str(&zkq::openapi_json(&zkq::config::Config::default())).expect("JSON");
     for (schema, field) in [("BatchPutRequest", "messages"), ("BatchAckRequest", "leases")] {
         let property = &spec["components"]["schemas"][schema]["properties"][field];
         assert_eq!(property["minItems"], 1, "{schema}.{field}: {property}");

@@ -209,7 +209,7 @@ async fn a_put_multi_node_is_split_on_first_touch_into_nodes_curator_consumes_in
     assert_eq!(after[0], format!("{}-0001", before.iter().min().expect("node")));
     for name in &after[..39] {
         let (data, stat) = direct.get_data(&format!("{path}/{name}")).await.expect("split node");
-        assert_eq!(zkq::queue::envelope::decode(&data).expect("Curator's envelope").len(), 1, "{name}");
+        assert_eq!(zkq::envelope::decode(&data).expect("Curator's envelope").len(), 1, "{name}");
         assert_eq!(stat.version, 0, "written once");
     }
     // Curator (lock-safe) takes the rest in the original order, then the later message.
@@ -351,7 +351,7 @@ async fn a_curator_multi_batch_is_one_node_that_curator_consumes_in_order() {
 /// items in Curator's envelope) and answers its name.
 async fn put_multi_node(client: &zookeeper_client::Client, queue_path: &str, items: &[Vec<u8>]) -> String {
     let options = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
-    let data = zkq::queue::envelope::encode(items.iter().map(Vec::as_slice));
+    let data = zkq::envelope::encode(items.iter().map(Vec::as_slice));
     let (_, sequence) = client.create(&format!("{queue_path}/queue-"), &data, &options).await.expect("create");
     format!("queue-{sequence}")
 }

@@ -531,7 +531,7 @@ async fn shutdown_waits_for_the_put_back_of_a_message_whose_taker_left() {
     let mut bodies = Vec::new();
     for name in children(&direct, &queue).await {
         let (data, _) = direct.get_data(&format!("{queue}/{name}")).await.expect("data");
-        bodies.extend(zkq::queue::envelope::decode(&data).expect("envelope"));
+        bodies.extend(zkq::envelope::decode(&data).expect("envelope"));
     }
     assert_eq!(bodies, [b"precious".to_vec()], "the message was put back, once");
 }

@@ -51,7 +51,7 @@ async fn a_foreign_non_ascii_child_does_not_wedge_a_priority_queue() {
     }
     // A message only the refresher can see: written by another producer, straight to ZooKeeper.
     let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
-    let envelope = zkq::queue::envelope::encode([b"from elsewhere".as_slice()]);
+    let envelope = zkq::envelope::encode([b"from elsewhere".as_slice()]);
     direct.create(&format!("{root}/queues/p/queue-100000001"), &envelope, &sequential).await.expect("put elsewhere");
     let started = Instant::now();
     assert_eq!(zkq.take_body("p", "2s").await.as_deref(), Some(b"from elsewhere".as_slice()));
@@ -148,7 +148,7 @@ async fn characters_zookeeper_refuses_and_far_delays_are_bad_input() {
     let put = zkq.http.post(zkq.url("/v1/queues/ids/messages?id=caf%C3%A9%20%E2%82%AC")).body("ok").send().await;
     assert_eq!(put.expect("put").status(), 201, "ordinary non-ASCII ids are fine");
 
-    let far = zkq::types::now_epoch_ms() + 31 * 24 * 3600 * 1000;
+    let far = zkq::now_epoch_ms() + 31 * 24 * 3600 * 1000;
     let put = zkq.http.post(zkq.url("/v1/queues/later/messages?delay=744h")).body("x").send().await;
     expect_400(put.expect("put"), "delay of 31 days").await;
     let put = zkq.http.post(zkq.url(&format!("/v1/queues/later/messages?deliver_at={far}"))).body("x").send().await;
@@ -386,7 +386,7 @@ async fn the_backlog_gauge_shows_the_depth_and_declared_series_start_at_zero() {
         zkq.http.get(zkq.url("/v1/queues/backlog")).send().await.expect("info").json().await.expect("json");
     let path = info["path"].as_str().expect("path").to_owned();
     let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
-    let envelope = zkq::queue::envelope::encode([b"elsewhere".as_slice()]);
+    let envelope = zkq::envelope::encode([b"elsewhere".as_slice()]);
     direct.create(&format!("{path}/queue-"), &envelope, &sequential).await.expect("put elsewhere");
     assert_eq!(metric_value(&zkq.metrics().await, "zkq_queue_children{queue=\"backlog\"}"), Some(6.0));
 }
@@ -543,7 +543,7 @@ async fn reads_of_unknown_names_create_nothing_and_take_no_slot() {
     let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     direct.create(&format!("{root}/queues/later"), b"", &persistent).await.expect("queue node");
     let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
-    let envelope = zkq::queue::envelope::encode([b"from elsewhere".as_slice()]);
+    let envelope = zkq::envelope::encode([b"from elsewhere".as_slice()]);
     direct.create(&format!("{root}/queues/later/queue-"), &envelope, &sequential).await.expect("put elsewhere");
     let (status, body) = waiting.await.expect("join");
     assert_eq!((status, body.as_ref()), (200, b"from elsewhere".as_slice()));

@@ -45,7 +45,7 @@ async fn stored(direct: &zookeeper_client::Client, path: &str) -> Vec<String> {
     let mut bodies = Vec::new();
     for name in children(direct, path).await {
         let (data, _) = direct.get_data(&format!("{path}/{name}")).await.expect("data");
-        for body in zkq::queue::envelope::decode(&data).expect("envelope") {
+        for body in zkq::envelope::decode(&data).expect("envelope") {
             bodies.push(String::from_utf8_lossy(&body).into_owned());
         }
     }
@@ -395,7 +395,7 @@ async fn expired_records_of_queues_nobody_opens_are_swept_at_start() {
     let root = unique_root("idem-orphans");
     let direct = zk_client(zk).await;
     let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let now = zkq::types::now_epoch_ms();
+    let now = zkq::now_epoch_ms();
     let mut live = Vec::new();
     for (queue, records) in [("ghost", 70), ("other.ghost", 3)] {
         for i in 0..records {
@@ -584,7 +584,7 @@ async fn batch_put(http: &reqwest::Client, api: &str, queue: &str, messages: &[(
 /// The body of message `id` in `queue` (a path).
 async fn body_of(direct: &zookeeper_client::Client, queue: &str, id: &str) -> String {
     let (data, _) = direct.get_data(&format!("{queue}/{id}")).await.expect("the message is there");
-    let bodies = zkq::queue::envelope::decode(&data).expect("envelope");
+    let bodies = zkq::envelope::decode(&data).expect("envelope");
     assert_eq!(bodies.len(), 1);
     String::from_utf8_lossy(&bodies[0]).into_owned()
 }
@@ -900,7 +900,7 @@ async fn a_keyed_batch_too_large_for_one_transaction_is_413_and_stores_nothing()
         .and_then(|(_, rest)| rest.split_once(" bytes"))
         .and_then(|(size, _)| size.parse().ok())
         .unwrap_or_else(|| panic!("no size in {:?}", refused.message));
-    let limit = zkq::zk::MAX_REQUEST_BYTES;
+    let limit = zkq::MAX_REQUEST_BYTES;
     assert!(refused.message.contains(&format!("request limit of {limit}")), "{}", refused.message);
     assert!(size > limit, "{}", refused.message);
     let direct = zk_client(zk).await;

@@ -55,7 +55,7 @@ async fn lease_holds_curators_lock_and_ack_removes_message_lock_and_count() {
     assert_eq!(leased.count, 1);
     assert_eq!(leased.receipt.len(), 48);
     let expires: i64 = leased.headers["zkq-lease-expires-at"].to_str().expect("ascii").parse().expect("ms");
-    assert!(expires > zkq::types::now_epoch_ms() + 25_000);
+    assert!(expires > zkq::now_epoch_ms() + 25_000);
 
     let direct = zk_client(zk).await;
     let lock = format!("{root}/locks/q/{}", leased.id);
@@ -173,7 +173,7 @@ async fn expiry_redelivers_in_place_and_extend_keeps_it() {
         assert!(body["expires_at"].as_i64().expect("ms") > leased_until + 10_000);
     }
     eventually(Duration::from_secs(10), "the lease's first visibility has passed", || {
-        std::future::ready(zkq::types::now_epoch_ms() > leased_until + 500)
+        std::future::ready(zkq::now_epoch_ms() > leased_until + 500)
     })
     .await;
     assert_eq!(lease(&zkq, "q", "").await.status, 204, "still held past its first visibility");
@@ -440,14 +440,14 @@ async fn requeue_with_delay_on_a_delay_queue_moves_the_delivery_time() {
     assert_eq!(zkq.http.post(url).body("retry me").send().await.expect("put").status(), 201);
     let first = lease(&zkq, "d", "").await;
     assert_eq!(first.headers["zkq-deliver-at"], "1000");
-    let nacked_at = zkq::types::now_epoch_ms();
+    let nacked_at = zkq::now_epoch_ms();
     assert_eq!(nack(&zkq, "d", &first.receipt, "mode=requeue&delay=1s").await.status(), 204);
     assert_eq!(lease(&zkq, "d", "").await.status, 204, "not due yet");
     let again = lease(&zkq, "d", "wait=10s").await;
     assert_eq!((again.status, again.body.as_slice(), again.count), (200, b"retry me".as_slice(), 2));
     let deliver_at: i64 = again.headers["zkq-deliver-at"].to_str().expect("ascii").parse().expect("ms");
     assert!(deliver_at >= nacked_at + 1000, "the new name carries the later time");
-    assert!(zkq::types::now_epoch_ms() >= deliver_at);
+    assert!(zkq::now_epoch_ms() >= deliver_at);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -192,7 +192,7 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     let app = TestApp::start(move |r| answer(if fails(&r) { 503 } else { 200 })).await;
     let zkq = TestZkq::start_ready(config_pushing(zk, &root, "q", push_to(&app.url("/orders")))).await;
     let mut ids = HashMap::new();
-    let put_from = zkq::types::now_epoch_ms();
+    let put_from = zkq::now_epoch_ms();
     // m0 carries attributes and its producer's trace context, which its delivery forwards.
     let traced = zkq
         .http
@@ -210,7 +210,7 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
         let body = format!("m{i}");
         ids.insert(body.clone(), zkq.put_ok("q", body.as_bytes()).await);
     }
-    let put_until = zkq::types::now_epoch_ms();
+    let put_until = zkq::now_epoch_ms();
     eventually(Duration::from_secs(30), "ten messages acked", || async {
         deliveries(&zkq, "q", "success").await == 10.0
     })
@@ -228,7 +228,7 @@ async fn with_concurrency_one_messages_arrive_in_order_and_a_failure_is_retried_
     assert_eq!(first.header("zkq-queue"), "q");
     assert_eq!(first.header("zkq-delivery-count"), "1");
     let expires: i64 = first.header("zkq-lease-expires-at").parse().expect("epoch ms");
-    let delivered_ms = zkq::types::now_epoch_ms();
+    let delivered_ms = zkq::now_epoch_ms();
     assert!(expires > delivered_ms - 60_000 && expires < delivered_ms + 31_000, "expiry {expires}");
     assert_eq!(first.header("content-type"), "application/octet-stream");
     assert_eq!(first.header("traceparent"), TRACEPARENT);
@@ -701,7 +701,7 @@ async fn sigterm_lets_a_delivery_in_flight_finish_releases_the_one_still_open_an
         let mut left = Vec::new();
         for name in children(&direct, &format!("{root}/queues/jobs")).await {
             let (data, _) = direct.get_data(&format!("{root}/queues/jobs/{name}")).await.expect("data");
-            left.extend(zkq::queue::envelope::decode(&data).expect("envelope"));
+            left.extend(zkq::envelope::decode(&data).expect("envelope"));
         }
         left
     };

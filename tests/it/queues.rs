@@ -204,7 +204,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(got, ["min", "minus-one", "five", "five-again", "ten"]);
 
     // Delay: by delivery time numerically; not before it is due.
-    let now = zkq::types::now_epoch_ms();
+    let now = zkq::now_epoch_ms();
     for (at, body) in [(now - 1000, "past-b"), (0x1_0000_0000_i64, "past-a"), (now + 1500, "soon")] {
         let url = zkq.url(&format!("/v1/queues/d/messages?deliver_at={at}"));
         assert_eq!(zkq.http.post(url).body(body).send().await.expect("put").status(), 201);
@@ -214,7 +214,7 @@ async fn single_taker_sees_curator_order_per_kind() {
     assert_eq!(zkq.take_body("d", "0").await, None, "not due yet");
     let started = Instant::now();
     assert_eq!(zkq.take_body("d", "10s").await.as_deref(), Some(b"soon".as_slice()));
-    assert!(zkq::types::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
+    assert!(zkq::now_epoch_ms() >= now + 1500, "delivered early after {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,7 +344,7 @@ async fn waiting_takers_are_served_after_a_zookeeper_restart() {
     // Another client puts while zkq's watch must have been re-armed.
     let direct = zk_client(&zk).await;
     for body in ["a", "b", "c"] {
-        let data = zkq::queue::envelope::encode([body.as_bytes()]);
+        let data = zkq::envelope::encode([body.as_bytes()]);
         direct
             .create(
                 &format!("{root}/queues/q/queue-"),
@@ -589,7 +589,7 @@ async fn the_first_look_at_a_deep_queue_after_a_start_knows_the_age_of_its_head(
     let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     let sequential = zookeeper_client::CreateMode::PersistentSequential.with_acls(zookeeper_client::Acls::anyone_all());
     direct.mkdir(&path, &persistent).await.expect("queue node");
-    let body = zkq::queue::envelope::encode([b"old".as_slice()]);
+    let body = zkq::envelope::encode([b"old".as_slice()]);
     for _ in 0..500 {
         direct.create(&format!("{path}/queue-"), &body, &sequential).await.expect("message");
     }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zkq::zk::{ConnectionState, SessionStatus};
+use zkq::{ConnectionState, SessionStatus};
 
 use zkq_testkit::*;
 

@@ -84,7 +84,7 @@ async fn sigterm_under_load_confirms_every_put_and_answers_waiters() {
     let mut stored = HashSet::new();
     for name in children(&direct, &format!("{root}/queues/load")).await {
         let (data, _) = direct.get_data(&format!("{root}/queues/load/{name}")).await.expect("data");
-        for item in zkq::queue::envelope::decode(&data).expect("envelope") {
+        for item in zkq::envelope::decode(&data).expect("envelope") {
             stored.insert(String::from_utf8(item).expect("utf8"));
         }
     }

@@ -898,15 +898,11 @@ async fn a_queues_settings_set_through_one_sidecar_are_served_by_every_sidecar()
     .await;
     // Its own API's lease without `visibility` lasts the queue's 7 s.
     let api = other.client();
-    let before = zkq::types::now_epoch_ms();
+    let before = zkq::now_epoch_ms();
     let leased = api.lease("jobs", "wait=2s").await;
     assert_eq!(leased.status, 200);
     let expires: i64 = leased.expiry.parse().expect("epoch ms");
-    assert!(
-        (before + 6_000..=zkq::types::now_epoch_ms() + 7_000).contains(&expires),
-        "a 7 s lease: {}",
-        expires - before
-    );
+    assert!((before + 6_000..=zkq::now_epoch_ms() + 7_000).contains(&expires), "a 7 s lease: {}", expires - before);
     // Past two deliveries the message moves to the dead-letter queue, on this sidecar too.
     assert_eq!(api.nack("jobs", &leased.receipt, "mode=keep").await.status, 204);
     let second = api.lease("jobs", "wait=2s").await;
@@ -926,7 +922,7 @@ async fn queue_timestamps_are_the_queues_own_on_every_sidecar() {
     let (_one, one_sqs) = zkq_with_sqs(&root).await;
     let (_other, other_sqs) = zkq_with_sqs(&root).await;
     let url = format!("{one_sqs}/000000000000/stamped");
-    let seconds = || zkq::types::now_epoch_ms() / 1000;
+    let seconds = || zkq::now_epoch_ms() / 1000;
     let stamps = |endpoint: String| {
         let url = url.clone();
         async move {

@@ -226,7 +226,7 @@ async fn a_declared_queue_whose_node_is_gone_is_not_brought_back_and_its_return_
         direct.create(&parent, b"", &mode(zookeeper_client::CreateMode::Container)).await.expect("parent");
     }
     direct.create(&path, b"127.0.0.1", &mode(zookeeper_client::CreateMode::Persistent)).await.expect("queue node");
-    let item = zkq::queue::envelope::encode([b"from Curator".as_slice()]);
+    let item = zkq::envelope::encode([b"from Curator".as_slice()]);
     direct
         .create(&format!("{path}/queue-"), &item, &mode(zookeeper_client::CreateMode::PersistentSequential))
         .await

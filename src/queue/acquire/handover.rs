@@ -25,7 +25,7 @@ pub(super) const GROUPED_TAKE_VISIBILITY: Duration = Duration::from_secs(60);
 /// The leases of a grouped take's answer. [`Handover::handed_over`] acks them; dropping it
 /// unsent releases them. Either runs on the queue's background tracker, to its end.
 #[must_use = "dropping a handover releases its messages"]
-pub struct Handover {
+pub(crate) struct Handover {
     claims: Arc<Claims>,
     receipts: Vec<Receipt>,
     span: tracing::Span,
@@ -37,7 +37,7 @@ impl Handover {
     }
 
     /// The answer's last byte was handed to the client's connection: its messages are taken.
-    pub fn handed_over(mut self) {
+    pub(crate) fn handed_over(mut self) {
         let receipts = std::mem::take(&mut self.receipts);
         let claims = self.claims.clone();
         self.claims.ctx.background.spawn(tracing::Instrument::instrument(

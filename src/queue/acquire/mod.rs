@@ -19,7 +19,7 @@ mod split;
 mod take;
 
 use handover::GROUPED_TAKE_VISIBILITY;
-pub use handover::Handover;
+pub(crate) use handover::Handover;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +52,7 @@ pub(super) type Acquired = (Vec<Delivery>, Option<Handover>);
 /// Messages taken; a grouped queue's come with their [`Handover`], which the caller settles once
 /// it has handed them on.
 #[derive(Debug, Default)]
-pub struct Taken {
+pub(crate) struct Taken {
     pub messages: Vec<Message>,
     pub handover: Option<Handover>,
 }
@@ -87,7 +87,7 @@ enum AfterAnswer {
 
 /// How many messages of one group a batch may hold (grouped queues).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PerGroup {
+pub(crate) enum PerGroup {
     /// One: the group's head (zkq's own `?max=`, push).
     One,
     /// The head and the messages behind it, in group order, as SQS hands several messages of

@@ -39,7 +39,7 @@ use super::names::ItemName;
 use crate::config::QueueKind;
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::types::QueueName;
-pub use state::GroupStats;
+pub(crate) use state::GroupStats;
 #[cfg(test)]
 use state::KNOWN_BYTES_SLACK;
 use state::{Effects, JUTE_MAXBUFFER, Joins, State};

@@ -37,7 +37,7 @@ mod receipt;
 
 pub(super) use memory::{LeaseMemories, LeaseMemory};
 
-pub use receipt::{MalformedReceipt, Receipt};
+pub(crate) use receipt::{MalformedReceipt, Receipt};
 mod steps;
 
 use std::collections::{HashMap, HashSet};
@@ -51,7 +51,7 @@ use super::QueueError;
 use super::cache::ChildrenCache;
 use super::context::Context;
 use super::names::ItemName;
-pub use crate::types::NackMode;
+pub(crate) use crate::types::NackMode;
 use crate::types::now_epoch_ms;
 use crate::zk::{TxnOp, Zk, ZkError};
 
@@ -59,7 +59,7 @@ pub(super) use claim::LeasePrepared;
 
 /// What a client gets with a leased message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseGrant {
+pub(crate) struct LeaseGrant {
     /// The opaque receipt for ack, nack and extend.
     pub receipt: Receipt,
     pub expires_at_ms: i64,
@@ -88,7 +88,7 @@ pub struct LeaseGrant {
 /// gives the same token. It stays below 2⁶³ (a signed 64-bit column) while the ensemble's epoch is
 /// below 2²¹ elections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FencingToken(u64);
+pub(crate) struct FencingToken(u64);
 
 impl FencingToken {
     /// Places among one transaction's leases.
@@ -101,7 +101,7 @@ impl FencingToken {
         FencingToken(zxid.saturating_mul(Self::PLACES).saturating_add(place))
     }
 
-    pub fn get(self) -> u64 {
+    pub(crate) fn get(self) -> u64 {
         self.0
     }
 }

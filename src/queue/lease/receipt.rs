@@ -48,7 +48,7 @@ impl ReceiptKey {
 /// ack's entry, a push delivery's own grant): a ZooKeeper session id and a token. Any receipt of
 /// the right shape parses; whether this process issued it is for the lease table to say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Receipt {
+pub(crate) struct Receipt {
     pub(super) session_id: i64,
     pub(super) token: u128,
 }
@@ -62,7 +62,7 @@ impl Receipt {
 /// Why a text is not a receipt: anything but exactly 48 lower-case hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a lease receipt is the 48 lower-case hex digits of a zkq-lease header")]
-pub struct MalformedReceipt;
+pub(crate) struct MalformedReceipt;
 
 impl std::str::FromStr for Receipt {
     type Err = MalformedReceipt;

@@ -86,7 +86,7 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
 }
 
 /// The actions [`run`] serves, for the docs and their test.
-pub const SERVED: &[&str] = &[
+pub(crate) const SERVED: &[&str] = &[
     "GetQueueUrl",
     "CreateQueue",
     "ListQueues",

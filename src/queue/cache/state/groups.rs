@@ -27,7 +27,7 @@ use crate::queue::names::{self, ItemName};
 
 /// What the groups of a queue look like now (queue info and metrics).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct GroupStats {
+pub(crate) struct GroupStats {
     /// Groups with at least one message present.
     pub groups: usize,
     /// Groups whose head is being consumed (locked, or being claimed by this process).

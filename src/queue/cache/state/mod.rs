@@ -20,7 +20,7 @@ mod groups;
 mod owners;
 mod reports;
 
-pub use groups::GroupStats;
+pub(crate) use groups::GroupStats;
 use groups::Groups;
 #[cfg(test)]
 pub(super) use owners::CLAIM_GRACE;

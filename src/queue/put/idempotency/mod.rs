@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 pub(in crate::queue) use forget::forget_written_before;
 pub(in crate::queue) use protocol::{KeyedCaller, KeyedPut};
-pub use record::{MAX_KEY_LEN, is_valid_key, key_pattern};
+pub(crate) use record::{MAX_KEY_LEN, is_valid_key, key_pattern};
 pub(in crate::queue) use sweep::{IDLE_CHECK, sweep_queues_not_open};
 
 /// How long after a put found a used key the queue's keyed puts read their records first.

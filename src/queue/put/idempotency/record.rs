@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::queue::PutOptions;
 
 /// Longest key accepted, in bytes.
-pub const MAX_KEY_LEN: usize = 200;
+pub(crate) const MAX_KEY_LEN: usize = 200;
 /// Format version of a record.
 const RECORD_FORMAT: u32 = 1;
 /// Width of an expiry bucket, in milliseconds: a record is swept at most this long after it
@@ -19,11 +19,11 @@ const BUCKET_MS: i64 = 1000;
 
 /// Whether `key` may be an idempotency key: 1 to 200 bytes of visible ASCII (`!` to `~`).
 /// The keys [`is_valid_key`] accepts, as an ECMA-262 pattern (for the OpenAPI document).
-pub fn key_pattern() -> String {
+pub(crate) fn key_pattern() -> String {
     format!(r"^[\x21-\x7e]{{1,{MAX_KEY_LEN}}}$")
 }
 
-pub fn is_valid_key(key: &[u8]) -> bool {
+pub(crate) fn is_valid_key(key: &[u8]) -> bool {
     (1..=MAX_KEY_LEN).contains(&key.len()) && key.iter().all(|b| (0x21..=0x7e).contains(b))
 }
 
