@@ -35,6 +35,25 @@ type NodeWatch = std::pin::Pin<Box<dyn std::future::Future<Output = WatchEvent> 
 /// One full read: the queue's children, its node's stat, its locks, what its node says.
 type FullRead = (Vec<String>, crate::zk::NodeStat, Vec<String>, Presence);
 
+/// What the refresher keeps from one pass of its loop to the next.
+#[derive(Default)]
+struct Pass {
+    /// The session generation for which the queue's directories were made.
+    ensured_generation: u64,
+    /// The one-shot watch on the queue node's own data while nobody here needs the queue.
+    node_watch: Option<NodeWatch>,
+    /// When the size of an unwatched queue is read next.
+    parked_read_at: Option<Instant>,
+}
+
+/// How a pass of the refresher ended.
+enum Flow {
+    /// Watch (or park) and read again.
+    Next,
+    /// zkq shuts down, or the session is closed for good.
+    Stop,
+}
+
 /// How often a live cache re-reads its child list anyway, in case an event was ever missed.
 const RESYNC_EVERY: Duration = Duration::from_secs(60);
 /// The shortest time between two reads of the child list of a queue this process does not
@@ -263,12 +282,8 @@ impl ChildrenCache {
         let mut status_rx = session.subscribe();
         let dirs: Vec<String> = lock_dir.iter().cloned().collect();
         let watch_locks = self.lock().locks_watched();
-        let mut ensured_generation = 0;
+        let mut pass = Pass::default();
         let mut markers_generation = 0;
-        // The one-shot watch on the queue node's own data while nobody here needs the queue.
-        let mut node_watch: Option<NodeWatch> = None;
-        // When the size of an unwatched queue is read next.
-        let mut parked_read_at: Option<Instant> = None;
         // A refusal repeats at every retry: log each distinct one once.
         let mut logged: Option<ZkError> = None;
         loop {
@@ -292,64 +307,14 @@ impl ChildrenCache {
                 markers_generation = zk.generation();
             }
             if !self.in_demand() {
-                // Nobody here needs the queue: no watch on its children, so its messages cost
-                // ZooKeeper nothing towards this sidecar. The first taker (or read) here brings
-                // them back: watches, then one full read, before anyone is answered from the
-                // cache. The node's own data (the catalog's mark) stays followed by one one-shot
-                // watch, which fires only when the queue is deleted or made anew. That watch is
-                // kept until it fires, never dropped unfired: dropping sends `RemoveWatches`,
-                // which ZooKeeper before 3.9 applies to the persistent watches on the path too.
-                self.invalidate();
-                self.qm.watched.set(0);
-                if let Some(watch) = node_watch.as_mut()
-                    && futures::FutureExt::now_or_never(watch.as_mut()).is_some()
+                if let Flow::Stop =
+                    self.park(&zk, &session, &mut pass, &mut status_rx, &shutdown, &dirs, lock_dir.as_deref()).await
                 {
-                    node_watch = None;
-                }
-                let parked_zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                if node_watch.is_none() {
-                    match self.follow_node(&parked_zk).await {
-                        Ok(watch) => node_watch = Some(watch),
-                        Err(_) => {
-                            // Unknown: requests ask ZooKeeper themselves until it is read.
-                            self.forget_presence();
-                            self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(500)).await;
-                            continue;
-                        },
-                    }
-                }
-                // The queue's directories, once per session, as when watching; and its size
-                // (for the child-list gauges and alerts) read once a minute, never offered.
-                if self.presence() == Some(Presence::Live)
-                    && ensured_generation != zk.generation()
-                    && Self::ensure_dirs(&parked_zk, &dirs).await.is_ok()
-                {
-                    ensured_generation = zk.generation();
-                }
-                if parked_read_at.is_none_or(|at| at <= Instant::now()) {
-                    if let Ok(read) = self.read_children(&parked_zk, lock_dir.as_deref()).await {
-                        let (children, num_children) =
-                            read.map_or((Vec::new(), 0), |(c, stat, _, _)| (c, stat.num_children));
-                        self.apply_snapshot(children, num_children, None);
-                        self.invalidate();
-                    }
-                    parked_read_at = Some(Instant::now() + RESYNC_EVERY);
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    () = self.demand_changed() => {},
-                    _ = async { match node_watch.as_mut() { Some(watch) => watch.as_mut().await, None => std::future::pending().await } } => {
-                        node_watch = None;
-                    },
-                    _ = async { match parked_read_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
-                    () = self.reread.notified() => {
-                        let soonest = parked_read_at.map(|at| at - RESYNC_EVERY + UNWATCHED_READ_GAP);
-                        parked_read_at = Some(soonest.map_or_else(Instant::now, |at| at.max(Instant::now())));
-                    },
+                    return;
                 }
                 continue;
             }
-            parked_read_at = None;
+            pass.parked_read_at = None;
             // The watches first, then the reads: every change after a read arrives as an event,
             // and events already queued before it are harmless (they are applied idempotently).
             let watches = async {
@@ -363,9 +328,9 @@ impl ChildrenCache {
             };
             let (mut queue_watch, mut lock_watch) = match watches.await {
                 Ok((queue_watch, lock_watch, read)) => {
-                    if read.is_some() && ensured_generation != zk.generation() {
+                    if read.is_some() && pass.ensured_generation != zk.generation() {
                         match Self::ensure_dirs(&zk, &dirs).await {
-                            Ok(()) => ensured_generation = zk.generation(),
+                            Ok(()) => pass.ensured_generation = zk.generation(),
                             Err(err) => {
                                 if logged.as_ref() != Some(&err) {
                                     tracing::warn!(queue = %self.label, error = %err, "cannot create the queue's lock or claim directory; will retry");
@@ -407,144 +372,237 @@ impl ChildrenCache {
                     continue;
                 },
             };
-            // Keep the snapshot current from events until a reason to re-read.
-            let mut resync_at = Instant::now() + RESYNC_EVERY;
-            loop {
-                let due = self.next_due();
-                let unwatch_at = self.unwatch_at();
-                let status_changed = async {
-                    loop {
-                        if status_rx.changed().await.is_err() {
-                            return;
-                        }
-                        let status = *status_rx.borrow_and_update();
-                        if status.epoch != epoch || !status.state.is_connected() {
-                            return;
-                        }
+            let watches = (&mut queue_watch, lock_watch.as_mut());
+            let flow = self
+                .follow(&zk, &session, epoch, &mut pass, watches, &mut status_rx, &shutdown, &dirs, lock_dir.as_deref())
+                .await;
+            if let Flow::Stop = flow {
+                return;
+            }
+        }
+    }
+
+    /// One pass of the refresher while nobody here needs the queue: no watch on its children.
+    #[allow(clippy::too_many_arguments, reason = "the refresher's fixed inputs, passed down from `run`")]
+    async fn park(
+        &self,
+        zk: &Zk,
+        session: &ZkSession,
+        pass: &mut Pass,
+        status_rx: &mut watch::Receiver<crate::zk::SessionStatus>,
+        shutdown: &CancellationToken,
+        dirs: &[String],
+        lock_dir: Option<&str>,
+    ) -> Flow {
+        // Nobody here needs the queue: no watch on its children, so its messages cost
+        // ZooKeeper nothing towards this sidecar. The first taker (or read) here brings
+        // them back: watches, then one full read, before anyone is answered from the
+        // cache. The node's own data (the catalog's mark) stays followed by one one-shot
+        // watch, which fires only when the queue is deleted or made anew. That watch is
+        // kept until it fires, never dropped unfired: dropping sends `RemoveWatches`,
+        // which ZooKeeper before 3.9 applies to the persistent watches on the path too.
+        self.invalidate();
+        self.qm.watched.set(0);
+        if let Some(watch) = pass.node_watch.as_mut()
+            && futures::FutureExt::now_or_never(watch.as_mut()).is_some()
+        {
+            pass.node_watch = None;
+        }
+        let parked_zk = zk.with_deadline(Instant::now() + session.request_timeout());
+        if pass.node_watch.is_none() {
+            match self.follow_node(&parked_zk).await {
+                Ok(watch) => pass.node_watch = Some(watch),
+                Err(_) => {
+                    // Unknown: requests ask ZooKeeper themselves until it is read.
+                    self.forget_presence();
+                    self.pause_until_status_change(status_rx, shutdown, Duration::from_millis(500)).await;
+                    return Flow::Next;
+                },
+            }
+        }
+        // The queue's directories, once per session, as when watching; and its size
+        // (for the child-list gauges and alerts) read once a minute, never offered.
+        if self.presence() == Some(Presence::Live)
+            && pass.ensured_generation != zk.generation()
+            && Self::ensure_dirs(&parked_zk, dirs).await.is_ok()
+        {
+            pass.ensured_generation = zk.generation();
+        }
+        if pass.parked_read_at.is_none_or(|at| at <= Instant::now()) {
+            if let Ok(read) = self.read_children(&parked_zk, lock_dir).await {
+                let (children, num_children) = read.map_or((Vec::new(), 0), |(c, stat, _, _)| (c, stat.num_children));
+                self.apply_snapshot(children, num_children, None);
+                self.invalidate();
+            }
+            pass.parked_read_at = Some(Instant::now() + RESYNC_EVERY);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Flow::Stop,
+            () = self.demand_changed() => {},
+            _ = async { match pass.node_watch.as_mut() { Some(watch) => watch.as_mut().await, None => std::future::pending().await } } => {
+                pass.node_watch = None;
+            },
+            _ = async { match pass.parked_read_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {},
+            () = self.reread.notified() => {
+                let soonest = pass.parked_read_at.map(|at| at - RESYNC_EVERY + UNWATCHED_READ_GAP);
+                pass.parked_read_at = Some(soonest.map_or_else(Instant::now, |at| at.max(Instant::now())));
+            },
+        }
+        Flow::Next
+    }
+
+    /// Keeps the snapshot current from the queue's events until a reason to watch and read
+    /// again (`Flow::Next`: a lost connection, a new session, a stale snapshot, no demand here).
+    #[allow(clippy::too_many_arguments, reason = "the refresher's fixed inputs, passed down from `run`")]
+    async fn follow(
+        self: &Arc<Self>,
+        zk: &Zk,
+        session: &ZkSession,
+        epoch: u64,
+        pass: &mut Pass,
+        watches: (&mut ZkTreeWatch, Option<&mut ZkTreeWatch>),
+        status_rx: &mut watch::Receiver<crate::zk::SessionStatus>,
+        shutdown: &CancellationToken,
+        dirs: &[String],
+        lock_dir: Option<&str>,
+    ) -> Flow {
+        let (queue_watch, mut lock_watch) = watches;
+        let mut resync_at = Instant::now() + RESYNC_EVERY;
+        loop {
+            let due = self.next_due();
+            let unwatch_at = self.unwatch_at();
+            let status_changed = async {
+                loop {
+                    if status_rx.changed().await.is_err() {
+                        return;
                     }
-                };
-                let lock_event = async {
-                    match lock_watch.as_mut() {
-                        Some(watch) => watch.next().await,
-                        None => std::future::pending().await,
+                    let status = *status_rx.borrow_and_update();
+                    if status.epoch != epoch || !status.state.is_connected() {
+                        return;
                     }
-                };
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    event = queue_watch.next() => {
-                        if event == TreeEvent::ConnectionLost {
-                            self.invalidate();
-                            break;
-                        }
-                        if matches!(&event, TreeEvent::DataChanged(path) | TreeEvent::Created(path) if *path == self.path) {
-                            // The queue's own node: the catalog's mark may have changed.
-                            let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                            match crate::queue::catalog::presence(&zk, &self.path).await {
-                                Ok(presence) => self.set_presence(presence),
-                                // Read again with the rest once the connection is back.
-                                Err(_) => break,
-                            }
-                        }
-                        if matches!(&event, TreeEvent::Deleted(path) if *path == self.path) {
-                            self.set_presence(Presence::Absent);
-                        }
-                        if matches!(&event, TreeEvent::DataChanged(_)) {
-                            continue;
-                        }
-                        if matches!(&event, TreeEvent::Created(path) if *path == self.path) {
-                            // The queue node appeared (again). The watches were live all along, so
-                            // its children arrive as events; its directories are made now.
-                            if ensured_generation != zk.generation() {
-                                let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                                if Self::ensure_dirs(&zk, &dirs).await.is_ok() {
-                                    ensured_generation = zk.generation();
-                                }
-                            }
-                            continue;
-                        }
-                        self.on_queue_event(&event);
-                    },
-                    event = lock_event => {
-                        if event == TreeEvent::ConnectionLost {
-                            self.invalidate();
-                            break;
-                        }
-                        // The item's own deletion (same transaction as an ack's lock delete) was
-                        // sent first: apply it before deciding whether to offer the item again.
-                        while let Some(queued) = queue_watch.ready() {
-                            self.on_queue_event(&queued);
-                        }
-                        if let Some(dir) = &lock_dir {
-                            self.on_lock_event(dir, &event);
-                        }
-                    },
-                    _ = self.barriers.asked() => {
-                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                        let locks = lock_dir.as_deref().zip(lock_watch.as_mut());
-                        if !self.run_barrier(&zk, &mut queue_watch, locks).await {
-                            // Once the session is back (or after a pause), run it again: after
-                            // watching and reading again if the connection was lost, else at once.
-                            self.pause_until_status_change(&mut status_rx, &shutdown, Duration::from_millis(200)).await;
-                            let status = session.status();
-                            if status.epoch != epoch || !status.state.is_connected() || self.is_dirty() {
-                                break;
-                            }
-                            if self.barriers.pending() {
-                                self.barriers.ask();
-                            }
-                        }
-                    },
-                    _ = self.settle.notified() => {
-                        if !self.apply_received(&mut queue_watch) {
-                            break;
-                        }
-                    },
-                    _ = self.refresh.notified() => {
-                        if self.is_dirty() {
-                            break;
-                        }
-                        // Not dirty: the snapshot is current; count it as one anyway so the asker goes on.
-                        self.snapshots.send_modify(|n| *n += 1);
-                    },
-                    _ = async { match due { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
-                        self.lock().fall_due();
-                    },
-                    // Nobody here needed the queue for a while: let go of its watches.
-                    _ = async { match unwatch_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
-                        if !self.in_demand() && self.unwatch_at().is_some_and(|at| at <= Instant::now()) {
-                            tracing::debug!(queue = %self.label, "no demand here: the queue is no longer watched");
-                            // ZooKeeper removes a persistent watch only with every watch of the
-                            // path (ZOOKEEPER-4472): the client asks for that once this process
-                            // holds none there, so the node's one-shot watch goes too (the parked
-                            // loop sets it again). Else the server kept sending every event.
-                            node_watch = None;
-                            break;
-                        }
-                    },
-                    // A backstop: should an event ever be missed, a message is not stranded.
-                    _ = tokio::time::sleep_until(resync_at) => {
-                        resync_at = Instant::now() + RESYNC_EVERY;
-                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
-                        match self.read_children(&zk, lock_dir.as_deref()).await {
-                            Ok(Some((children, stat, locks, presence))) => {
-                                self.set_presence(presence);
-                                self.apply_snapshot(children, stat.num_children, Some(locks));
-                                self.watch_read_locks(&zk, lock_dir.as_deref());
-                            },
-                            Ok(None) => {
-                                self.set_presence(Presence::Absent);
-                                self.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
-                            },
-                            Err(_) => {},
-                        }
-                    },
-                    _ = status_changed => {
-                        if !session.status().state.is_connected() {
-                            self.invalidate();
-                        }
-                        break;
-                    },
                 }
+            };
+            let lock_event = async {
+                match lock_watch.as_mut() {
+                    Some(watch) => watch.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return Flow::Stop,
+                event = queue_watch.next() => {
+                    if event == TreeEvent::ConnectionLost {
+                        self.invalidate();
+                        return Flow::Next;
+                    }
+                    if matches!(&event, TreeEvent::DataChanged(path) | TreeEvent::Created(path) if *path == self.path) {
+                        // The queue's own node: the catalog's mark may have changed.
+                        let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                        match crate::queue::catalog::presence(&zk, &self.path).await {
+                            Ok(presence) => self.set_presence(presence),
+                            // Read again with the rest once the connection is back.
+                            Err(_) => return Flow::Next,
+                        }
+                    }
+                    if matches!(&event, TreeEvent::Deleted(path) if *path == self.path) {
+                        self.set_presence(Presence::Absent);
+                    }
+                    if matches!(&event, TreeEvent::DataChanged(_)) {
+                        continue;
+                    }
+                    if matches!(&event, TreeEvent::Created(path) if *path == self.path) {
+                        // The queue node appeared (again). The watches were live all along, so
+                        // its children arrive as events; its directories are made now.
+                        if pass.ensured_generation != zk.generation() {
+                            let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                            if Self::ensure_dirs(&zk, dirs).await.is_ok() {
+                                pass.ensured_generation = zk.generation();
+                            }
+                        }
+                        continue;
+                    }
+                    self.on_queue_event(&event);
+                },
+                event = lock_event => {
+                    if event == TreeEvent::ConnectionLost {
+                        self.invalidate();
+                        return Flow::Next;
+                    }
+                    // The item's own deletion (same transaction as an ack's lock delete) was
+                    // sent first: apply it before deciding whether to offer the item again.
+                    while let Some(queued) = queue_watch.ready() {
+                        self.on_queue_event(&queued);
+                    }
+                    if let Some(dir) = lock_dir {
+                        self.on_lock_event(dir, &event);
+                    }
+                },
+                _ = self.barriers.asked() => {
+                    let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                    let locks = lock_dir.zip(lock_watch.as_deref_mut());
+                    if !self.run_barrier(&zk, queue_watch, locks).await {
+                        // Once the session is back (or after a pause), run it again: after
+                        // watching and reading again if the connection was lost, else at once.
+                        self.pause_until_status_change(status_rx, shutdown, Duration::from_millis(200)).await;
+                        let status = session.status();
+                        if status.epoch != epoch || !status.state.is_connected() || self.is_dirty() {
+                            return Flow::Next;
+                        }
+                        if self.barriers.pending() {
+                            self.barriers.ask();
+                        }
+                    }
+                },
+                _ = self.settle.notified() => {
+                    if !self.apply_received(queue_watch) {
+                        return Flow::Next;
+                    }
+                },
+                _ = self.refresh.notified() => {
+                    if self.is_dirty() {
+                        return Flow::Next;
+                    }
+                    // Not dirty: the snapshot is current; count it as one anyway so the asker goes on.
+                    self.snapshots.send_modify(|n| *n += 1);
+                },
+                _ = async { match due { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                    self.lock().fall_due();
+                },
+                // Nobody here needed the queue for a while: let go of its watches.
+                _ = async { match unwatch_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                    if !self.in_demand() && self.unwatch_at().is_some_and(|at| at <= Instant::now()) {
+                        tracing::debug!(queue = %self.label, "no demand here: the queue is no longer watched");
+                        // ZooKeeper removes a persistent watch only with every watch of the
+                        // path (ZOOKEEPER-4472): the client asks for that once this process
+                        // holds none there, so the node's one-shot watch goes too (the parked
+                        // loop sets it again). Else the server kept sending every event.
+                        pass.node_watch = None;
+                        return Flow::Next;
+                    }
+                },
+                // A backstop: should an event ever be missed, a message is not stranded.
+                _ = tokio::time::sleep_until(resync_at) => {
+                    resync_at = Instant::now() + RESYNC_EVERY;
+                    let zk = zk.with_deadline(Instant::now() + session.request_timeout());
+                    match self.read_children(&zk, lock_dir).await {
+                        Ok(Some((children, stat, locks, presence))) => {
+                            self.set_presence(presence);
+                            self.apply_snapshot(children, stat.num_children, Some(locks));
+                            self.watch_read_locks(&zk, lock_dir);
+                        },
+                        Ok(None) => {
+                            self.set_presence(Presence::Absent);
+                            self.apply_snapshot(Vec::new(), 0, Some(Vec::new()));
+                        },
+                        Err(_) => {},
+                    }
+                },
+                _ = status_changed => {
+                    if !session.status().state.is_connected() {
+                        self.invalidate();
+                    }
+                    return Flow::Next;
+                },
             }
         }
     }
