@@ -15,6 +15,21 @@ impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_sqs()?;
+        self.validate_zookeeper()?;
+        self.validate_security()?;
+        self.validate_limits()?;
+        self.validate_queues()?;
+        for (name, counter) in &self.counters {
+            let key = format!("counters.{name}");
+            if let Some(path) = &counter.path {
+                check_zk_path(&format!("{key}.path"), path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `[zookeeper]`: the connect string, the timeouts, the root.
+    fn validate_zookeeper(&self) -> Result<(), ConfigError> {
         let zk = &self.zookeeper;
         if zk.connect.trim().is_empty() {
             return Err(invalid("zookeeper.connect", &zk.connect, "a connect string like 127.0.0.1:2181,host2:2181"));
@@ -58,7 +73,12 @@ impl Config {
         if zk.root == "/" {
             return Err(invalid("zookeeper.root", &zk.root, "must be a node below /, such as /zkq"));
         }
-        self.validate_security()?;
+        Ok(())
+    }
+
+    /// Checks the listeners' and the requests' bounds: `[api]`, `[admin]`, `[take]`, `[lease]`, `[log]`,
+    /// `[shutdown]` and the fleet's.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.api.listen == self.admin.listen && self.api.listen.port() != 0 {
             return Err(invalid("admin.listen", self.admin.listen, "must differ from api.listen"));
         }
@@ -151,6 +171,11 @@ impl Config {
         if self.max_dynamic_queues > 100_000 {
             return Err(invalid("max_dynamic_queues", self.max_dynamic_queues, "at most 100000"));
         }
+        Ok(())
+    }
+
+    /// Checks each of `[queues]`.
+    fn validate_queues(&self) -> Result<(), ConfigError> {
         for (name, queue) in &self.queues {
             let key = format!("queues.{name}");
             // zkq keeps idempotency records there and its sweepers delete what they find.
@@ -242,12 +267,6 @@ impl Config {
             }
             if let Some(push) = &queue.push {
                 self.validate_push(&key, queue, push)?;
-            }
-        }
-        for (name, counter) in &self.counters {
-            let key = format!("counters.{name}");
-            if let Some(path) = &counter.path {
-                check_zk_path(&format!("{key}.path"), path)?;
             }
         }
         Ok(())
