@@ -108,8 +108,24 @@ impl Claims {
             },
             (_, lock_dir) => lock_dir.clone(),
         };
-        // A lease: each candidate marked as being leased by this process, so that two requests
-        // of one process never claim the same one (the second would find our own lock).
+        let marked = self.mark(zk, candidates, how)?;
+        if marked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chosen = self.ready_all(zk, marked, byte_budget, how, lock_dir.as_deref()).await?;
+        self.commit(zk, chosen, how, lock_dir.as_deref(), abandoned).await
+    }
+
+    /// Marks each candidate of a lease as being leased by this process, so that two requests of
+    /// one process never claim the same one (the second would find our own lock). Empty when
+    /// none is left; `TooManyLeases` when a lease would pass `lease.max_per_queue` and none was
+    /// marked.
+    fn mark(
+        self: &Arc<Self>,
+        zk: &Zk,
+        candidates: Vec<ItemName>,
+        how: Acquire,
+    ) -> Result<Vec<(ItemName, Option<Claiming<'_>>)>, QueueError> {
         let mut marked = Vec::with_capacity(candidates.len());
         let mut over_limit = Vec::new();
         for candidate in candidates {
@@ -124,9 +140,23 @@ impl Claims {
         }
         let full = !over_limit.is_empty();
         self.give_back(over_limit);
-        if marked.is_empty() {
-            return if full { Err(QueueError::TooManyLeases(self.ctx.max_leases)) } else { Ok(Vec::new()) };
+        if marked.is_empty() && full {
+            return Err(QueueError::TooManyLeases(self.ctx.max_leases));
         }
+        Ok(marked)
+    }
+
+    /// Reads the marked candidates (within about `byte_budget` of bodies, the first always) and
+    /// readies each for the transaction; those declined are booked, those left for later given
+    /// back. Empty when none is ready; why the first could not be read when none is.
+    async fn ready_all<'q>(
+        self: &'q Arc<Self>,
+        zk: &Zk,
+        marked: Vec<(ItemName, Option<Claiming<'q>>)>,
+        byte_budget: usize,
+        how: Acquire,
+        lock_dir: Option<&str>,
+    ) -> Result<Vec<Ready<'q>>, QueueError> {
         let marked = match self.within_budget(zk, marked, byte_budget).await {
             Ok(marked) => marked,
             Err(err) => return Err(err.into()),
@@ -148,7 +178,7 @@ impl Claims {
                     Acquire::Take => vec![node],
                     Acquire::Lease(_) => vec![node, self.leases.counter_path(&c.name)],
                 };
-                if let (true, Some(dir)) = (*check, &lock_dir) {
+                if let (true, Some(dir)) = (*check, lock_dir) {
                     paths.push(format!("{dir}/{}", c.name));
                 }
                 paths
@@ -182,7 +212,7 @@ impl Claims {
                 back.push(candidate);
                 continue;
             }
-            match self.ready(zk, lock_dir.as_deref(), candidate.clone(), item, count, claiming, how, first).await {
+            match self.ready(zk, lock_dir, candidate.clone(), item, count, claiming, how, first).await {
                 Ok(Ok(ready)) => {
                     let cost = zk.request_bytes(ready.ops());
                     // A candidate too large to share a transaction is left to a claim of its own.
@@ -207,6 +237,19 @@ impl Claims {
         if let (true, Some(err)) = (chosen.is_empty(), first_error) {
             return Err(err.into());
         }
+        Ok(chosen)
+    }
+
+    /// Claims the readied candidates in as few transactions as it can: one, unless one of them
+    /// fails (then again without it). Delivers what applied; gives back what it could not try.
+    async fn commit<'q>(
+        self: &'q Arc<Self>,
+        zk: &Zk,
+        mut chosen: Vec<Ready<'q>>,
+        how: Acquire,
+        lock_dir: Option<&str>,
+        abandoned: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Vec<Delivery>, QueueError> {
         let locking = self.ctx.lock_path.is_some();
         let mut delivered = Vec::with_capacity(chosen.len());
         while !chosen.is_empty() {
@@ -225,9 +268,7 @@ impl Claims {
             }
             let parents = match how {
                 Acquire::Take => self.claim_parents(locking),
-                Acquire::Lease(_) => {
-                    LeasePrepared::parents(lock_dir.as_deref().unwrap_or_default(), &self.ctx.deliveries_path)
-                },
+                Acquire::Lease(_) => LeasePrepared::parents(lock_dir.unwrap_or_default(), &self.ctx.deliveries_path),
             };
             let sent = Instant::now();
             // The transaction's zxid, once it is known to have applied (a lease's fencing token),
