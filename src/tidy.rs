@@ -114,3 +114,63 @@ fn named_modules_reads_paths_and_skips_comments() {
     let text = "use crate::zk::{Zk};\n// crate::http in a comment\nlet x = crate::web::headers::X; super_crate::no\n";
     assert_eq!(named_modules(text), ["crate::web", "crate::zk"]);
 }
+
+/// Every function of `text` longer than `limit` lines: (its name, its length). A function runs
+/// from its `fn` line to the first line after it that closes at the same indentation.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut long = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let after_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "async fn ", "pub async fn "]
+            .iter()
+            .chain(["pub(crate) async fn ", "pub(super) async fn "].iter())
+            .find_map(|prefix| code.strip_prefix(prefix));
+        // A one-line function or a declaration without a body closes on its own line.
+        let Some(after_fn) = after_fn.filter(|_| !code.ends_with('}') && !code.ends_with(';')) else { continue };
+        let name: String = after_fn.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let close = format!("{indent}}}");
+        if let Some(end) = lines.iter().skip(at + 1).position(|l| *l == close) {
+            let length = end + 2;
+            if length > limit {
+                long.push((name, length));
+            }
+        }
+    }
+    long
+}
+
+/// How long a file and a function of `src/` may grow before they are split (docs/architecture.md).
+const MAX_FILE_LINES: usize = 800;
+const MAX_FUNCTION_LINES: usize = 180;
+
+#[test]
+fn no_file_or_function_outgrows_what_a_reader_holds_at_once() {
+    let mut files = Vec::new();
+    files_under(&src(), &mut files);
+    let mut over = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let relative = file.strip_prefix(src()).expect("under src").to_string_lossy().into_owned();
+        let lines = text.lines().count();
+        if lines > MAX_FILE_LINES {
+            over.push(format!("{relative}: {lines} lines"));
+        }
+        for (name, length) in long_functions(&text, MAX_FUNCTION_LINES) {
+            over.push(format!("{relative}: fn {name}, {length} lines"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "split these (files up to {MAX_FILE_LINES} lines, functions up to {MAX_FUNCTION_LINES}): {over:?}"
+    );
+}
+
+#[test]
+fn long_functions_measures_from_the_fn_line_to_its_closing_brace() {
+    let text =
+        "impl A {\n    fn small() {}\n    pub(crate) async fn big(&self) {\n        one();\n        two();\n    }\n}\n";
+    assert_eq!(long_functions(text, 3), vec![("big".to_owned(), 4)]);
+    assert!(long_functions(text, 4).is_empty());
+}
