@@ -37,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, QueueKind};
 use crate::metrics::{ForeignNode, Metrics};
+use crate::queue::Purpose;
 use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, PutOptions, QueueError, QueueRef, QueueService};
 use crate::types::{Backoff, Layout, QueueName, Retries, now_epoch_ms};
 use crate::zk::{NodeMode, NodeStat, WatchEvent, Zk, ZkError, ZkSession};
@@ -217,16 +218,12 @@ impl Redrives {
                 humantime::format_duration(MIN_DESTINATION_WINDOW),
             )));
         }
-        let from = self
-            .queues
-            .existing(source, Duration::ZERO)
-            .await?
-            .ok_or_else(|| QueueError::NoSuchQueue(source.clone()))?;
+        let from = self.queues.queue(source, Purpose::Look).await?;
         from.check_leasable()?;
         if !self.queues.stored(&destination).await? {
             return Err(QueueError::NoSuchQueue(destination).into());
         }
-        let to = self.queues.open_for_put(&destination).await?;
+        let to = self.queues.queue(&destination, Purpose::Put).await?;
         let to_move = u64::try_from(from.info().await?.depth).unwrap_or(0);
         let report = TaskReport {
             handle: format!("{source}:{:032x}", rand::random::<u128>()),

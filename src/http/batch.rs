@@ -15,6 +15,7 @@ use super::error::{ApiError, ErrorBody, ErrorCode, ZookeeperErrors};
 use super::extract::{ApiJson, ApiPath, ApiQuery, bounded_duration, not_null};
 use super::state::AppState;
 use super::wire::{KindFields, NackModeParam, QueuePath, put_options_at, receipt_of};
+use crate::queue::Purpose;
 use crate::queue::{NackMode, PutOptions, QueueError};
 use crate::web::headers::HEADER_IDEMPOTENT_REPLAY;
 
@@ -207,7 +208,7 @@ pub(crate) async fn put_batch(
         options.push(PutOptions { idempotency_key: message.idempotency_key, attributes, traceparent, ..kind_options });
         bodies.push(body);
     }
-    let queue = state.queues.open_for_put(&path.queue).await?;
+    let queue = state.queues.queue(&path.queue, Purpose::Put).await?;
     let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
     let receipts = match query.format.unwrap_or_default() {
         BatchFormat::Nodes => queue.put_many(messages, wait).await?,
@@ -296,7 +297,7 @@ pub(crate) async fn ack_batch(
         Some(nack) => Some(bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?),
         None => None,
     };
-    let queue = state.queues.open_only(&path.queue)?;
+    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
     let nack = match (&request.nack, delay) {
         (Some(nack), Some(delay)) => Some((nack.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from), delay)),
         _ => None,

@@ -14,6 +14,7 @@ use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiPath, ApiQuery, bounded_duration, parse_duration};
 use super::state::AppState;
 use super::wire::{NackModeParam, QueuePath, check_max, delivered, message_response, receipt_of};
+use crate::queue::Purpose;
 use crate::queue::{NackMode, Queue};
 use crate::types::QueueName;
 use crate::web::headers::{HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_LEASE, HEADER_LEASE_EXPIRES_AT};
@@ -121,7 +122,7 @@ pub(crate) async fn lease_message(
     let max = query.max.map(|max| check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
-    let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
+    let Some(queue) = state.queues.queue_to_take(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let visibility = visibility(&state, &queue, asked);
@@ -168,7 +169,7 @@ pub(crate) async fn ack(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<LeasePath>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.open_only(&path.queue)?;
+    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
     queue.ack(receipt_of(&path.lease)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -190,7 +191,7 @@ pub(crate) async fn nack(
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<NackQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.open_only(&path.queue)?;
+    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
     let mode = query.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from);
     let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
     queue.nack(receipt_of(&path.lease)?, mode, delay).await?;
@@ -215,7 +216,7 @@ pub(crate) async fn extend(
     ApiQuery(query): ApiQuery<ExtendQuery>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
     let asked = asked_visibility(query.visibility.as_deref())?;
-    let queue = state.queues.open_only(&path.queue)?;
+    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
     let visibility = visibility(&state, &queue, asked);
     let expires_at = queue.extend(receipt_of(&path.lease)?, visibility).await?;
     Ok(Json(ExtendResponse { lease: path.lease, expires_at }))

@@ -13,10 +13,10 @@ use super::error::{ApiError, ErrorBody, ZookeeperErrors};
 use super::extract::{ApiBody, ApiPath, ApiQuery, bounded_duration};
 use super::state::AppState;
 use super::wire::{KindFields, QueuePath, check_max, delivered, message_response, put_options};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::queue::Purpose;
 use crate::queue::{HeadAge, ItemMeta, PutOptions, Queue, QueueError, QueueRef, Taken};
 use crate::types::QueueName;
 use crate::web::body::HandoverBody;
@@ -233,10 +233,7 @@ fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
 
 /// A queue to read: 404 `queue_not_found` for a dynamic queue that does not exist (nothing is created).
 async fn existing(state: &AppState, name: &QueueName) -> Result<QueueRef, ApiError> {
-    match state.queues.existing(name, Duration::ZERO).await? {
-        Some(queue) => Ok(queue),
-        None => Err(QueueError::NoSuchQueue(name.clone()).into()),
-    }
+    Ok(state.queues.queue(name, Purpose::Look).await?)
 }
 
 /// The `Idempotency-Key` of a put, if it sent one: one header of 1–200 bytes of visible ASCII.
@@ -296,7 +293,7 @@ pub(crate) async fn put_message(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let queue = state.queues.open_for_put(&path.queue).await?;
+    let queue = state.queues.queue(&path.queue, Purpose::Put).await?;
     let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let fields = KindFields {
@@ -352,7 +349,7 @@ pub(crate) async fn take_message(
     let wait_until = Instant::now() + wait;
     // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
     // first put (of any sidecar or Curator producer) without creating anything.
-    let Some(queue) = state.queues.existing(&path.queue, wait).await? else {
+    let Some(queue) = state.queues.queue_to_take(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let wait = wait_until.saturating_duration_since(Instant::now());

@@ -61,7 +61,7 @@ impl Subscription {
     ) -> Result<Subscription, String> {
         let url = config.url.clone();
         let readiness = config.readiness_url.clone();
-        let queue = queues.open(name).map_err(|err| err.to_string())?;
+        let queue = queues.declared(name).map_err(|err| err.to_string())?;
         let connect_timeout = config.request_timeout;
         let metrics = metrics.push(name);
         let backoff = backoff::policy(config);

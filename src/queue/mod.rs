@@ -37,8 +37,8 @@ pub(crate) use put::idempotency::{
     MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN, is_valid_key as is_valid_idempotency_key,
     key_pattern as idempotency_key_pattern,
 };
-pub(crate) use service::QueueService;
 pub(crate) use service::queue_layout;
+pub(crate) use service::{Purpose, QueueService};
 pub(crate) use settings::DeadLetter;
 pub(crate) use settings::{
     MAX_DELAY_SECONDS, MAX_POLICY_BYTES, MAX_RETENTION_SECONDS, MIN_MESSAGE_BYTES_SETTING, MIN_RETENTION_SECONDS,

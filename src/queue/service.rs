@@ -94,6 +94,23 @@ pub(crate) struct Created {
     pub settings: QueueSettings,
 }
 
+/// What a front does with a queue it opens ([`QueueService::queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Storing a message (zkq's put, a batch put, a redrive's destination): the queue is opened,
+    /// made to exist again first if it was deleted, and the put creates its node.
+    Put,
+    /// Reading the queue or its messages (info, browse, settings, every SQS action on a queue):
+    /// never creates; a dynamic queue without a node is no such queue.
+    Look,
+    /// A step of a lease (extend, ack, release, nack): a queue this process has open, or leased
+    /// from since it closed idle (its lease memory answers a late retry). Touches nothing.
+    Step,
+    /// Serving a queue the caller has just made or checked (SQS `CreateQueue`, which writes the
+    /// queue's node itself): opened here, nothing written.
+    Serve,
+}
+
 /// All queues this process serves; dynamic ones are created on first use.
 pub(crate) struct QueueService {
     config: Arc<Config>,
@@ -194,9 +211,38 @@ impl QueueService {
             .await;
     }
 
+    /// The one door every front opens a queue through: what it does with the queue (`purpose`)
+    /// decides here, once, whether opening it may create anything. Only a put writes the queue
+    /// into being; a look, a take and a lease step never create (see [`Purpose`]).
+    pub(crate) async fn queue(&self, name: &QueueName, purpose: Purpose) -> Result<QueueRef, QueueError> {
+        match purpose {
+            Purpose::Put => self.open_for_put(name).await,
+            Purpose::Look => {
+                self.existing(name, Duration::ZERO).await?.ok_or_else(|| QueueError::NoSuchQueue(name.clone()))
+            },
+            Purpose::Step => self.open_only(name),
+            Purpose::Serve => self.open(name),
+        }
+    }
+
+    /// The queue called `name` to take or lease from, waiting up to `wait` for it: `None` for a
+    /// dynamic queue whose node is not made yet, which is empty to a taker (nothing is created).
+    pub(crate) async fn queue_to_take(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+        self.existing(name, wait).await
+    }
+
+    /// A declared queue to serve (push delivery starts before any request): it is in the
+    /// configuration, so opening it decides nothing.
+    pub(crate) fn declared(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+        if !self.config.queues.contains_key(name) {
+            return Err(QueueError::UnknownQueue(name.to_owned()));
+        }
+        self.open(name)
+    }
+
     /// The queue called `name` for a write (a put), opening it on first use: the put creates the
     /// queue's node when it does not exist (nothing else does).
-    pub(crate) fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    fn open(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(queue) = queues.get(name) {
             return Ok(queue.used());
@@ -261,7 +307,7 @@ impl QueueService {
     /// as [`QueueService::open`] does, and, when it was deleted, made to exist again first, so
     /// that a put never stores a message in a deleted queue (`catalog`). A queue this process
     /// has read since it opened costs nothing more; one it has not, one read.
-    pub(crate) async fn open_for_put(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    async fn open_for_put(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queue = self.open(name)?;
         // Absent needs nothing: the put creates the node.
         if matches!(queue.presence(), None | Some(Presence::Deleted)) && !queue.declared() {
@@ -277,7 +323,7 @@ impl QueueService {
     /// The queue called `name` if this process has it open (declared queues always are), or a
     /// dynamic queue closed idle since it leased here (opened again with its lease memory); for
     /// lease steps, which only such a queue can have. Touches nothing in ZooKeeper.
-    pub(crate) fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
+    fn open_only(&self, name: &QueueName) -> Result<QueueRef, QueueError> {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get(name) {
             Some(queue) => Ok(queue.used()),
@@ -308,7 +354,7 @@ impl QueueService {
     ///   put that created the queue on another sidecar, acknowledged before this request arrived.
     /// - No one-shot watch is ever set on a queue's path: beside the cache's persistent watch it
     ///   breaks that watch on ZooKeeper before 3.9 (ZOOKEEPER-4466): see [`Self::await_live`].
-    pub(crate) async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
+    async fn existing(&self, name: &QueueName, wait: Duration) -> Result<Option<QueueRef>, QueueError> {
         let queue = self.find_existing(name, wait).await?;
         if let Some(queue) = &queue {
             self.settings_loaded(queue).await?;

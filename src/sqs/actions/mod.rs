@@ -43,6 +43,7 @@ use tags::{list_queue_tags, tag_queue, untag_queue};
 
 use super::error::SqsError;
 use crate::http::AppState;
+use crate::queue::Purpose;
 use crate::queue::QueueRef;
 use crate::types::QueueName;
 
@@ -171,16 +172,13 @@ impl Ctx<'_> {
     /// The queue `url` names, for a read or a lease: it must exist.
     async fn existing(&self, url: &str) -> Result<QueueRef, SqsError> {
         let name = Ctx::name_of(url)?;
-        match self.state.queues.existing(&name, Duration::ZERO).await? {
-            Some(queue) => Ok(queue),
-            None => Err(SqsError::no_such_queue()),
-        }
+        Ok(self.state.queues.queue(&name, Purpose::Look).await?)
     }
 
     /// The queue `url` names for a lease step: this process leased from it.
-    fn leased_from(&self, url: &str) -> Result<QueueRef, SqsError> {
+    async fn leased_from(&self, url: &str) -> Result<QueueRef, SqsError> {
         let name = Ctx::name_of(url)?;
-        Ok(self.state.queues.open_only(&name)?)
+        Ok(self.state.queues.queue(&name, Purpose::Step).await?)
     }
 }
 

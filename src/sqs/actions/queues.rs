@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use super::{Ctx, Empty, bounded, is_fifo, number, required};
 use crate::config::QueueKind;
+use crate::queue::Purpose;
 use crate::queue::{QueueError, QueueRef, QueueSettings};
 use crate::sqs::error::SqsError;
 use crate::types::QueueName;
@@ -471,7 +472,7 @@ fn settings_error(err: QueueError) -> SqsError {
 pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
     let name = sqs_queue_name(&required(input.queue_name, "QueueName")?)?;
     super::tags::check_tags(&input.tags)?;
-    let queue = ctx.state.queues.open(&name)?;
+    let queue = ctx.state.queues.queue(&name, Purpose::Serve).await?;
     let given = given(ctx, &queue, &input.attributes, true)?;
     let (queue, created) =
         ctx.state.queues.create(&name, given.change.apply(sqs_defaults())).await.map_err(settings_error)?;

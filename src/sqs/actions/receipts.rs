@@ -26,7 +26,7 @@ fn receipt_of(text: Option<String>) -> Result<Receipt, SqsError> {
 
 pub(super) async fn delete_message(ctx: &Ctx<'_>, input: DeleteMessageInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.leased_from(&url)?;
+    let queue = ctx.leased_from(&url).await?;
     delete_one(&queue, receipt_of(input.receipt_handle)?).await?;
     Ok(Empty {})
 }
@@ -79,7 +79,7 @@ pub(super) async fn receipt_batch(
         ReceiptStep::ChangeVisibility => "ChangeMessageVisibilityBatchRequestEntry",
     };
     check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), entry)?;
-    let queue = ctx.leased_from(&url)?;
+    let queue = ctx.leased_from(&url).await?;
     let steps = input.entries.into_iter().map(|entry| {
         let queue = &queue;
         async move {
@@ -157,7 +157,7 @@ async fn change_one(
 
 pub(super) async fn change_visibility(ctx: &Ctx<'_>, input: ChangeVisibilityInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
-    let queue = ctx.leased_from(&url)?;
+    let queue = ctx.leased_from(&url).await?;
     change_one(ctx, &queue, receipt_of(input.receipt_handle)?, input.visibility_timeout).await?;
     Ok(Empty {})
 }
