@@ -29,7 +29,8 @@
 //! `ZKQ_BENCH_SUITES` (default `trickle,drain`), `ZKQ_BENCH_CURATOR=0` (no Curator anchor: its
 //! column reads NaN), `ZKQ_BENCH_FLEET_WATCHERS` (default 3, zkq's; e.g. 0: every sidecar
 //! runs with `queues_fleet_watchers = 0`, every member watching), `ZKQ_BENCH_PER_SIDECAR=1` (after each drain row, each
-//! sidecar's claims by outcome, whether it watches or stands by, and its calls for help),
+//! sidecar's claims by outcome, whether it watches or stands by, and its calls for help; before each
+//! trickle row, the survivors' claims that did not win by outcome and their failed claim transactions),
 //! `ZKQ_BENCH_BASELINE=path/to/zkq` to run the same table for another build first (e.g. the
 //! previous release), so before and after are compared in one run.
 
@@ -457,6 +458,15 @@ async fn run_trickle(
         .iter()
         .map(|o| delta("zkq_claim_attempts_total", &[&format!("outcome=\"{o}\"")], &[]))
         .sum::<f64>();
+    if per_sidecar() {
+        let each = ["lost", "gone", "locked"]
+            .iter()
+            .map(|o| format!("{o} {}", delta("zkq_claim_attempts_total", &[&format!("outcome=\"{o}\"")], &[])))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let txns = delta("zkq_zookeeper_requests_total", &["operation=\"multi\""], &["outcome=\"ok\""]);
+        println!("  claims that did not win: {each}; claim transactions that failed: {txns}");
+    }
     let mut latencies = Vec::with_capacity(n);
     let mut counts: HashMap<Vec<u8>, usize> = HashMap::with_capacity(n);
     for (b, at) in &got {
