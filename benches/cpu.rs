@@ -132,6 +132,7 @@ async fn floor_session(spec: &str, stop: tokio_util::sync::CancellationToken) ->
         tls: None,
         acl: zkq::NodeAcl::Open,
         reconnect_backoff_max: defaults.reconnect_backoff_max,
+        jute_maxbuffer: defaults.jute_maxbuffer,
     };
     let metrics = Arc::new(zkq::Metrics::new().expect("metrics"));
     let (session, _task) = zkq::ZkSession::start(settings, metrics, stop).expect("the floor's session");

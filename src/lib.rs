@@ -39,7 +39,7 @@ pub use shutdown::on_signals;
 pub use types::acl::NodeAcl;
 pub use types::now_epoch_ms;
 pub use web::server::{ListenerLimits, serve};
-pub use zk::{ConnectionState, MAX_REQUEST_BYTES, SessionSettings, SessionStatus, ZkSession, load_secrets};
+pub use zk::{ConnectionState, SessionSettings, SessionStatus, ZkSession, load_secrets, max_request_bytes};
 
 #[cfg(test)]
 mod tidy;

@@ -99,6 +99,10 @@ pub struct ZookeeperConfig {
     /// Upper bound of the reconnect backoff while ZooKeeper is unreachable.
     #[serde(with = "humantime_serde")]
     pub reconnect_backoff_max: Duration,
+    /// The servers' `jute.maxbuffer` (Java's default unless they run with `-Djute.maxbuffer`):
+    /// the largest request a server reads. zkq sends none larger than this less 4 KiB; it bounds
+    /// `api.max_message_bytes` and `api.max_batch_bytes`.
+    pub jute_maxbuffer: usize,
     /// ACL of every node zkq creates, as `scheme:id:perms` entries. None: `auth::cdrwa` (only
     /// sessions with zkq's credentials) when credentials are configured, else `world:anyone:cdrwa`.
     pub acl: Option<Vec<AclEntry>>,
@@ -492,6 +496,8 @@ impl Default for ZookeeperConfig {
             root: "/zkq".to_owned(),
             auth_digest: None,
             reconnect_backoff_max: Duration::from_secs(5),
+            // Java's default, 1 MiB less a byte.
+            jute_maxbuffer: 0xf_ffff,
             acl: None,
             tls: ZkTlsConfig::default(),
             sasl: ZkSaslConfig::default(),

@@ -475,3 +475,29 @@ fn the_sqs_listener_is_off_by_default_and_its_keys_are_checked() {
     let config = load_toml(signed).expect("a signed SQS listener beside a token-guarded API");
     assert_eq!(config.sqs.access_key_id.as_deref(), Some("AKID"));
 }
+
+#[test]
+fn the_servers_jute_maxbuffer_bounds_the_message_and_batch_sizes() {
+    // Java's default: a message of up to 1,000,000 bytes, a batch of up to 786,432.
+    for (toml, key, needle) in [
+        ("[api]\nmax_message_bytes = 1000001\n", "api.max_message_bytes", "between 1 and 1000000 bytes"),
+        ("[api]\nmax_batch_bytes = 786433\n", "api.max_batch_bytes", "between 1024 and 786432"),
+        ("[zookeeper]\njute_maxbuffer = 1048574\n", "zookeeper.jute_maxbuffer", "between 1048575"),
+        ("[zookeeper]\njute_maxbuffer = 67108865\n", "zookeeper.jute_maxbuffer", "and 67108864 bytes"),
+        (
+            "[zookeeper]\njute_maxbuffer = 4194304\n[api]\nmax_message_bytes = 4145730\n",
+            "api.max_message_bytes",
+            "between 1 and 4145729 bytes",
+        ),
+    ] {
+        let err = load_toml(toml).expect_err(toml);
+        assert_eq!(err.key, key, "{toml}: {err}");
+        assert!(err.to_string().contains(needle), "{toml}: {err}");
+    }
+    assert!(load_toml("[api]\nmax_message_bytes = 1000000\nmax_batch_bytes = 786432\n").is_ok());
+    // Servers that read 4 MiB: SQS's 1 MiB for a message and a batch.
+    let larger =
+        "[zookeeper]\njute_maxbuffer = 4194304\n[api]\nmax_message_bytes = 1048576\nmax_batch_bytes = 1048576\n";
+    let config = load_toml(larger).expect("larger messages with larger requests");
+    assert_eq!(config.zookeeper.jute_maxbuffer, 4 * 1024 * 1024);
+}

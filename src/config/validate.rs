@@ -11,6 +11,26 @@ use super::{
 };
 use crate::types::acl::{AclEntry, acl_perms, digest_hash};
 
+/// The smallest `zookeeper.jute_maxbuffer`: Java's default, which every server reads.
+const MIN_JUTE_MAXBUFFER: usize = 0xf_ffff;
+/// The largest `zookeeper.jute_maxbuffer` taken (64 MiB): every server holds its whole tree in
+/// memory, and a node that size is sent to every watcher of its queue.
+const MAX_JUTE_MAXBUFFER: usize = 64 * 1024 * 1024;
+/// What a message leaves of `jute.maxbuffer`: its envelope, its path, the ACL of its create, an
+/// idempotency record beside it (1,000,000 bytes of body at Java's default).
+const MESSAGE_ROOM: usize = 48_575;
+
+/// The largest `api.max_message_bytes` with servers that read `jute_maxbuffer` bytes.
+pub(crate) fn largest_message_bytes(jute_maxbuffer: usize) -> usize {
+    jute_maxbuffer.saturating_sub(MESSAGE_ROOM)
+}
+
+/// The largest `api.max_batch_bytes` with servers that read `jute_maxbuffer` bytes: three
+/// quarters of it, for the creates' paths and ACLs (786,432 at Java's default).
+pub(crate) fn largest_batch_bytes(jute_maxbuffer: usize) -> usize {
+    jute_maxbuffer.saturating_add(1) / 4 * 3
+}
+
 impl Config {
     /// Every check that involves more than one value's type: ranges, paths, cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -69,6 +89,16 @@ impl Config {
             Duration::from_millis(100),
             Duration::from_secs(300),
         )?;
+        if !(MIN_JUTE_MAXBUFFER..=MAX_JUTE_MAXBUFFER).contains(&zk.jute_maxbuffer) {
+            return Err(invalid(
+                "zookeeper.jute_maxbuffer",
+                zk.jute_maxbuffer,
+                format!(
+                    "between {MIN_JUTE_MAXBUFFER} (Java's default) and {MAX_JUTE_MAXBUFFER} bytes, and never more than \
+                     every server's -Djute.maxbuffer"
+                ),
+            ));
+        }
         check_zk_path("zookeeper.root", &zk.root)?;
         if zk.root == "/" {
             return Err(invalid("zookeeper.root", &zk.root, "must be a node below /, such as /zkq"));
@@ -82,12 +112,15 @@ impl Config {
         if self.api.listen == self.admin.listen && self.api.listen.port() != 0 {
             return Err(invalid("admin.listen", self.admin.listen, "must differ from api.listen"));
         }
-        // Curator's envelope adds 10 bytes; ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1).
-        if !(1..=1_000_000).contains(&self.api.max_message_bytes) {
+        let largest_message = largest_message_bytes(self.zookeeper.jute_maxbuffer);
+        if !(1..=largest_message).contains(&self.api.max_message_bytes) {
             return Err(invalid(
                 "api.max_message_bytes",
                 self.api.max_message_bytes,
-                "between 1 and 1000000 bytes (a znode holds at most jute.maxbuffer = 1 MiB)",
+                format!(
+                    "between 1 and {largest_message} bytes (a message is one znode, written in one request: \
+                     zookeeper.jute_maxbuffer less {MESSAGE_ROOM})"
+                ),
             ));
         }
         check_duration(
@@ -147,11 +180,15 @@ impl Config {
         if !(1..=1000).contains(&self.api.max_batch) {
             return Err(invalid("api.max_batch", self.api.max_batch, "between 1 and 1000"));
         }
-        if !(1024..=768 * 1024).contains(&self.api.max_batch_bytes) {
+        let largest_batch = largest_batch_bytes(self.zookeeper.jute_maxbuffer);
+        if !(1024..=largest_batch).contains(&self.api.max_batch_bytes) {
             return Err(invalid(
                 "api.max_batch_bytes",
                 self.api.max_batch_bytes,
-                "between 1024 and 786432 (a batch put is one transaction under ZooKeeper's 1 MiB request limit)",
+                format!(
+                    "between 1024 and {largest_batch} (a batch put is one transaction: three quarters of \
+                     zookeeper.jute_maxbuffer)"
+                ),
             ));
         }
         check_duration("shutdown.grace", self.shutdown.grace, Duration::ZERO, Duration::from_secs(3600))?;

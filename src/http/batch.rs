@@ -138,7 +138,7 @@ pub(crate) struct BatchPutResponse {
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
         (status = 409, description = "A field that does not fit the queue's kind, an id queue message without `id`, or `format=curator-multi` on an id or simple queue, where Curator has no putMulti (`parameter_not_for_kind`); an idempotency_key used within the window with another body, priority or id (`idempotency_key_reused`; nothing stored)", body = ErrorBody),
         (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
-        (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together, or messages (with their idempotency records and the node ACL of each create) that would make the transaction larger than ZooKeeper's request limit (1 MiB less 4 KiB, encoded); nothing stored", body = ErrorBody),
+        (status = 413, description = "A message larger than api.max_message_bytes, or bodies larger than api.max_batch_bytes together, or messages (with their idempotency records and the node ACL of each create) that would make the transaction larger than ZooKeeper's request limit (zookeeper.jute_maxbuffer less 4 KiB, encoded); nothing stored", body = ErrorBody),
         (status = 415, description = "The body is not sent as JSON (`Content-Type: application/json`)", body = ErrorBody),
         (status = 429, description = "No room for every message under max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         ZookeeperErrors,

@@ -142,9 +142,9 @@ error_codes! {
     /// so, also to `Expect: 100-continue`); a batch put whose bodies pass `api.max_batch_bytes`
     /// together, or whose JSON passes that limit in base64 plus 1 KiB per message; a batch, or a
     /// put with an `Idempotency-Key`, whose messages with their idempotency records would make a
-    /// transaction over ZooKeeper's request limit, 1 MiB less 4 KiB encoded (every create carries
-    /// the node ACL, so a long `zookeeper.acl` counts too; for one put, with
-    /// `api.max_message_bytes` at most 1,000,000, only with a very long ACL or root). Nothing is sent.
+    /// transaction over ZooKeeper's request limit, `zookeeper.jute_maxbuffer` less 4 KiB encoded
+    /// (every create carries the node ACL, so a long `zookeeper.acl` counts too; for one put, with
+    /// `api.max_message_bytes` within its bound, only with a very long ACL or root). Nothing is sent.
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large";
     /// The request body did not arrive within `api.body_read_timeout` of the request's headers
     /// (a client that stalls or trickles its upload); nothing was done, and the connection is
@@ -296,7 +296,7 @@ impl From<ZkError> for ApiError {
                 ApiError::new(ErrorCode::ZookeeperRefused, format!("ZooKeeper refused the request: {why}"))
             },
             // The request is too large once it is a ZooKeeper transaction (the node ACL counts too).
-            ZkError::TooLarge(_) => ApiError::new(ErrorCode::PayloadTooLarge, err.to_string()),
+            ZkError::TooLarge { .. } => ApiError::new(ErrorCode::PayloadTooLarge, err.to_string()),
             other => ApiError::new(ErrorCode::Internal, format!("unexpected ZooKeeper answer: {other}")),
         }
     }

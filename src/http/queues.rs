@@ -281,7 +281,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 404, description = "Unknown queue (dynamic queues disabled)", body = ErrorBody),
         (status = 409, description = "A parameter that does not fit the queue's kind, an id queue without `id`, attributes or a traceparent on a simple queue (`parameter_not_for_kind`); an Idempotency-Key used within the window with another body, priority or id (`idempotency_key_reused`)", body = ErrorBody),
         (status = 408, description = "The body did not arrive within api.body_read_timeout of the headers (`request_timeout`); nothing was done", body = ErrorBody),
-        (status = 413, description = "Message larger than api.max_message_bytes; or, with an Idempotency-Key, a message that with its key's record would make a ZooKeeper transaction over its request limit, 1 MiB less 4 KiB encoded (with api.max_message_bytes at most 1,000,000, only with a very long ACL or root)", body = ErrorBody),
+        (status = 413, description = "Message larger than api.max_message_bytes; or, with an Idempotency-Key, a message that with its key's record would make a ZooKeeper transaction over its request limit, zookeeper.jute_maxbuffer less 4 KiB encoded (with api.max_message_bytes within its bound, only with a very long ACL or root)", body = ErrorBody),
         (status = 429, description = "Queue at max_items", body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
         ZookeeperErrors,
     )

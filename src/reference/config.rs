@@ -39,6 +39,14 @@ const KEYS: &[Key] = &[
     ),
     key("zookeeper.auth_digest", "secret string", "`user:password` for `digest` auth, sent on every (re)connection"),
     key("zookeeper.reconnect_backoff_max", "duration", "cap of the reconnect backoff while ZooKeeper is down"),
+    key(
+        "zookeeper.jute_maxbuffer",
+        "bytes",
+        "the servers' `jute.maxbuffer`, 1048575 (Java's default) to 67108864: raise it only once every server runs \
+         with that `-Djute.maxbuffer` or more, since a server drops the connection of a larger request. zkq sends no \
+         request over this less 4096; it bounds `api.max_message_bytes` and `api.max_batch_bytes`. See \
+         [messages over 1 MB](../queues.md#messages-over-1-mb)",
+    ),
     key_or(
         "zookeeper.acl",
         "list of strings",
@@ -76,7 +84,12 @@ const KEYS: &[Key] = &[
     key("zookeeper.sasl.password", "secret string", "the SASL password; exactly one of `password` and `password_file`"),
     key("zookeeper.sasl.password_file", "file path", "a file holding the SASL password (trailing line breaks ignored)"),
     key("api.listen", "address", "queue API; loopback: the app in the pod is the client"),
-    key("api.max_message_bytes", "bytes", "largest message body (a znode holds at most 1 MiB)"),
+    key(
+        "api.max_message_bytes",
+        "bytes",
+        "largest message body, 1 to `zookeeper.jute_maxbuffer` less 48575 (1000000 with Java's default): a message \
+         is one znode",
+    ),
     key(
         "api.max_delay",
         "duration",
@@ -120,7 +133,8 @@ const KEYS: &[Key] = &[
     key(
         "api.max_batch_bytes",
         "bytes",
-        "message bytes of one batch put (one ZooKeeper transaction: 1024–786432) and of one `?max=` answer (the first message is always taken); a larger batch put answers 413",
+        "message bytes of one batch put (one ZooKeeper transaction: 1024 to three quarters of \
+         `zookeeper.jute_maxbuffer`, 786432 with Java's default) and of one `?max=` answer (the first message is always taken); a larger batch put answers 413",
     ),
     key(
         "api.token_file",

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 
 use super::ZkError;
-use super::wire::{MAX_REQUEST_BYTES, RequestSizer};
+use super::wire::RequestSizer;
 use crate::metrics::Metrics;
 
 /// The parts of a znode's `Stat` that zkq uses.
@@ -182,6 +182,8 @@ pub struct Zk {
     acl: Arc<[zkc::Acl]>,
     /// How large the requests of this session are on the wire (its ACL, its chroot).
     sizer: RequestSizer,
+    /// The largest request this session sends ([`super::wire::max_request_bytes`]).
+    max_request: usize,
 }
 
 impl std::fmt::Debug for Zk {
@@ -197,11 +199,12 @@ impl Zk {
         request_timeout: Duration,
         metrics: Arc<Metrics>,
         acl: Arc<[zkc::Acl]>,
+        max_request: usize,
     ) -> Zk {
         let chroot = client.path();
         let chroot_len = if chroot == "/" { 0 } else { chroot.len() };
         let sizer = RequestSizer::new(acl.iter().map(|entry| (entry.scheme().len(), entry.id().len())), chroot_len);
-        Zk { client, generation, request_timeout, deadline: None, metrics, acl, sizer }
+        Zk { client, generation, request_timeout, deadline: None, metrics, acl, sizer, max_request }
     }
 
     /// What one operation adds to a transaction of this session, encoded (see [`super::wire`]).
@@ -209,8 +212,15 @@ impl Zk {
         self.sizer.op_bytes(op)
     }
 
+    /// The largest request this session sends: `zookeeper.jute_maxbuffer` less room for the
+    /// servers' log entry. A transaction over it is refused before it is sent
+    /// ([`ZkError::TooLarge`]).
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_request
+    }
+
     /// The encoded size of a transaction of `ops` on this session: at most
-    /// [`super::MAX_REQUEST_BYTES`] may be sent.
+    /// [`Zk::max_request_bytes`] may be sent.
     pub fn request_bytes<'a>(&self, ops: impl IntoIterator<Item = &'a TxnOp>) -> usize {
         self.sizer.multi_bytes(ops)
     }
@@ -346,9 +356,9 @@ impl Zk {
     /// Runs `ops` as one transaction: all are applied or none.
     pub async fn multi(&self, ops: &[TxnOp]) -> Result<Vec<TxnResult>, TxnError> {
         let bytes = self.request_bytes(ops);
-        if bytes > MAX_REQUEST_BYTES {
+        if bytes > self.max_request {
             // Never sent: the server would close the connection, losing every answer in flight.
-            return Err(TxnError { index: None, error: ZkError::TooLarge(bytes) });
+            return Err(TxnError { index: None, error: ZkError::TooLarge { size: bytes, max: self.max_request } });
         }
         let mut writer = self.client.new_multi_writer();
         for op in ops {
@@ -485,7 +495,7 @@ impl Zk {
         let mut ops: Vec<TxnOp> = nodes.into_iter().map(|path| TxnOp::Delete { path, version: None }).collect();
         while !ops.is_empty() {
             let mut take = ops.len().min(per_txn);
-            while take > 1 && self.request_bytes(&ops[..take]) > MAX_REQUEST_BYTES / 2 {
+            while take > 1 && self.request_bytes(&ops[..take]) > self.max_request / 2 {
                 take /= 2;
             }
             match self.multi(&ops[..take]).await {

@@ -34,14 +34,13 @@ pub enum ZkError {
     #[error("ZooKeeper refused the request: {0}")]
     Rejected(String),
     /// A transaction zkq did not send because it is larger than ZooKeeper reads
-    /// ([`super::MAX_REQUEST_BYTES`], encoded with the node ACL and chroot): nothing was sent, and
-    /// the same one will never fit.
+    /// ([`super::Zk::max_request_bytes`], encoded with the node ACL and chroot): nothing was sent,
+    /// and the same one will never fit.
     #[error(
-        "a transaction of {0} bytes is larger than ZooKeeper's request limit ({max} bytes, jute.maxbuffer less \
-         room for its log entry); it was not sent",
-        max = super::MAX_REQUEST_BYTES
+        "a transaction of {size} bytes is larger than ZooKeeper's request limit ({max} bytes, \
+         zookeeper.jute_maxbuffer less room for its log entry); it was not sent"
     )]
-    TooLarge(usize),
+    TooLarge { size: usize, max: usize },
 }
 
 impl ZkError {
@@ -62,7 +61,7 @@ impl ZkError {
             ZkError::SessionLost => "session_lost",
             ZkError::NotAuthorized => "not_authorized",
             ZkError::Rejected(_) => "rejected",
-            ZkError::TooLarge(_) => "too_large",
+            ZkError::TooLarge { .. } => "too_large",
         }
     }
 }

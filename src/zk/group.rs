@@ -43,7 +43,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::{MAX_REQUEST_BYTES, TxnError, TxnOp, TxnResult, Zk, ZkError};
+use super::{TxnError, TxnOp, TxnResult, Zk, ZkError};
 use crate::metrics::Metrics;
 
 /// Transactions in flight at once (each may carry many units).
@@ -52,7 +52,7 @@ pub(super) const MAX_IN_FLIGHT: usize = 2;
 pub(super) const MAX_BATCH_OPS: usize = 1000;
 /// Encoded bytes of one transaction that carries several units: half of ZooKeeper's default
 /// `jute.maxbuffer` (1 MiB). A unit larger than this is sent alone (and must itself fit
-/// [`super::MAX_REQUEST_BYTES`]).
+/// [`Zk::max_request_bytes`]).
 pub(crate) const MAX_BATCH_BYTES: usize = 512 * 1024;
 
 /// Per operation of a unit: its rank among the transaction's identical creates (same path, same
@@ -217,8 +217,9 @@ impl GroupCommit {
             return Ok(Vec::new());
         }
         let bytes = zk.request_bytes(&ops);
-        if bytes > MAX_REQUEST_BYTES {
-            return Err(TxnError { index: None, error: ZkError::TooLarge(bytes) }.into());
+        if bytes > zk.max_request_bytes() {
+            let max = zk.max_request_bytes();
+            return Err(TxnError { index: None, error: ZkError::TooLarge { size: bytes, max } }.into());
         }
         let (reply, answer) = oneshot::channel();
         let unit = Unit { zk: zk.clone(), deadline: zk.deadline(), ops, bytes, reply, booking };

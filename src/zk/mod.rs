@@ -19,4 +19,4 @@ pub use session::{ConnectionState, SessionSettings, SessionStatus, ZkSession};
 pub use settings::load_secrets;
 pub(crate) use settings::session_settings;
 pub(crate) use tls::{TlsMaterial, TlsSettings};
-pub use wire::MAX_REQUEST_BYTES;
+pub use wire::max_request_bytes;

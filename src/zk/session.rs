@@ -96,6 +96,8 @@ pub struct SessionSettings {
     /// The ACL of every node zkq creates.
     pub acl: NodeAcl,
     pub reconnect_backoff_max: Duration,
+    /// The servers' `jute.maxbuffer`: the largest request they read (`zookeeper.jute_maxbuffer`).
+    pub jute_maxbuffer: usize,
 }
 
 /// A SASL user and its password.
@@ -513,6 +515,7 @@ impl ZkSession {
                 self.inner.settings.request_timeout,
                 self.inner.metrics.clone(),
                 self.inner.acl.clone(),
+                super::wire::max_request_bytes(self.inner.settings.jute_maxbuffer),
             )));
             self.publish(ConnectionState::Connected, session_id, true, true);
 

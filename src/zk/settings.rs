@@ -57,5 +57,6 @@ pub(crate) fn session_settings(config: &Config, secrets: Secrets) -> SessionSett
         tls: secrets.tls,
         acl: config.node_acl(),
         reconnect_backoff_max: config.zookeeper.reconnect_backoff_max,
+        jute_maxbuffer: config.zookeeper.jute_maxbuffer,
     }
 }

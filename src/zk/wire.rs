@@ -6,15 +6,17 @@
 
 use super::TxnOp;
 
-/// Java's default `jute.maxbuffer` (0xfffff): the largest request (and reply) a ZooKeeper server
-/// or client reads.
-pub(crate) const JUTE_MAX_BUFFER: usize = 0xf_ffff;
+/// What a request leaves of `jute.maxbuffer`. The server turns a transaction into a log entry and
+/// a proposal to its followers a little larger than the request (a header, and a byte per create),
+/// and the followers read proposals within `jute.maxbuffer` plus `jute.maxbuffer.extrasize`
+/// (1 KiB): 4 KiB of room keeps every transaction readable by every server.
+const LOG_ENTRY_ROOM: usize = 4096;
 
-/// The largest request zkq sends. The server turns a transaction into a log entry and a proposal
-/// to its followers a little larger than the request (a header, and a byte per create), and the
-/// followers read proposals within `jute.maxbuffer` plus `jute.maxbuffer.extrasize` (1 KiB): 4 KiB
-/// of room keeps every transaction readable by every server.
-pub const MAX_REQUEST_BYTES: usize = JUTE_MAX_BUFFER - 4096;
+/// The largest request zkq sends to servers that read requests of up to `jute_maxbuffer` bytes
+/// (`zookeeper.jute_maxbuffer`: Java's default 0xfffff, unless they run with `-Djute.maxbuffer`).
+pub const fn max_request_bytes(jute_maxbuffer: usize) -> usize {
+    jute_maxbuffer.saturating_sub(LOG_ENTRY_ROOM)
+}
 
 /// A request's header: xid and operation code.
 const REQUEST_HEADER: usize = 4 + 4;

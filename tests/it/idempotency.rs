@@ -900,7 +900,7 @@ async fn a_keyed_batch_too_large_for_one_transaction_is_413_and_stores_nothing()
         .and_then(|(_, rest)| rest.split_once(" bytes"))
         .and_then(|(size, _)| size.parse().ok())
         .unwrap_or_else(|| panic!("no size in {:?}", refused.message));
-    let limit = zkq::MAX_REQUEST_BYTES;
+    let limit = zkq::max_request_bytes(zkq::config::Config::default().zookeeper.jute_maxbuffer);
     assert!(refused.message.contains(&format!("request limit of {limit}")), "{}", refused.message);
     assert!(size > limit, "{}", refused.message);
     let direct = zk_client(zk).await;

@@ -26,6 +26,7 @@ root = {{ toString $c.zookeeper.root | toJson }}
 session_timeout = {{ toString $c.zookeeper.session_timeout | toJson }}
 request_timeout = {{ toString $c.zookeeper.request_timeout | toJson }}
 reconnect_backoff_max = {{ toString $c.zookeeper.reconnect_backoff_max | toJson }}
+jute_maxbuffer = {{ int64 $c.zookeeper.jute_maxbuffer }}
 {{- with $c.zookeeper.acl }}
 acl = {{ toJson . }}
 {{- end }}
@@ -52,6 +53,7 @@ password_file = {{ printf "%s/sasl/password" $secrets | toJson }}
 [api]
 listen = {{ toString $c.api.listen | toJson }}
 max_message_bytes = {{ int64 $c.api.max_message_bytes }}
+max_batch_bytes = {{ int64 $c.api.max_batch_bytes }}
 refuse_cross_origin = {{ $c.api.refuse_cross_origin }}
 {{- if $zkq.apiTokenSecret.name }}
 token_file = {{ include "zkq-sidecar.apiTokenFile" . | toJson }}

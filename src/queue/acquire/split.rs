@@ -25,7 +25,7 @@ use crate::config::QueueKind;
 use crate::queue::context::Context;
 use crate::queue::envelope;
 use crate::queue::names::{self, ItemName};
-use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, TxnOp, Zk, ZkError};
+use crate::zk::{NodeMode, NodeStat, TxnOp, Zk, ZkError};
 
 /// A candidate node made ready for a claim by [`Claims::fit_for_claim`].
 pub(super) enum Fit {
@@ -76,7 +76,7 @@ impl Context {
 impl Claims {
     /// Makes node `name` (read as `data` at `stat`) small enough that its claim fits one request:
     /// while `claim_bytes(items, version)`, the encoded size of the claim the caller would send,
-    /// is over [`MAX_REQUEST_BYTES`], moves the largest run of tail items that fits one request
+    /// is over [`Zk::max_request_bytes`], moves the largest run of tail items that fits one request
     /// into nodes of their own, then reads the node again. Gives up at `zk`'s deadline (the error
     /// of the call that passed it).
     pub(super) async fn fit_for_claim(
@@ -94,7 +94,7 @@ impl Claims {
                 // Not a putMulti node: nothing to split, the claim judges it.
                 _ => return Ok(Fit::Ready(data, stat)),
             };
-            if items.len() < 2 || claim_bytes(&items, stat.version) <= MAX_REQUEST_BYTES {
+            if items.len() < 2 || claim_bytes(&items, stat.version) <= zk.max_request_bytes() {
                 return Ok(Fit::Ready(data, stat));
             }
             let Some((ops, split)) = self.tail_step(zk, &path, lock.as_deref(), name, &items, stat.version) else {
@@ -175,7 +175,7 @@ impl Claims {
         for (index, item) in items.iter().enumerate().skip(1).rev() {
             let item_bytes = envelope::encoded_len([item.len()]) - envelope::encoded_len([]);
             let (next_creates, next_kept) = (creates + create(index, item), kept_data - item_bytes);
-            if fixed + next_kept + next_creates > MAX_REQUEST_BYTES {
+            if fixed + next_kept + next_creates > zk.max_request_bytes() {
                 break;
             }
             (creates, kept_data) = (next_creates, next_kept);

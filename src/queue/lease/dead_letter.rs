@@ -11,7 +11,7 @@ use super::super::settings::DeadLetter;
 use super::Leases;
 use crate::config::QueueKind;
 use crate::types::now_epoch_ms;
-use crate::zk::{MAX_REQUEST_BYTES, NodeMode, TxnOp, Zk, ZkError};
+use crate::zk::{NodeMode, TxnOp, Zk, ZkError};
 
 impl Leases {
     pub(super) async fn dead_letter(
@@ -58,7 +58,7 @@ impl Leases {
         if let Some(counter) = counter {
             ops.push(TxnOp::Delete { path: counter.to_owned(), version: None });
         }
-        if zk.request_bytes(&ops) > MAX_REQUEST_BYTES {
+        if zk.request_bytes(&ops) > zk.max_request_bytes() {
             // Its copy there with its removal here would pass ZooKeeper's request limit (a node
             // within a few hundred bytes of it, or a longer path there): left in place.
             if self.cache.mark_undecodable(&candidate.name) {

@@ -17,7 +17,7 @@ use crate::queue::QueueError;
 use crate::queue::message::{NodeCreate, PutOptions, PutReceipt};
 use crate::queue::put::Puts;
 use crate::types::now_epoch_ms;
-use crate::zk::{MAX_REQUEST_BYTES, NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
+use crate::zk::{NodeMode, NodeStat, Refusal, TxnOp, TxnResult, Zk, ZkError};
 
 /// Transactions one keyed put sends at most (races with other puts of the same key, and the one
 /// retry after a lost answer that did not apply).
@@ -248,8 +248,8 @@ impl Puts {
             // joins it to other units only within its batch limit, and ZooKeeper answers a request
             // over its limit by dropping the connection, which every request in flight would pay for.
             let size = zk.request_bytes(&unit.ops);
-            if size > MAX_REQUEST_BYTES {
-                return Err(QueueError::TransactionTooLarge { size, max: MAX_REQUEST_BYTES });
+            if size > zk.max_request_bytes() {
+                return Err(QueueError::TransactionTooLarge { size, max: zk.max_request_bytes() });
             }
             let (failed, twins) = match self.ctx.group.submit_twins(&self.ctx.background, &zk, unit.ops.clone()).await {
                 Ok(results) => {
