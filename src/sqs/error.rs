@@ -103,6 +103,16 @@ impl SqsError {
         )
     }
 
+    /// A `SendMessageBatch` whose entries (bodies and attributes) are larger than
+    /// `api.max_batch_bytes` together, in SQS's words: the whole request is refused.
+    pub(super) fn batch_too_long(max: usize, sent: usize) -> SqsError {
+        SqsError::sender(
+            "BatchRequestTooLong",
+            "AWS.SimpleQueueService.BatchRequestTooLong",
+            format!("Batch requests cannot be longer than {max} bytes. You have sent {sent} bytes."),
+        )
+    }
+
     /// A batch without entries; `entry` is the action's entry type (`SendMessageBatchRequestEntry`).
     pub(super) fn empty_batch(entry: &str) -> SqsError {
         SqsError::sender(
@@ -154,20 +164,17 @@ impl SqsError {
     pub(super) fn refused(refusal: Refusal, api: &ApiConfig) -> SqsError {
         let Refusal { kind, batch, message } = refusal;
         match kind {
+            // In SQS's words, which clients match on; the batch's size is not known (its body
+            // was not read), only that it passes what the listener reads.
             RefusalKind::TooLarge { limit } if batch => SqsError::sender(
                 "BatchRequestTooLong",
                 "AWS.SimpleQueueService.BatchRequestTooLong",
                 format!(
-                    "Batch requests cannot be longer than {} bytes of message bodies; the request is larger \
-                     than the {limit} bytes zkq's SQS listener reads",
+                    "Batch requests cannot be longer than {} bytes. You have sent more than {limit} bytes.",
                     api.max_batch_bytes
                 ),
             ),
-            RefusalKind::TooLarge { limit } => SqsError::invalid_parameter(format!(
-                "One or more parameters are invalid. Reason: Message must be shorter than {} bytes; the \
-                 request is larger than the {limit} bytes zkq's SQS listener reads",
-                api.max_message_bytes
-            )),
+            RefusalKind::TooLarge { .. } => SqsError::message_too_long(api.max_message_bytes),
             RefusalKind::Overloaded => SqsError {
                 status: StatusCode::FORBIDDEN,
                 ..SqsError::sender("RequestThrottled", "RequestThrottled", message)

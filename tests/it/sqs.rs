@@ -2499,3 +2499,82 @@ async fn a_message_older_than_the_queues_retention_period_is_deleted() {
     let metrics = zkq.metrics().await;
     assert!(metrics.contains("zkq_messages_past_retention_total{queue=\"brief\"} 1"), "{metrics}");
 }
+
+/// With servers that read requests of 4 MiB (`-Djute.maxbuffer`) and `zookeeper.jute_maxbuffer`
+/// set to match, SQS's own limits hold: a queue's `MaximumMessageSize` is 1,048,576, a message of
+/// that size is stored and received whole, one byte more is refused in SQS's words, and a batch is
+/// refused whole once its entries pass 1,048,576 bytes together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_servers_that_read_larger_requests_sqs_takes_messages_of_a_mebibyte() {
+    const MIB: usize = 1024 * 1024;
+    let zk = ZkServer::start_with(ServerOptions {
+        jvm_args: vec!["-Djute.maxbuffer=4194304".to_owned()],
+        ..ServerOptions::default()
+    });
+    let mut config = test_config(&zk, &unique_root("sqs-mebibyte"));
+    config.sqs.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    config.zookeeper.jute_maxbuffer = 4 * MIB;
+    config.api.max_message_bytes = MIB;
+    config.api.max_batch_bytes = MIB;
+    let zkq = TestZkq::start_ready(config).await;
+    let addr = zkq.running.as_ref().and_then(|r| r.sqs_addr).expect("the SQS listener is bound");
+    let endpoint = format!("http://{addr}");
+    let (status, created) = sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "big" })).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().expect("a queue URL").to_owned();
+    let (_, attributes) = sqs_json(
+        &endpoint,
+        "GetQueueAttributes",
+        serde_json::json!({ "QueueUrl": url, "AttributeNames": ["MaximumMessageSize"] }),
+    )
+    .await;
+    assert_eq!(attributes["Attributes"]["MaximumMessageSize"], "1048576", "{attributes}");
+
+    let body = "m".repeat(MIB);
+    let (status, sent) =
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": body })).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["MD5OfMessageBody"], format!("{:x}", md5::compute(&body)), "{sent}");
+    let (status, received) = sqs_json(
+        &endpoint,
+        "ReceiveMessage",
+        serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MaxNumberOfMessages": 10 }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let messages = received["Messages"].as_array().expect("one message received");
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["Body"].as_str().map(str::len), Some(MIB), "the body whole");
+    assert_eq!(messages[0]["MD5OfBody"], sent["MD5OfMessageBody"]);
+
+    let over = "m".repeat(MIB + 1);
+    let (status, refused) =
+        sqs_json(&endpoint, "SendMessage", serde_json::json!({ "QueueUrl": url, "MessageBody": over })).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["message"], "One or more parameters are invalid. Reason: Message must be shorter than 1048576 bytes.",
+        "{refused}"
+    );
+
+    let half = "h".repeat(MIB / 2);
+    let entries =
+        |first: &str| serde_json::json!([{ "Id": "a", "MessageBody": first }, { "Id": "b", "MessageBody": half }]);
+    let half_and_one = format!("{half}+");
+    let (status, refused) = sqs_json(
+        &endpoint,
+        "SendMessageBatch",
+        serde_json::json!({ "QueueUrl": url, "Entries": entries(&half_and_one) }),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["__type"], "com.amazonaws.sqs#BatchRequestTooLong", "{refused}");
+    assert_eq!(
+        refused["message"], "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes.",
+        "{refused}"
+    );
+    let (status, stored) =
+        sqs_json(&endpoint, "SendMessageBatch", serde_json::json!({ "QueueUrl": url, "Entries": entries(&half) }))
+            .await;
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(stored["Successful"].as_array().map(Vec::len), Some(2), "{stored}");
+}

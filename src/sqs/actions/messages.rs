@@ -43,6 +43,19 @@ pub(super) struct MessageEntry {
     message_deduplication_id: Option<String>,
 }
 
+impl MessageEntry {
+    /// The entry's size as SQS counts it against a batch's limit, before it is parsed: its body,
+    /// and each attribute's name, type and value (a binary one decoded from its base64).
+    fn bytes(&self) -> usize {
+        let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map_or(0, str::len);
+        let attributes = self.message_attributes.iter().flatten().map(|(name, value)| {
+            let binary = text(value, "BinaryValue") / 4 * 3;
+            name.len() + text(value, "DataType") + text(value, "StringValue") + binary
+        });
+        attributes.fold(self.message_body.as_ref().map_or(0, String::len), usize::saturating_add)
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub(super) struct SendMessageOutput {
@@ -343,6 +356,13 @@ pub(super) async fn send_message_batch(
 ) -> Result<BatchOutput<SentEntry>, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     check_batch(input.entries.iter().map(|e| e.id.as_deref().unwrap_or("")), "SendMessageBatchRequestEntry")?;
+    // As SQS: entries larger than the batch limit together refuse the whole request, before any
+    // entry is judged alone.
+    let sent = input.entries.iter().map(MessageEntry::bytes).fold(0, usize::saturating_add);
+    let limit = ctx.state.config.api.max_batch_bytes;
+    if sent > limit {
+        return Err(SqsError::batch_too_long(limit, sent));
+    }
     let queue = ctx.existing(&url).await?;
     // As SQS: on a FIFO queue, an entry without a group, or without a deduplication id where the
     // queue does not deduplicate by content, refuses the whole batch (the other checks fail an
