@@ -145,6 +145,7 @@ config:
     session_timeout: 30s
     request_timeout: 10s
     reconnect_backoff_max: 5s
+    jute_maxbuffer: 1048575
     acl: []
     tls:
       enabled: false
@@ -156,6 +157,7 @@ config:
   api:
     listen: 127.0.0.1:8080
     max_message_bytes: 524288
+    max_batch_bytes: 524288
     refuse_cross_origin: true
   admin:
     listen: 0.0.0.0:9090
