@@ -9,6 +9,12 @@ use crate::queue::QueueError;
 use crate::web::{Refusal, RefusalKind};
 use crate::zk::ZkError;
 
+/// The code of [`SqsError::unknown_operation`], which the query protocol writes as a bare element.
+pub(super) const UNKNOWN_OPERATION: &str = "UnknownOperationException";
+
+/// The query protocol's code of a queue that does not exist.
+const NON_EXISTENT_QUEUE: &str = "AWS.SimpleQueueService.NonExistentQueue";
+
 /// One SQS error: its code in each protocol, its status and whose fault it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct SqsError {
@@ -51,8 +57,23 @@ impl SqsError {
         SqsError::sender("InvalidAction", "InvalidAction", message)
     }
 
-    pub(super) fn missing_action() -> SqsError {
-        SqsError::sender("MissingAction", "MissingAction", "the request names no Action")
+    /// An action SQS does not serve at the URL it was sent to (or at all), in SQS's words.
+    pub(super) fn not_for_endpoint(action: &str) -> SqsError {
+        let action: String = action.chars().take(100).collect();
+        SqsError::invalid_action(format!("The action {action} is not valid for this endpoint."))
+    }
+
+    /// A query-protocol request that names no `Action`: SQS answers 404 with a bare
+    /// `<UnknownOperationException/>` element, in XML whatever the request accepts.
+    pub(super) fn unknown_operation() -> SqsError {
+        SqsError {
+            status: StatusCode::NOT_FOUND,
+            ..SqsError::sender(
+                "UnknownOperationException",
+                UNKNOWN_OPERATION,
+                "the request names no Action (a queue's URL takes ?Action=…)",
+            )
+        }
     }
 
     /// A `CreateQueue` of an existing queue whose attributes differ from the queue's.
@@ -70,13 +91,19 @@ impl SqsError {
         SqsError::sender("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", message)
     }
 
-    /// A queue that does not exist, in SQS's words (which name no queue).
+    /// A queue that does not exist, in SQS's words (which name no queue; see [`SqsError::query_message`]).
     pub(super) fn no_such_queue() -> SqsError {
-        SqsError::sender(
-            "QueueDoesNotExist",
-            "AWS.SimpleQueueService.NonExistentQueue",
-            "The specified queue does not exist.",
-        )
+        SqsError::sender("QueueDoesNotExist", NON_EXISTENT_QUEUE, "The specified queue does not exist.")
+    }
+
+    /// The error's message in the query protocol: SQS words a missing queue there as its
+    /// WSDL-described API always has, and SDKs of that protocol expect those words.
+    pub(super) fn query_message(&self) -> &str {
+        if self.code == NON_EXISTENT_QUEUE {
+            "The specified queue does not exist for this wsdl version."
+        } else {
+            &self.message
+        }
     }
 
     pub(super) fn receipt_handle_invalid(message: impl Into<String>) -> SqsError {

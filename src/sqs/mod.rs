@@ -75,7 +75,9 @@ impl Asked {
                 .get(protocol::TARGET_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|target| target.strip_prefix(protocol::TARGET_PREFIX)),
-            Protocol::Query => uri.query().and_then(|query| query.split('&').find_map(|p| p.strip_prefix("Action="))),
+            Protocol::Query | Protocol::QueryInJson => {
+                uri.query().and_then(|query| query.split('&').find_map(|p| p.strip_prefix("Action=")))
+            },
         };
         let action = named.and_then(|name| actions::SERVED.iter().find(|a| **a == name).copied()).unwrap_or("other");
         Asked { protocol, action, refusals }
@@ -141,9 +143,14 @@ async fn handle(
         state.metrics.sqs_requests.with_label_values(&["other", err.code]).inc();
         return protocol::encode_error(protocol, err, &request_id);
     }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let origin = format!("http://{host}");
     let decoded = match protocol {
         Protocol::Json => protocol::decode_json(&headers, &body),
-        Protocol::Query => protocol::decode_query(uri.query(), &body, |action| actions::SERVED.contains(&action)),
+        Protocol::Query | Protocol::QueryInJson => {
+            protocol::decode_query(uri.query(), &body, |action| actions::SERVED.contains(&action))
+                .and_then(|decoded| protocol::addressed(decoded, &origin, uri.path()))
+        },
     };
     let decoded = match decoded {
         Ok(decoded) => decoded,
@@ -152,8 +159,7 @@ async fn handle(
             return protocol::encode_error(protocol, err, &request_id);
         },
     };
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
-    let ctx = actions::Ctx { state: &state, origin: format!("http://{host}") };
+    let ctx = actions::Ctx { state: &state, origin };
     let result = actions::run(&ctx, &decoded.action, decoded.input).await;
     // Labels from fixed sets: the actions zkq serves, and the codes it answers.
     let action = actions::SERVED.iter().find(|a| **a == decoded.action).copied().unwrap_or("other");

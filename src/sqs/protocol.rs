@@ -5,7 +5,11 @@
 //! Both decode to the JSON protocol's shape of the action's input (a query request's flattened
 //! lists and maps, such as `SendMessageBatchRequestEntry.1.Id` or `Attribute.1.Name`, become the
 //! JSON protocol's `Entries` and `Attributes`), so each action has one input type. An answer is the
-//! JSON protocol's output object; the query protocol writes it as XML in the 2012-11-05 namespace.
+//! JSON protocol's output object; the query protocol writes it as XML in the 2012-11-05 namespace,
+//! or, asked with `Accept: application/json`, as that XML's tree in JSON ([`Protocol::QueryInJson`]).
+//!
+//! A query-protocol request may be sent to a queue's URL (`/ACCOUNT/QUEUE`) instead of the root:
+//! the path then names the queue when no `QueueUrl` parameter does ([`addressed`]).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::error::SqsError;
+use super::error::{SqsError, UNKNOWN_OPERATION};
 
 /// The namespace of the query protocol's XML.
 const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
@@ -40,8 +44,14 @@ pub(super) const MAX_NAMES_PER_LEVEL: usize = 100;
 /// Which protocol a request came in, and so which its answer goes out in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Protocol {
+    /// AWS's JSON 1.0 protocol: `X-Amz-Target` names the action, the body is a JSON object.
     Json,
+    /// The query protocol, answered in XML.
     Query,
+    /// The query protocol from a client that accepts JSON (`Accept: application/json`), as SQS
+    /// allows: the XML answer's tree written as JSON objects, `{"<Action>Response":
+    /// {"<Action>Result": …, "ResponseMetadata": …}}`, an error as `{"Error": {…}, "RequestId": …}`.
+    QueryInJson,
 }
 
 /// A request decoded: its action and its input in the JSON protocol's shape.
@@ -52,14 +62,41 @@ pub(super) struct Decoded {
 }
 
 /// Which protocol `headers` say a request is in: JSON when its content type is the JSON
-/// protocol's or it names an `X-Amz-Target`, else the query protocol.
+/// protocol's or it names an `X-Amz-Target`, else the query protocol: answered in JSON when the
+/// request's `Accept` names `application/json` (and not the XML it may also name first).
 pub(super) fn protocol_of(headers: &HeaderMap) -> Protocol {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if content_type.starts_with(JSON_CONTENT_TYPE) || headers.contains_key(TARGET_HEADER) {
-        Protocol::Json
-    } else {
-        Protocol::Query
+        return Protocol::Json;
     }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let first = accept
+        .split(',')
+        .map(|kind| kind.split(';').next().unwrap_or("").trim())
+        .find(|kind| matches!(*kind, "application/json" | "text/xml" | "application/xml"));
+    if first == Some("application/json") { Protocol::QueryInJson } else { Protocol::Query }
+}
+
+/// The path of a queue's URL, `/ACCOUNT/QUEUE`: two non-empty segments.
+pub(super) fn is_queue_path(path: &str) -> bool {
+    let mut segments = path.trim_start_matches('/').split('/');
+    matches!((segments.next(), segments.next(), segments.next()), (Some(a), Some(q), None) if !a.is_empty() && !q.is_empty())
+}
+
+/// A query-protocol request sent to a queue's URL, `origin` + `path`, as SQS reads it: the
+/// actions that name no queue (`CreateQueue`, `ListQueues`) are not valid there, and the URL is
+/// the request's `QueueUrl` unless a parameter names one.
+pub(super) fn addressed(mut decoded: Decoded, origin: &str, path: &str) -> Result<Decoded, SqsError> {
+    if !is_queue_path(path) {
+        return Ok(decoded);
+    }
+    if matches!(decoded.action.as_str(), "CreateQueue" | "ListQueues") {
+        return Err(SqsError::not_for_endpoint(&decoded.action));
+    }
+    if let Value::Object(input) = &mut decoded.input {
+        input.entry("QueueUrl").or_insert_with(|| Value::String(format!("{origin}{path}")));
+    }
+    Ok(decoded)
 }
 
 /// Decodes a JSON-protocol request: the action from `X-Amz-Target`, the input from the body.
@@ -112,13 +149,10 @@ pub(super) fn decode_query(
     // The body's `Action` wins over the URL's.
     let action = pairs.iter().rev().find(|(key, _)| key == "Action").map(|(_, value)| value.clone());
     let Some(action) = action.filter(|a| !a.is_empty()) else {
-        return Err(SqsError::missing_action());
+        return Err(SqsError::unknown_operation());
     };
     if !is_action(&action) {
-        return Err(SqsError::invalid_action(format!(
-            "{:?} is not an SQS action",
-            action.chars().take(100).collect::<String>()
-        )));
+        return Err(SqsError::not_for_endpoint(&action));
     }
     let mut tree = Tree::default();
     for (key, value) in pairs {
@@ -282,6 +316,10 @@ pub(super) fn encode(protocol: Protocol, action: &str, output: Value, request_id
     if let Ok(id) = HeaderValue::from_str(request_id) {
         headers.insert("x-amzn-requestid", id);
     }
+    let fields = match &output {
+        Value::Object(fields) if !fields.is_empty() => Some(fields),
+        _ => None,
+    };
     match protocol {
         Protocol::Json => {
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
@@ -290,9 +328,7 @@ pub(super) fn encode(protocol: Protocol, action: &str, output: Value, request_id
         Protocol::Query => {
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
             let mut xml = format!("<?xml version=\"1.0\"?><{action}Response xmlns=\"{XML_NAMESPACE}\">");
-            if let Value::Object(fields) = &output
-                && !fields.is_empty()
-            {
+            if let Some(fields) = fields {
                 xml.push_str(&format!("<{action}Result>"));
                 write_fields(&mut xml, action, fields);
                 xml.push_str(&format!("</{action}Result>"));
@@ -305,11 +341,25 @@ pub(super) fn encode(protocol: Protocol, action: &str, output: Value, request_id
             ));
             (StatusCode::OK, headers, xml).into_response()
         },
+        Protocol::QueryInJson => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let mut response = Map::new();
+            if let Some(fields) = fields {
+                response.insert(format!("{action}Result"), Value::Object(json_fields(fields)));
+            } else if has_result(action) {
+                response.insert(format!("{action}Result"), Value::Object(Map::new()));
+            }
+            response.insert("ResponseMetadata".to_owned(), serde_json::json!({ "RequestId": request_id }));
+            let body = Value::Object(Map::from_iter([(format!("{action}Response"), Value::Object(response))]));
+            (StatusCode::OK, headers, body.to_string()).into_response()
+        },
     }
 }
 
 /// `err` in `protocol`'s shape: the JSON protocol's `__type` (with the `x-amzn-query-error` header
-/// that SDKs read to keep the classic codes), or the query protocol's XML `ErrorResponse`.
+/// that SDKs read to keep the classic codes), or the query protocol's `ErrorResponse` (in XML, or
+/// its tree in JSON). A request that names no action is answered SQS's bare
+/// `<UnknownOperationException/>` in either query dialect.
 pub(super) fn encode_error(protocol: Protocol, err: SqsError, request_id: &str) -> Response {
     let mut headers = HeaderMap::new();
     if let Ok(id) = HeaderValue::from_str(request_id) {
@@ -328,16 +378,28 @@ pub(super) fn encode_error(protocol: Protocol, err: SqsError, request_id: &str) 
             });
             (err.status, headers, body.to_string()).into_response()
         },
+        Protocol::Query | Protocol::QueryInJson if err.code == UNKNOWN_OPERATION => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+            (err.status, headers, format!("<?xml version=\"1.0\"?><{UNKNOWN_OPERATION}/>")).into_response()
+        },
         Protocol::Query => {
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
             let body = format!(
                 "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XML_NAMESPACE}\"><Error><Type>{fault}</Type>\
                  <Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId></ErrorResponse>",
                 err.code,
-                escape(&err.message),
+                escape(err.query_message()),
                 escape(request_id)
             );
             (err.status, headers, body).into_response()
+        },
+        Protocol::QueryInJson => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let body = serde_json::json!({
+                "Error": { "Type": fault, "Code": err.code, "Message": err.query_message(), "Detail": null },
+                "RequestId": request_id,
+            });
+            (err.status, headers, body.to_string()).into_response()
         },
     }
 }
@@ -421,6 +483,44 @@ fn write_fields(xml: &mut String, action: &str, fields: &Map<String, Value>) {
     }
 }
 
+/// The tree [`write_fields`] writes as XML, as JSON: each repeated element a list under its
+/// field's name (`Attributes`, `Tags` and `MessageAttributes` lists of name and value, as their
+/// XML elements are), every leaf a string.
+fn json_fields(fields: &Map<String, Value>) -> Map<String, Value> {
+    let pairs = |map: &Map<String, Value>, key: &str, nested: bool| -> Value {
+        let members = map.iter().map(|(name, value)| {
+            let value = match value {
+                Value::Object(inner) if nested => Value::Object(json_fields(inner)),
+                other => Value::String(scalar(other)),
+            };
+            serde_json::json!({ key: name, "Value": value })
+        });
+        Value::Array(members.collect())
+    };
+    let mut out = Map::new();
+    for (field, value) in fields {
+        let converted = match (field.as_str(), value) {
+            ("Attributes", Value::Object(map)) => pairs(map, "Name", false),
+            ("Tags", Value::Object(map)) => pairs(map, "Key", false),
+            ("MessageAttributes", Value::Object(map)) => pairs(map, "Name", true),
+            (_, Value::Array(items)) => Value::Array(
+                items
+                    .iter()
+                    .map(|member| match member {
+                        Value::Object(inner) => Value::Object(json_fields(inner)),
+                        other => Value::String(scalar(other)),
+                    })
+                    .collect(),
+            ),
+            (_, Value::Object(inner)) => Value::Object(json_fields(inner)),
+            (_, Value::Null) => continue,
+            (_, other) => Value::String(scalar(other)),
+        };
+        out.insert(field.clone(), converted);
+    }
+    out
+}
+
 fn scalar(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
@@ -448,6 +548,59 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_client_that_prefers_json_is_answered_in_json() {
+        let with_accept = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT, accept.parse().expect("value"));
+            protocol_of(&headers)
+        };
+        assert_eq!(protocol_of(&HeaderMap::new()), Protocol::Query);
+        assert_eq!(with_accept("application/json"), Protocol::QueryInJson);
+        assert_eq!(with_accept("application/json; q=0.9, text/xml"), Protocol::QueryInJson);
+        assert_eq!(with_accept("text/xml, application/json"), Protocol::Query);
+        assert_eq!(with_accept("*/*"), Protocol::Query);
+    }
+
+    #[test]
+    fn only_a_path_of_account_and_queue_addresses_a_queue() {
+        for (path, queue) in [("/", false), ("/000000000000/q", true), ("/0/q/", false), ("/0", false), ("//q", false)]
+        {
+            assert_eq!(is_queue_path(path), queue, "{path}");
+        }
+        let decoded = Decoded { action: "SendMessage".to_owned(), input: serde_json::json!({ "MessageBody": "b" }) };
+        let addressed = addressed(decoded, "http://h", "/0/q").expect("a queue's action");
+        assert_eq!(addressed.input["QueueUrl"], "http://h/0/q");
+        let listed = Decoded { action: "ListQueues".to_owned(), input: serde_json::json!({}) };
+        assert_eq!(addressed_code(listed), "InvalidAction");
+    }
+
+    fn addressed_code(decoded: Decoded) -> &'static str {
+        addressed(decoded, "http://h", "/0/q").map_or_else(|err| err.code, |_| "ok")
+    }
+
+    #[test]
+    fn the_json_dialect_of_a_query_answer_lists_what_xml_repeats() {
+        let output = serde_json::json!({
+            "Messages": [{
+                "Body": "b",
+                "Attributes": { "SenderId": "s" },
+                "MessageAttributes": { "k": { "StringValue": "v", "DataType": "String" } },
+                "MD5OfMessageAttributes": null,
+            }],
+        });
+        let Value::Object(fields) = output else { unreachable!("an object") };
+        let tree = Value::Object(json_fields(&fields));
+        assert_eq!(
+            tree,
+            serde_json::json!({ "Messages": [{
+                "Body": "b",
+                "Attributes": [{ "Name": "SenderId", "Value": "s" }],
+                "MessageAttributes": [{ "Name": "k", "Value": { "StringValue": "v", "DataType": "String" } }],
+            }] })
+        );
+    }
 
     #[test]
     fn a_query_request_decodes_to_the_json_shape() {

@@ -1448,6 +1448,20 @@ async fn boolean_attributes_are_read_in_any_case_in_both_protocols() {
         sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": "json.fifo", "Attributes": again })).await;
     assert_eq!(refused.0, 400, "{}", refused.1);
     assert!(refused.1["__type"].as_str().is_some_and(|t| t.contains("QueueNameExists")), "{}", refused.1);
+    // Anything but a boolean is refused as a value, and no queue is made.
+    for (name, attributes) in [
+        ("tru", serde_json::json!({ "FifoQueue": "tru" })),
+        ("yes.fifo", serde_json::json!({ "FifoQueue": "true", "ContentBasedDeduplication": "yes" })),
+    ] {
+        let refused =
+            sqs_json(&endpoint, "CreateQueue", serde_json::json!({ "QueueName": name, "Attributes": attributes }))
+                .await;
+        assert_eq!(refused.0, 400, "{}", refused.1);
+        assert!(refused.1["__type"].as_str().is_some_and(|t| t.ends_with("#InvalidAttributeValue")), "{}", refused.1);
+        let url = format!("{endpoint}/000000000000/{name}");
+        let looked = sqs_json(&endpoint, "GetQueueUrl", serde_json::json!({ "QueueName": name })).await;
+        assert_eq!(looked.0, 400, "{url} was not made: {}", looked.1);
+    }
 }
 
 /// Makes queue `name` with `attributes` through the JSON protocol (it must succeed); its URL.
@@ -1458,16 +1472,19 @@ async fn create_queue(endpoint: &str, name: &str, attributes: serde_json::Value)
     format!("{endpoint}/000000000000/{name}")
 }
 
+/// `text` percent-encoded as SigV4 and SQS's forms encode it.
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// An SQS call in the query protocol (form-encoded `params`), its status and its body.
 async fn sqs_query(endpoint: &str, action: &str, params: &[(&str, &str)]) -> (u16, String) {
-    let encode = |text: &str| {
-        text.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
+    let encode = url_encode;
     let mut form = format!("Action={action}&Version=2012-11-05");
     for (name, value) in params {
         form.push_str(&format!("&{}={}", encode(name), encode(value)));
@@ -1568,6 +1585,9 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
         assert_eq!(answer["message"], message, "{action} (JSON): {answer}");
         let (status, xml) = sqs_query(&endpoint, action, &query).await;
         assert_eq!(status, 400, "{action} (query): {xml}");
+        // The query protocol words a missing queue as SQS's WSDL-era API does.
+        let message =
+            if action == "GetQueueUrl" { "The specified queue does not exist for this wsdl version." } else { message };
         assert_eq!((xml_text(&xml, "Code").as_str(), xml_text(&xml, "Message").as_str()), (code, message), "{xml}");
     }
     let many: serde_json::Map<String, serde_json::Value> = (0..51).map(|i| (format!("k{i}"), "v".into())).collect();
@@ -2577,4 +2597,107 @@ async fn with_servers_that_read_larger_requests_sqs_takes_messages_of_a_mebibyte
             .await;
     assert_eq!(status, 200, "{stored}");
     assert_eq!(stored["Successful"].as_array().map(Vec::len), Some(2), "{stored}");
+}
+
+/// A GET of `url` with `params` in its query string (and `accept`, when given), as SQS's query
+/// protocol allows a queue's URL to be addressed: its status, content type and body.
+async fn sqs_get(url: &str, params: &[(&str, &str)], accept: Option<&str>) -> (u16, String, String) {
+    let query: Vec<String> =
+        params.iter().map(|(name, value)| format!("{}={}", url_encode(name), url_encode(value))).collect();
+    let target = if query.is_empty() { url.to_owned() } else { format!("{url}?{}", query.join("&")) };
+    let mut request = reqwest::Client::new().get(target);
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let answer = request.send().await.expect("an SQS call");
+    let status = answer.status().as_u16();
+    let content_type =
+        answer.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    (status, content_type, answer.text().await.expect("a body"))
+}
+
+/// A queue's URL is an endpoint of the query protocol, as in SQS: a request sent there acts on
+/// that queue without a `QueueUrl` parameter (one given wins), actions that name no queue are not
+/// valid there, a request without an `Action` answers 404 `UnknownOperationException`, and a
+/// client that accepts JSON gets the XML answer's tree in JSON. A JSON-protocol client that uses
+/// the queue's URL as its endpoint is served as at the root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_url_is_an_endpoint_of_the_query_protocol() {
+    let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-addressed")).await;
+    let url = create_queue(&endpoint, "addressed", serde_json::json!({})).await;
+    let other = create_queue(&endpoint, "elsewhere", serde_json::json!({})).await;
+
+    let (status, _, sent) = sqs_get(&url, &[("Action", "SendMessage"), ("MessageBody", "foobar")], None).await;
+    assert_eq!(status, 200, "{sent}");
+    assert!(sent.contains("<SendMessageResponse"), "{sent}");
+    let (status, _, empty) = sqs_get(&other, &[("Action", "ReceiveMessage")], None).await;
+    assert_eq!(status, 200, "{empty}");
+    assert!(empty.contains("<ReceiveMessageResult/>") && !empty.contains("foobar"), "{empty}");
+    let receive = [("Action", "ReceiveMessage"), ("VisibilityTimeout", "0"), ("WaitTimeSeconds", "5")];
+    let (status, _, received) = sqs_get(&url, &receive, None).await;
+    assert_eq!(status, 200, "{received}");
+    assert_eq!(xml_text(&received, "Body"), "foobar", "{received}");
+
+    // A QueueUrl parameter names the queue, wherever the request was sent.
+    let arn = [("Action", "GetQueueAttributes"), ("AttributeName.1", "QueueArn")];
+    let (_, _, own) = sqs_get(&url, &arn, None).await;
+    assert!(xml_text(&own, "Value").ends_with(":addressed"), "{own}");
+    let (_, _, named) = sqs_get(&url, &[arn[0], arn[1], ("QueueUrl", other.as_str())], None).await;
+    assert!(xml_text(&named, "Value").ends_with(":elsewhere"), "{named}");
+    let (status, _, found) = sqs_get(&url, &[("Action", "GetQueueUrl"), ("QueueName", "elsewhere")], None).await;
+    assert_eq!((status, xml_text(&found, "QueueUrl")), (200, other.clone()), "{found}");
+
+    // What SQS refuses at a queue's URL, in its words.
+    for action in ["CreateQueue", "ListQueues", "FooBar"] {
+        let (status, _, refused) = sqs_get(&url, &[("Action", action), ("QueueName", "made-here")], None).await;
+        assert_eq!(status, 400, "{action}: {refused}");
+        assert_eq!(xml_text(&refused, "Code"), "InvalidAction", "{refused}");
+        assert_eq!(xml_text(&refused, "Type"), "Sender", "{refused}");
+        assert_eq!(xml_text(&refused, "Message"), format!("The action {action} is not valid for this endpoint."));
+    }
+    let (status, _, missing) = sqs_get(&url, &[("Action", "SendMessage")], None).await;
+    assert_eq!((status, xml_text(&missing, "Code")), (400, "MissingParameter".to_owned()), "{missing}");
+    assert_eq!(xml_text(&missing, "Message"), "The request must contain the parameter MessageBody.");
+    for accept in [None, Some("application/json")] {
+        let (status, _, unnamed) = sqs_get(&url, &[], accept).await;
+        assert_eq!(status, 404, "{accept:?}: {unnamed}");
+        assert!(unnamed.contains("<UnknownOperationException"), "{accept:?}: {unnamed}");
+    }
+
+    // Accept: application/json: the same answers, as JSON.
+    let json = Some("application/json");
+    let (status, content_type, attributes) =
+        sqs_get(&url, &[("Action", "GetQueueAttributes"), ("AttributeName.1", "All")], json).await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"), "{attributes}");
+    let doc: serde_json::Value = serde_json::from_str(&attributes).expect("a JSON answer");
+    let listed = doc["GetQueueAttributesResponse"]["GetQueueAttributesResult"]["Attributes"].as_array();
+    let found = listed.and_then(|all| all.iter().find(|a| a["Name"] == "QueueArn")).map(|a| a["Value"].clone());
+    assert!(found.as_ref().and_then(|v| v.as_str()).is_some_and(|v| v.ends_with(":addressed")), "{doc}");
+    assert!(doc["GetQueueAttributesResponse"]["ResponseMetadata"]["RequestId"].is_string(), "{doc}");
+    let (status, _, received) = sqs_get(&url, &receive, json).await;
+    let doc: serde_json::Value = serde_json::from_str(&received).expect("a JSON answer");
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["ReceiveMessageResponse"]["ReceiveMessageResult"]["Messages"][0]["Body"], "foobar", "{doc}");
+    let (status, _, refused) = sqs_get(&url, &[("Action", "ListQueues")], json).await;
+    let doc: serde_json::Value = serde_json::from_str(&refused).expect("a JSON error");
+    assert_eq!(status, 400, "{doc}");
+    assert_eq!(doc["Error"]["Code"], "InvalidAction", "{doc}");
+    assert_eq!(doc["Error"]["Message"], "The action ListQueues is not valid for this endpoint.", "{doc}");
+
+    // The JSON protocol sent to the queue's URL (as some SDKs do) is served as at the root.
+    let (status, doc) =
+        sqs_json(&url, "ReceiveMessage", serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5 })).await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["Messages"][0]["Body"], "foobar", "{doc}");
+
+    // DeleteQueue at the queue's URL deletes it; later requests there find no queue.
+    let (status, _, deleted) = sqs_get(&url, &[("Action", "DeleteQueue")], None).await;
+    assert_eq!(status, 200, "{deleted}");
+    assert!(deleted.contains("<DeleteQueueResponse"), "{deleted}");
+    let (status, _, gone) = sqs_get(&url, &arn, None).await;
+    assert_eq!(
+        (status, xml_text(&gone, "Code")),
+        (400, "AWS.SimpleQueueService.NonExistentQueue".to_owned()),
+        "{gone}"
+    );
 }

@@ -82,7 +82,7 @@ pub(super) async fn run(ctx: &Ctx<'_>, action: &str, input: Value) -> Result<Val
         "CancelMessageMoveTask" => answer(cancel_move_task(ctx, parse(input)?).await),
         "AddPermission" => answer(add_permission(ctx, parse(input)?).await),
         "RemovePermission" => answer(remove_permission(ctx, parse(input)?).await),
-        other => Err(SqsError::invalid_action(format!("{other:?} is not an SQS action"))),
+        other => Err(SqsError::not_for_endpoint(other)),
     }
 }
 

@@ -176,6 +176,11 @@ fn given(ctx: &Ctx<'_>, queue: &QueueRef, attributes: &Map<String, Value>, creat
     for (key, value) in attributes {
         let key = key.trim();
         let text = text_of(value);
+        if matches!(key, "FifoQueue" | "ContentBasedDeduplication") && boolean(&text).is_none() {
+            return Err(SqsError::invalid_attribute_value(format!(
+                "Invalid value for the parameter {key}: {text:?} is neither true nor false."
+            )));
+        }
         if key == "FifoQueue" && boolean(&text) == Some(true) && !fifo {
             return Err(SqsError::invalid_parameter(
                 "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
