@@ -33,12 +33,12 @@ impl SqsError {
     }
 
     pub(super) fn invalid_parameter(message: impl Into<String>) -> SqsError {
-        SqsError::sender("InvalidParameterValue", "InvalidParameterValue", message)
+        SqsError::sender("InvalidParameterValueException", "InvalidParameterValue", message)
     }
 
     pub(super) fn missing_parameter(name: &str) -> SqsError {
         SqsError::sender(
-            "MissingParameter",
+            "MissingRequiredParameterException",
             "MissingParameter",
             format!("The request must contain the parameter {name}."),
         )
@@ -294,7 +294,7 @@ mod tests {
         let api = ApiConfig::default();
         let too_large = RefusalKind::TooLarge { limit: 10 };
         let table = [
-            (too_large, false, 400, "InvalidParameterValue", "InvalidParameterValue"),
+            (too_large, false, 400, "InvalidParameterValueException", "InvalidParameterValue"),
             (too_large, true, 400, "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"),
             (RefusalKind::Overloaded, false, 403, "RequestThrottled", "RequestThrottled"),
             (RefusalKind::TimedOut, false, 400, "RequestTimeout", "RequestTimeout"),

@@ -144,7 +144,7 @@ async fn a_destination_whose_idempotency_window_could_forget_a_move_is_refused()
     let (status, refused) = sqs_call(&sqs_endpoint(&zkq), "StartMessageMoveTask", input).await;
     assert_eq!(
         (status, refused["__type"].as_str()),
-        (400, Some("com.amazonaws.sqs#InvalidParameterValue")),
+        (400, Some("com.amazonaws.sqs#InvalidParameterValueException")),
         "{refused}"
     );
     assert_eq!(drain(&api, "orders-dlq").await.len(), 1, "nothing moved");

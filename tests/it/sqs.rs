@@ -851,7 +851,7 @@ async fn a_message_move_task_moves_dead_letters_back_once_and_another_sidecar_ca
     .await;
     assert_eq!(
         (status, refused["__type"].as_str()),
-        (400, Some("com.amazonaws.sqs#InvalidParameterValue")),
+        (400, Some("com.amazonaws.sqs#InvalidParameterValueException")),
         "{refused}"
     );
     let (status, refused) = sqs_json(&one_sqs, "StartMessageMoveTask", serde_json::json!({ "SourceArn": "arn:aws:sqs:us-east-1:000000000000:never", "DestinationArn": "arn:aws:sqs:us-east-1:000000000000:orders" })).await;
@@ -1060,7 +1060,10 @@ async fn permissions_are_statements_of_the_queues_policy_on_every_sidecar() {
     let no_actions =
         refused(serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": ["111111111111"], "Actions": [] }))
             .await;
-    assert_eq!((no_actions.0, no_actions.1["__type"].as_str()), (400, Some("com.amazonaws.sqs#MissingParameter")));
+    assert_eq!(
+        (no_actions.0, no_actions.1["__type"].as_str()),
+        (400, Some("com.amazonaws.sqs#MissingRequiredParameterException"))
+    );
     let no_accounts =
         refused(serde_json::json!({ "QueueUrl": url, "Label": "x", "AWSAccountIds": [], "Actions": ["SendMessage"] }))
             .await;
@@ -1546,7 +1549,7 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
             "SendMessage",
             serde_json::json!({ "QueueUrl": fifo, "MessageBody": "x", "MessageDeduplicationId": "d" }),
             vec![("QueueUrl", &fifo), ("MessageBody", "x"), ("MessageDeduplicationId", "d")],
-            ("MissingParameter", "MissingParameter"),
+            ("MissingRequiredParameterException", "MissingParameter"),
             "The request must contain the parameter MessageGroupId.",
         ),
         (
@@ -1560,7 +1563,7 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
                 ("MessageAttribute.1.Value.DataType", "String"),
                 ("MessageAttribute.1.Value.StringValue", "v"),
             ],
-            ("InvalidParameterValue", "InvalidParameterValue"),
+            ("InvalidParameterValueException", "InvalidParameterValue"),
             bad_name,
         ),
         (
@@ -1574,7 +1577,7 @@ async fn errors_carry_sqss_own_words_in_both_protocols() {
             "UntagQueue",
             serde_json::json!({ "QueueUrl": plain, "TagKeys": [long_key] }),
             vec![("QueueUrl", &plain), ("TagKey.1", &long_key)],
-            ("InvalidParameterValue", "InvalidParameterValue"),
+            ("InvalidParameterValueException", "InvalidParameterValue"),
             "Tag keys must be between 1 and 128 characters in length.",
         ),
     ];
@@ -1879,7 +1882,7 @@ async fn aws_trace_headers_travel_as_the_messages_traceparent() {
     )
     .await;
     assert_eq!(
-        (refused.0, refused.1["__type"].as_str().map(|t| t.ends_with("#InvalidParameterValue"))),
+        (refused.0, refused.1["__type"].as_str().map(|t| t.ends_with("#InvalidParameterValueException"))),
         (400, Some(true))
     );
 }
