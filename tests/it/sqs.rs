@@ -2095,41 +2095,61 @@ async fn an_old_receipt_handle_deletes_its_message_unless_another_consumer_holds
     assert_eq!(unknown.1["__type"], "com.amazonaws.sqs#ReceiptHandleIsInvalid", "{}", unknown.1);
 }
 
-/// `MessageAttributeNames` `prefix.*` takes every attribute whose name starts with the prefix, as
-/// SQS does (`Hel.*` takes `Hello` and `Help.Me`, not `Other`), in both protocols.
+/// `MessageAttributeNames` filters as SQS's do: `All`, `*` and `.*` take every attribute, `prefix.*`
+/// every attribute whose name starts with the prefix (`Hel.*` takes `Hello` and `Help.Me`, not
+/// `Other`), names take themselves, and names no attribute has (or SQS refuses) take nothing, in
+/// both protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prefix_wildcard_takes_every_attribute_name_with_the_prefix() {
+async fn attribute_name_filters_take_what_sqss_take() {
     let (_zkq, endpoint) = zkq_with_sqs(&unique_root("sqs-prefix")).await;
-    let url = create_queue(&endpoint, "prefixed", serde_json::json!({})).await;
+    let url = create_queue(&endpoint, "prefixed", serde_json::json!({ "VisibilityTimeout": "0" })).await;
     let attribute = serde_json::json!({ "DataType": "String", "StringValue": "v" });
-    for _ in 0..2 {
-        let sent = sqs_json(
+    let sent = sqs_json(
+        &endpoint,
+        "SendMessage",
+        serde_json::json!({ "QueueUrl": url, "MessageBody": "m",
+            "MessageAttributes": { "Hello": attribute, "Help.Me": attribute, "Other": attribute } }),
+    )
+    .await;
+    assert_eq!(sent.0, 200, "{}", sent.1);
+    let every = ["Hello", "Help.Me", "Other"];
+    let cases: [(&[&str], &[&str]); 10] = [
+        (&[], &[]),
+        (&["All"], &every),
+        (&["*"], &every),
+        (&[".*"], &every),
+        (&["Foo", "Help"], &[]),
+        (&["Hello", "Other"], &["Hello", "Other"]),
+        (&["Foo", "Hello"], &["Hello"]),
+        (&["Hel.*"], &["Hello", "Help.Me"]),
+        (&["AWS."], &[]),
+        (&["..foo"], &[]),
+    ];
+    for (filter, expected) in cases {
+        let received = sqs_json(
             &endpoint,
-            "SendMessage",
-            serde_json::json!({ "QueueUrl": url, "MessageBody": "m",
-                "MessageAttributes": { "Hello": attribute, "Help.Me": attribute, "Other": attribute } }),
+            "ReceiveMessage",
+            serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MessageAttributeNames": filter }),
         )
         .await;
-        assert_eq!(sent.0, 200, "{}", sent.1);
+        assert_eq!(received.0, 200, "{filter:?}: {}", received.1);
+        assert_eq!(received.1["Messages"][0]["Body"], "m", "{filter:?}: {}", received.1);
+        let names: Vec<&String> =
+            received.1["Messages"][0]["MessageAttributes"].as_object().map(|a| a.keys().collect()).unwrap_or_default();
+        assert_eq!(names, expected, "{filter:?} (JSON): {}", received.1);
+        let mut params = vec![("QueueUrl".to_owned(), url.clone()), ("WaitTimeSeconds".to_owned(), "5".to_owned())];
+        params.extend(
+            filter.iter().enumerate().map(|(i, n)| (format!("MessageAttributeName.{}", i + 1), (*n).to_owned())),
+        );
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (status, xml) = sqs_query(&endpoint, "ReceiveMessage", &params).await;
+        assert_eq!(status, 200, "{xml}");
+        assert!(xml.contains("<Body>m</Body>"), "{filter:?}: {xml}");
+        for name in every {
+            let listed = xml.contains(&format!("<Name>{name}</Name>"));
+            assert_eq!(listed, expected.contains(&name), "{filter:?} (query) and {name}: {xml}");
+        }
     }
-    let received = sqs_json(
-        &endpoint,
-        "ReceiveMessage",
-        serde_json::json!({ "QueueUrl": url, "WaitTimeSeconds": 5, "MessageAttributeNames": ["Hel.*"] }),
-    )
-    .await;
-    let names: Vec<&String> =
-        received.1["Messages"][0]["MessageAttributes"].as_object().map(|a| a.keys().collect()).unwrap_or_default();
-    assert_eq!(names, ["Hello", "Help.Me"], "{}", received.1);
-    let (status, xml) = sqs_query(
-        &endpoint,
-        "ReceiveMessage",
-        &[("QueueUrl", &url), ("WaitTimeSeconds", "5"), ("MessageAttributeName.1", "Hel.*")],
-    )
-    .await;
-    assert_eq!(status, 200, "{xml}");
-    assert!(xml.contains("<Name>Hello</Name>") && xml.contains("<Name>Help.Me</Name>"), "{xml}");
-    assert!(!xml.contains("<Name>Other</Name>"), "{xml}");
 }
 
 /// A standard queue's `DelaySeconds` (the queue's, or a message's own, which wins) holds a message

@@ -254,12 +254,14 @@ fn message_attributes(given: Map<String, Value>) -> Result<MessageAttributes, Sq
     Ok(attributes)
 }
 
-/// The attributes of `attributes` that `names` ask for (`All`, `.*`, `prefix.*` or a name), as
-/// the JSON protocol writes them.
+/// The attributes of `attributes` that `names` ask for (`All`, `*`, `.*`, `prefix.*` or a name),
+/// as the JSON protocol writes them.
 fn requested_attributes(attributes: &MessageAttributes, names: &[String]) -> MessageAttributes {
     let wanted = |name: &str| {
         names.iter().any(|n| {
-            n == "All" || n == ".*" || n == name || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(prefix))
+            matches!(n.as_str(), "All" | "*" | ".*")
+                || n == name
+                || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(prefix))
         })
     };
     attributes.iter().filter(|(name, _)| wanted(name)).map(|(k, v)| (k.clone(), v.clone())).collect()
