@@ -79,6 +79,19 @@ impl TestZkq {
         zkq
     }
 
+    /// `N` sidecars of one configuration (one fleet: the same ZooKeeper and root), each started
+    /// and ready, in order: `let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;`.
+    pub async fn fleet<const N: usize>(config: Config) -> [TestZkq; N] {
+        let mut sidecars = Vec::with_capacity(N);
+        for _ in 0..N {
+            sidecars.push(TestZkq::start_ready(config.clone()).await);
+        }
+        match sidecars.try_into() {
+            Ok(fleet) => fleet,
+            Err(_) => unreachable!("{N} sidecars were started"),
+        }
+    }
+
     pub async fn readyz(&self) -> (u16, serde_json::Value) {
         match self.http.get(format!("{}/readyz", self.admin)).send().await {
             Ok(response) => {

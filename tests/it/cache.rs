@@ -105,8 +105,7 @@ async fn drain_with_leases(zkq: &TestZkq, queue: &str, consumers: usize) -> usiz
 async fn two_sidecars_draining_one_queue_with_leases_rarely_collide() {
     let zk = ZkServer::shared();
     let root = unique_root("two-drain");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let total = 200;
     for i in 0..total {
         a.put_ok("d", format!("m{i}").as_bytes()).await;

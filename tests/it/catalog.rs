@@ -15,8 +15,7 @@ const DELETE: reqwest::Method = reqwest::Method::DELETE;
 async fn a_stale_receipt_of_a_deleted_queue_never_acks_the_message_of_the_queue_made_anew() {
     let zk = ZkServer::shared();
     let root = unique_root("stale-ack");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let (api_a, api_b) = (a.client(), b.client());
     assert_eq!(api_a.put("q", "", b"OLD").await.status, 201);
     let old = api_b.lease("q", "wait=5s&visibility=60s").await;
@@ -47,8 +46,7 @@ async fn a_stale_receipt_of_a_deleted_queue_never_acks_the_message_of_the_queue_
 async fn a_lease_of_a_deleted_queue_that_expires_never_frees_a_message_of_the_queue_made_anew() {
     let zk = ZkServer::shared();
     let root = unique_root("stale-expiry");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let (api_a, api_b) = (a.client(), b.client());
     assert_eq!(api_a.put("q", "", b"OLD").await.status, 201);
     let old = api_b.lease("q", "wait=5s&visibility=1s").await;

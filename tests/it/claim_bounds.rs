@@ -314,8 +314,7 @@ async fn batch_take_requests(
 async fn a_batch_take_asks_zookeeper_only_for_sizes_it_does_not_know() {
     let zk = ZkServer::shared();
     let root = unique_root("claims-cost");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
 
     let (own, own_total) = batch_take_requests(&a, &a, "own").await;
     eprintln!("ZooKeeper requests per message of a ?max=100 take of its own puts: {own_total:.2} ({own:?})");

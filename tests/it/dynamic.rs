@@ -16,8 +16,7 @@ async fn many_waiters_for_a_queue_another_sidecar_creates_leave_its_cache_watchi
     const WAITERS: usize = 40;
     let zk = ZkServer::shared();
     let root = unique_root("dyn-waiters");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let port: u16 = zk.connect_string().rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
     for round in 0..3 {
         let queue = format!("fresh{round}");

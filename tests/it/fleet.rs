@@ -19,8 +19,7 @@ async fn a_sidecar_that_only_puts_receives_no_event_of_the_queue_until_it_takes(
         config.queues_watch_on_demand = true;
         config
     };
-    let producer = TestZkq::start_ready(on_demand()).await;
-    let consumer = TestZkq::start_ready(on_demand()).await;
+    let [producer, consumer] = TestZkq::fleet(on_demand()).await;
     let (puts, leases) = (producer.client(), consumer.client());
     for i in 0..20 {
         assert_eq!(puts.put("q", "", format!("m{i}").as_bytes()).await.status, 201);
@@ -133,10 +132,7 @@ async fn four_sidecars_with_waiting_consumers_claim_each_message_once_instead_of
     const N: usize = 40;
     let zk = ZkServer::shared();
     let root = unique_root("fleet-owners");
-    let mut sidecars = Vec::new();
-    for _ in 0..K {
-        sidecars.push(TestZkq::start_ready(test_config(zk, &root)).await);
-    }
+    let sidecars: [TestZkq; K] = TestZkq::fleet(test_config(zk, &root)).await;
     // The queue exists before the consumers wait on it.
     sidecars[0].put_ok("q", b"first").await;
     let stop = tokio_util::sync::CancellationToken::new();
@@ -190,12 +186,9 @@ async fn members_standing_by_receive_no_event_until_a_watching_member_asks_for_h
     // Its own server: ZooKeeper's count of the watches each new node triggers is the evidence.
     let zk = &ZkServer::start();
     let root = unique_root("fleet-standby");
-    let mut sidecars = Vec::new();
-    for _ in 0..K {
-        let mut config = test_config(zk, &root);
-        config.queues_fleet_watchers = 1;
-        sidecars.push(TestZkq::start_ready(config).await);
-    }
+    let mut config = test_config(zk, &root);
+    config.queues_fleet_watchers = 1;
+    let sidecars: [TestZkq; K] = TestZkq::fleet(config).await;
     sidecars[0].put_ok("q", b"first").await;
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stops: Vec<_> = (0..K).map(|_| tokio_util::sync::CancellationToken::new()).collect();
@@ -289,12 +282,9 @@ async fn members_standing_by_receive_no_event_until_a_watching_member_asks_for_h
 async fn a_member_standing_by_does_not_answer_empty_while_a_message_waits_behind_undeliverable_nodes() {
     let zk = ZkServer::shared();
     let root = unique_root("fleet-standby-read");
-    let mut sidecars = Vec::new();
-    for _ in 0..2 {
-        let mut config = test_config(zk, &root);
-        config.queues_fleet_watchers = 1;
-        sidecars.push(TestZkq::start_ready(config).await);
-    }
+    let mut config = test_config(zk, &root);
+    config.queues_fleet_watchers = 1;
+    let sidecars: [TestZkq; 2] = TestZkq::fleet(config).await;
     sidecars[0].put_ok("q", b"first").await;
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stop = tokio_util::sync::CancellationToken::new();
@@ -513,8 +503,7 @@ async fn sidecars_connected_to_an_observer_get_every_event_from_it_and_none_from
     let ensemble = tokio::task::block_in_place(crate::ensemble::ZkEnsemble::start_with_observer);
     let root = unique_root("fleet-observer");
     let observer = ensemble.observer_address();
-    let producer = TestZkq::start_ready(test_config(&observer, &root)).await;
-    let consumer = TestZkq::start_ready(test_config(&observer, &root)).await;
+    let [producer, consumer] = TestZkq::fleet(test_config(&observer, &root)).await;
     producer.put_ok("q", b"first").await;
     let stop = tokio_util::sync::CancellationToken::new();
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -417,8 +417,7 @@ async fn expired_records_of_queues_nobody_opens_are_swept_at_start() {
             }
         }
     }
-    let first = TestZkq::start_ready(test_config(zk, &root)).await;
-    let second = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [first, second] = TestZkq::fleet(test_config(zk, &root)).await;
     for queue in ["ghost", "other.ghost"] {
         let kept: Vec<String> = live.iter().filter(|(q, _)| *q == queue).map(|(_, hash)| hash.clone()).collect();
         let keys = format!("{root}/idempotency/{queue}/keys");

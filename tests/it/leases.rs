@@ -575,8 +575,7 @@ async fn max_per_queue_holds_for_long_polls_that_arrived_together() {
 async fn every_lease_carries_a_fencing_token_larger_than_every_earlier_one() {
     let zk = ZkServer::shared();
     let root = unique_root("fencing");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let direct = zk_client(zk).await;
     a.put_ok("q", b"m0").await;
     let lock_czxid = |id: String| {

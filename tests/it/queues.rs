@@ -275,8 +275,7 @@ async fn a_taker_that_leaves_removes_nothing() {
 async fn two_sidecars_under_load_deliver_each_message_once() {
     let zk = ZkServer::shared();
     let root = unique_root("exactly-once");
-    let a = TestZkq::start_ready(test_config(zk, &root)).await;
-    let b = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [a, b] = TestZkq::fleet(test_config(zk, &root)).await;
     let total = 400;
     let mut puts = tokio::task::JoinSet::new();
     for i in 0..total {
@@ -607,8 +606,7 @@ async fn the_first_look_at_a_deep_queue_after_a_start_knows_the_age_of_its_head(
 async fn a_take_without_wait_sees_every_put_acknowledged_before_it() {
     let zk = ZkServer::shared();
     let root = unique_root("no-false-empty");
-    let taker = TestZkq::start_ready(test_config(zk, &root)).await;
-    let producer = TestZkq::start_ready(test_config(zk, &root)).await;
+    let [taker, producer] = TestZkq::fleet(test_config(zk, &root)).await;
     // The taker's cache is live (it has read the queue once) before the race starts.
     assert_eq!(taker.take("q", "0s").await.status(), 204);
     for i in 0..300 {
