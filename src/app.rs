@@ -12,10 +12,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError};
 use crate::counter::CounterService;
+use crate::door::Door;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::push::PushService;
 use crate::queue::QueueService;
+use crate::queue::tags::QueueTags;
+use crate::sqs::SqsState;
+use crate::types::Layout;
 use crate::web::server::{ListenerLimits, serve};
 use crate::zk::{ZkSession, load_secrets, session_settings};
 
@@ -96,19 +100,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })?;
     let queues = QueueService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone());
     let push = PushService::start(&config, &queues, &metrics, draining.clone());
-    let state = AppState {
-        config: config.clone(),
-        session: session.clone(),
-        metrics: metrics.clone(),
-        queues: queues.clone(),
-        counters: CounterService::new(
-            config.clone(),
-            session.clone(),
-            metrics.clone(),
-            draining.clone(),
-            tasks.clone(),
-        ),
-        redrives: crate::redrive::Redrives::new(
+    let door = Door::new(
+        config.clone(),
+        queues.clone(),
+        CounterService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone()),
+        crate::redrive::Redrives::new(
             config.clone(),
             queues.clone(),
             session.clone(),
@@ -116,10 +112,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             tasks.clone(),
             draining.clone(),
         ),
+        Arc::new(QueueTags::new(Layout::new(&config.zookeeper.root), session.clone(), metrics.clone())),
+        session.clone(),
+    );
+    let state = AppState {
+        config: config.clone(),
+        metrics: metrics.clone(),
+        door: door.clone(),
         draining: draining.clone(),
         api_token: api_token.map(Arc::new),
-        sqs_key_pair,
     };
+    let sqs_state = SqsState { config: config.clone(), metrics: metrics.clone(), door, key_pair: sqs_key_pair };
 
     let stop_api = CancellationToken::new();
     let stop_admin = CancellationToken::new();
@@ -142,7 +145,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop_api.clone(),
     );
     let sqs = sqs_listener.map(|listener| {
-        serve(listener, crate::sqs::sqs_router(state.clone()), api_limits, "sqs", metrics.clone(), stop_api.clone())
+        serve(listener, crate::sqs::sqs_router(sqs_state), api_limits, "sqs", metrics.clone(), stop_api.clone())
     });
     let admin =
         serve(admin_listener, http::admin_router(state), admin_limits, "admin", metrics.clone(), stop_admin.clone());

@@ -14,6 +14,7 @@
 pub mod app;
 pub mod config;
 pub(crate) mod counter;
+pub(crate) mod door;
 pub(crate) mod http;
 pub(crate) mod inspect;
 pub(crate) mod metrics;

@@ -9,22 +9,10 @@ use std::path::{Path, PathBuf};
 /// The fronts: each translates its wire onto the queue core, and knows no other front.
 const FRONTS: [&str; 4] = ["http", "sqs", "push", "inspect"];
 
-/// Crossings that stand until the core's door replaces `AppState` and the read-only survey moves
-/// into the core: (file under `src/`, the module it names).
+/// Crossings that stand: (file under `src/`, the module it names), each with what removes it.
 const STANDING: &[(&str, &str)] = &[
-    // AppState is the native API's locator; the SQS actions reach the same services through it.
-    ("sqs/mod.rs", "crate::http"),
-    ("sqs/actions/mod.rs", "crate::http"),
-    // `GET /v1/queues?all=true` lists the survey `zkq inspect` prints.
-    ("http/queues.rs", "crate::inspect"),
-    // The session, its errors and its state, reached past the core.
-    ("http/state.rs", "crate::zk"),
-    ("http/error.rs", "crate::zk"),
-    ("http/admin.rs", "crate::zk"),
-    ("sqs/error.rs", "crate::zk"),
-    ("sqs/actions/tags.rs", "crate::zk"),
+    // `zkq inspect` opens its own session (a CLI run, not a sidecar's).
     ("inspect/mod.rs", "crate::zk"),
-    ("inspect/survey.rs", "crate::zk"),
 ];
 
 fn src() -> PathBuf {

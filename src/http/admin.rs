@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
-use crate::zk::ConnectionState;
+use crate::door::Readiness;
 
 #[derive(Serialize)]
 struct Health {
@@ -25,42 +25,27 @@ pub(super) async fn livez() -> impl IntoResponse {
 }
 
 /// Why zkq is not ready, or `None` when it is: the session is connected and zkq is not shutting down.
-fn not_ready_reason(state: &AppState) -> Option<String> {
-    let status = state.session.status();
-    let session = format!("{:#x}", status.session_id);
+fn not_ready_reason(state: &AppState, readiness: &Readiness) -> Option<String> {
     if state.draining.is_cancelled() {
         return Some("zkq is shutting down".to_owned());
     }
-    match status.state {
-        ConnectionState::Connected | ConnectionState::Reconnected => None,
-        ConnectionState::Connecting => Some("no ZooKeeper session yet: connecting".to_owned()),
-        ConnectionState::Suspended => {
-            Some(format!("ZooKeeper connection suspended (session {session} may still be alive)"))
-        },
-        ConnectionState::Lost => Some(format!("ZooKeeper session {session} lost; opening a new one")),
-        ConnectionState::ReadOnly => Some("connected to a read-only ZooKeeper server".to_owned()),
-        ConnectionState::Closed => Some("ZooKeeper session closed".to_owned()),
-    }
+    readiness.not_serving.clone()
 }
 
 /// Ready only while the session is connected and zkq is not shutting down.
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
-    let status = state.session.status();
-    match not_ready_reason(&state) {
-        None => Json(Health {
-            status: "ready",
-            zookeeper: status.state.as_str(),
-            session: format!("{:#x}", status.session_id),
-        })
-        .into_response(),
+    let readiness = state.door.readiness();
+    match not_ready_reason(&state, &readiness) {
+        None => {
+            Json(Health { status: "ready", zookeeper: readiness.state, session: readiness.session }).into_response()
+        },
         Some(message) => {
             // Why the last attempt to open a session failed (a TLS handshake, refused credentials).
-            let last = match state.session.last_error() {
+            let last = match &readiness.last_error {
                 Some(error) if !state.draining.is_cancelled() => format!("; last attempt: {error}"),
                 _ => String::new(),
             };
-            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {}){last}", status.state.as_str()))
-                .into_response()
+            ApiError::new(ErrorCode::NotReady, format!("{message} (state: {}){last}", readiness.state)).into_response()
         },
     }
 }
@@ -71,8 +56,8 @@ const SCRAPE_SAMPLE_BUDGET: Duration = Duration::from_secs(1);
 /// Prometheus text format; queue depths and head ages are read from ZooKeeper first (bounded),
 /// and `zkq_ready` says what `/readyz` would answer.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    state.metrics.ready.set(i64::from(not_ready_reason(&state).is_none()));
-    state.queues.sample_for_scrape(SCRAPE_SAMPLE_BUDGET).await;
+    state.metrics.ready.set(i64::from(not_ready_reason(&state, &state.door.readiness()).is_none()));
+    state.door.queues().sample_for_scrape(SCRAPE_SAMPLE_BUDGET).await;
     match state.metrics.render() {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Err(err) => ApiError::new(ErrorCode::Internal, format!("cannot render metrics: {err}")).into_response(),

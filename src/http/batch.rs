@@ -208,7 +208,7 @@ pub(crate) async fn put_batch(
         options.push(PutOptions { idempotency_key: message.idempotency_key, attributes, traceparent, ..kind_options });
         bodies.push(body);
     }
-    let queue = state.queues.queue(&path.queue, Purpose::Put).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Put).await?;
     let messages = bodies.iter().map(Vec::as_slice).zip(options).collect();
     let receipts = match query.format.unwrap_or_default() {
         BatchFormat::Nodes => queue.put_many(messages, wait).await?,
@@ -297,7 +297,7 @@ pub(crate) async fn ack_batch(
         Some(nack) => Some(bounded_duration("delay", nack.delay.as_deref(), state.config.lease.max_visibility)?),
         None => None,
     };
-    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Step).await?;
     let nack = match (&request.nack, delay) {
         (Some(nack), Some(delay)) => Some((nack.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from), delay)),
         _ => None,

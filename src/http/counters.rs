@@ -120,7 +120,7 @@ impl From<CounterError> for ApiError {
             CounterError::Contention => ErrorCode::Contention,
             CounterError::Overflow { .. } => ErrorCode::CounterOverflow,
             CounterError::ShuttingDown => ErrorCode::ShuttingDown,
-            CounterError::Zk(zk) => return zk.clone().into(),
+            CounterError::Zk(zk) => return crate::queue::QueueError::Zk(zk.clone()).into(),
         };
         ApiError::new(code, err.to_string())
     }
@@ -156,7 +156,7 @@ pub(crate) async fn get_counter(
     ApiPath(path): ApiPath<CounterPath>,
     ApiQuery(query): ApiQuery<ReadQuery>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.existing(&path.name).await?;
+    let counter = state.door.counters().existing(&path.name).await?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let current = counter.fetch(query.after_version, wait).await?;
     Ok(counter_response(&state, &counter.name, current))
@@ -184,7 +184,7 @@ pub(crate) async fn set_counter(
     headers: HeaderMap,
     ApiJson(body): ApiJson<SetRequest>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.open(&path.name)?;
+    let counter = state.door.counters().open(&path.name)?;
     let expected = if_match(&headers)?;
     Ok(match counter.write(expected, body.value).await {
         Ok(current) => counter_response(&state, &counter.name, current),
@@ -212,7 +212,7 @@ pub(crate) async fn add_to_counter(
     ApiPath(path): ApiPath<CounterPath>,
     ApiJson(body): ApiJson<AddRequest>,
 ) -> Result<Response, ApiError> {
-    let counter = state.counters.open(&path.name)?;
+    let counter = state.door.counters().open(&path.name)?;
     let current = counter.add(body.delta).await?;
     Ok(counter_response(&state, &counter.name, current))
 }

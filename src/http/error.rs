@@ -8,9 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::queue::QueueError;
+use crate::queue::{QueueError, StoreFailure};
 use crate::web::{Answer, Dialect, Refusal, RefusalKind, closes_connection};
-use crate::zk::ZkError;
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
@@ -274,31 +273,28 @@ impl Answer for Native {
     }
 }
 
-impl From<ZkError> for ApiError {
-    fn from(err: ZkError) -> Self {
-        match err {
-            ZkError::Unavailable | ZkError::SessionLost => ApiError::new(
-                ErrorCode::ZookeeperUnavailable,
-                format!("{err}; retry after the Retry-After delay (check /readyz)"),
-            ),
-            ZkError::OutcomeUnknown => ApiError::new(
-                ErrorCode::OutcomeUnknown,
-                "the connection to ZooKeeper dropped before the result was known; the operation may or may not \
-                 have been applied",
-            ),
-            ZkError::NotAuthorized => ApiError::new(
-                ErrorCode::ZookeeperRefused,
-                "ZooKeeper refused access to this path: its ACL does not allow zkq's session; configure \
-                 the credentials it allows (zookeeper.auth_digest or zookeeper.sasl, from a Secret) or fix \
-                 the node's ACL",
-            ),
-            ZkError::Rejected(why) => {
-                ApiError::new(ErrorCode::ZookeeperRefused, format!("ZooKeeper refused the request: {why}"))
-            },
-            // The request is too large once it is a ZooKeeper transaction (the node ACL counts too).
-            ZkError::TooLarge { .. } => ApiError::new(ErrorCode::PayloadTooLarge, err.to_string()),
-            other => ApiError::new(ErrorCode::Internal, format!("unexpected ZooKeeper answer: {other}")),
-        }
+/// A ZooKeeper failure, in the API's codes.
+fn store_error(failure: StoreFailure, err: &QueueError) -> ApiError {
+    match failure {
+        StoreFailure::Unavailable => ApiError::new(
+            ErrorCode::ZookeeperUnavailable,
+            format!("{err}; retry after the Retry-After delay (check /readyz)"),
+        ),
+        StoreFailure::OutcomeUnknown => ApiError::new(
+            ErrorCode::OutcomeUnknown,
+            "the connection to ZooKeeper dropped before the result was known; the operation may or may not \
+             have been applied",
+        ),
+        StoreFailure::NotAuthorized => ApiError::new(
+            ErrorCode::ZookeeperRefused,
+            "ZooKeeper refused access to this path: its ACL does not allow zkq's session; configure \
+             the credentials it allows (zookeeper.auth_digest or zookeeper.sasl, from a Secret) or fix \
+             the node's ACL",
+        ),
+        StoreFailure::Rejected => ApiError::new(ErrorCode::ZookeeperRefused, err.to_string()),
+        // The request is too large once it is a ZooKeeper transaction (the node ACL counts too).
+        StoreFailure::TooLarge => ApiError::new(ErrorCode::PayloadTooLarge, err.to_string()),
+        StoreFailure::Unexpected => ApiError::new(ErrorCode::Internal, format!("unexpected ZooKeeper answer: {err}")),
     }
 }
 
@@ -319,7 +315,7 @@ impl From<QueueError> for ApiError {
             QueueError::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
             QueueError::Declared(_) => ErrorCode::QueueDeclared,
             QueueError::ShuttingDown => ErrorCode::ShuttingDown,
-            QueueError::Zk(zk) => return zk.clone().into(),
+            QueueError::Zk(_) => return store_error(err.store_failure().unwrap_or(StoreFailure::Unexpected), &err),
         };
         ApiError::new(code, err.to_string())
     }
@@ -344,6 +340,21 @@ mod tests {
             assert_eq!((own.code, own.message.as_str()), (code, "why"), "{kind:?}");
             let answer = Native.refused("id", Refusal::new(kind, "why"));
             assert_eq!(answer.status().as_u16(), status, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn each_zookeeper_failure_has_its_code() {
+        let table = [
+            (StoreFailure::Unavailable, ErrorCode::ZookeeperUnavailable),
+            (StoreFailure::OutcomeUnknown, ErrorCode::OutcomeUnknown),
+            (StoreFailure::NotAuthorized, ErrorCode::ZookeeperRefused),
+            (StoreFailure::Rejected, ErrorCode::ZookeeperRefused),
+            (StoreFailure::TooLarge, ErrorCode::PayloadTooLarge),
+            (StoreFailure::Unexpected, ErrorCode::Internal),
+        ];
+        for (failure, code) in table {
+            assert_eq!(store_error(failure, &QueueError::ShuttingDown).code, code, "{failure:?}");
         }
     }
 

@@ -122,7 +122,7 @@ pub(crate) async fn lease_message(
     let max = query.max.map(|max| check_max(&state, max)).transpose()?;
     let wait_until = Instant::now() + wait;
     // As a take: a dynamic queue that does not exist yet is empty; nothing is created.
-    let Some(queue) = state.queues.queue_to_take(&path.queue, wait).await? else {
+    let Some(queue) = state.door.queues().queue_to_take(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let visibility = visibility(&state, &queue, asked);
@@ -169,7 +169,7 @@ pub(crate) async fn ack(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<LeasePath>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Step).await?;
     queue.ack(receipt_of(&path.lease)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -191,7 +191,7 @@ pub(crate) async fn nack(
     ApiPath(path): ApiPath<LeasePath>,
     ApiQuery(query): ApiQuery<NackQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Step).await?;
     let mode = query.mode.map_or_else(|| queue.default_nack_mode(), NackMode::from);
     let delay = bounded_duration("delay", query.delay.as_deref(), state.config.lease.max_visibility)?;
     queue.nack(receipt_of(&path.lease)?, mode, delay).await?;
@@ -216,7 +216,7 @@ pub(crate) async fn extend(
     ApiQuery(query): ApiQuery<ExtendQuery>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
     let asked = asked_visibility(query.visibility.as_deref())?;
-    let queue = state.queues.queue(&path.queue, Purpose::Step).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Step).await?;
     let visibility = visibility(&state, &queue, asked);
     let expires_at = queue.extend(receipt_of(&path.lease)?, visibility).await?;
     Ok(Json(ExtendResponse { lease: path.lease, expires_at }))

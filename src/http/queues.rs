@@ -233,7 +233,7 @@ fn refuse_characters(name: &str, text: &str) -> Result<(), ApiError> {
 
 /// A queue to read: 404 `queue_not_found` for a dynamic queue that does not exist (nothing is created).
 async fn existing(state: &AppState, name: &QueueName) -> Result<QueueRef, ApiError> {
-    Ok(state.queues.queue(name, Purpose::Look).await?)
+    Ok(state.door.queues().queue(name, Purpose::Look).await?)
 }
 
 /// The `Idempotency-Key` of a put, if it sent one: one header of 1–200 bytes of visible ASCII.
@@ -293,7 +293,7 @@ pub(crate) async fn put_message(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let queue = state.queues.queue(&path.queue, Purpose::Put).await?;
+    let queue = state.door.queues().queue(&path.queue, Purpose::Put).await?;
     let idempotency_key = idempotency_key(&headers)?;
     let wait = bounded_duration("wait", query.wait.as_deref(), state.config.take.max_wait)?;
     let fields = KindFields {
@@ -349,7 +349,7 @@ pub(crate) async fn take_message(
     let wait_until = Instant::now() + wait;
     // A dynamic queue that does not exist yet is an empty queue to a taker: it waits for the
     // first put (of any sidecar or Curator producer) without creating anything.
-    let Some(queue) = state.queues.queue_to_take(&path.queue, wait).await? else {
+    let Some(queue) = state.door.queues().queue_to_take(&path.queue, wait).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let wait = wait_until.saturating_duration_since(Instant::now());
@@ -479,7 +479,7 @@ pub(crate) async fn delete_queue(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<DeletedResponse>, ApiError> {
-    let deleted = state.queues.delete(&path.queue).await?;
+    let deleted = state.door.queues().delete(&path.queue).await?;
     Ok(Json(DeletedResponse { queue: path.queue.to_string(), removed: deleted.removed, complete: deleted.complete }))
 }
 
@@ -568,7 +568,7 @@ pub(crate) async fn list_queues(
 ) -> Result<Json<QueueList>, ApiError> {
     if !query.all.unwrap_or(false) {
         let mut queues = Vec::new();
-        for queue in state.queues.opened() {
+        for queue in state.door.queues().opened() {
             queues.push(summary(&queue).await?);
         }
         return Ok(Json(QueueList { queues, omitted: 0 }));
@@ -580,70 +580,31 @@ pub(crate) async fn list_queues(
 const LIST_ALL_IN_FLIGHT: usize = 8;
 
 /// Every declared queue and every child of `{root}/queues`: queues this zkq has open from their own
-/// state, the others from a bounded survey summary (no node is created, no queue opened).
+/// state, the others from the core's bounded survey summary (no node is created, no queue opened).
 async fn list_all_queues(state: &AppState) -> Result<QueueList, ApiError> {
-    use crate::inspect::survey::{self, Detail, SurveyLimits};
-    use futures::StreamExt;
-
-    let deadline = Instant::now() + state.session.request_timeout();
-    let zk = state.session.connected(deadline).await.map_err(QueueError::from)?.with_deadline(deadline);
-    let limits = SurveyLimits::default();
-    let located = survey::locate(&zk, &state.config, &limits).await.map_err(QueueError::from)?;
-    let open: std::collections::HashMap<QueueName, std::sync::Arc<Queue>> =
-        state.queues.opened().into_iter().map(|q| (q.name().clone(), q)).collect();
-    enum Listed {
-        Shown(QueueSummary),
-        /// Not read before the deadline (or a read failed).
-        Late,
-        /// Removed since `{root}/queues` was read.
-        Gone,
-    }
-    let answers: Vec<Result<Listed, QueueError>> = futures::stream::iter(located.queues)
-        .map(|location| {
-            let (zk, open) = (&zk, &open);
-            async move {
-                if let Some(queue) = open.get(location.name.as_str()) {
-                    return summary(queue).await.map(Listed::Shown);
-                }
-                // Read as zkq serves it: an undeclared queue is fifo, whatever its names say.
-                let kind = location.kind.unwrap_or(crate::config::QueueKind::Fifo);
-                let location = survey::QueueLocation { kind: Some(kind), ..location };
-                let report = survey::examine(zk, &location, &limits, Detail::Summary, deadline).await;
-                if !report.errors.is_empty() {
-                    return Ok(Listed::Late);
-                }
-                if !report.exists {
-                    return Ok(Listed::Gone);
-                }
-                Ok(Listed::Shown(QueueSummary {
-                    kind: kind.as_str().to_owned(),
-                    name: location.name,
-                    path: location.path,
-                    lock_path: location.lock_path,
-                    max_items: None,
-                    declared: location.declared,
-                    depth: report.depth,
-                    in_flight: report.locks.map_or(0, |l| l.held),
-                    waiting_takers: 0,
-                    oldest_message_age_ms: report.oldest_message_age_ms,
-                    oldest_message_age_known: report.oldest_message_age_known,
-                    grouped: report.grouped,
-                    // Which heads are in flight is known only to a zkq serving the queue.
-                    groups: None,
-                }))
-            }
-        })
-        .buffered(LIST_ALL_IN_FLIGHT)
-        .collect()
-        .await;
-    let mut queues = Vec::with_capacity(answers.len());
-    let mut omitted = located.omitted;
-    for answer in answers {
-        match answer? {
-            Listed::Shown(summary) => queues.push(summary),
-            Listed::Late => omitted += 1,
-            Listed::Gone => {},
-        }
+    use crate::queue::survey::Surveyed;
+    let (surveyed, omitted) = state.door.survey_every_queue(LIST_ALL_IN_FLIGHT).await?;
+    let mut queues = Vec::with_capacity(surveyed.len());
+    for queue in surveyed {
+        queues.push(match queue {
+            Surveyed::Open(queue) => summary(&queue).await?,
+            Surveyed::Read { location, kind, report } => QueueSummary {
+                kind: kind.as_str().to_owned(),
+                name: location.name,
+                path: location.path,
+                lock_path: location.lock_path,
+                max_items: None,
+                declared: location.declared,
+                depth: report.depth,
+                in_flight: report.locks.map_or(0, |l| l.held),
+                waiting_takers: 0,
+                oldest_message_age_ms: report.oldest_message_age_ms,
+                oldest_message_age_known: report.oldest_message_age_known,
+                grouped: report.grouped,
+                // Which heads are in flight is known only to a zkq serving the queue.
+                groups: None,
+            },
+        });
     }
     Ok(QueueList { queues, omitted })
 }

@@ -121,7 +121,7 @@ pub(crate) async fn start_redrive(
     ApiPath(path): ApiPath<QueuePath>,
     ApiJson(request): ApiJson<RedriveRequest>,
 ) -> Result<(StatusCode, Json<MoveTask>), ApiError> {
-    let report = state.redrives.start(&path.queue, request.destination, request.max_per_second).await?;
+    let report = state.door.moves().start(&path.queue, request.destination, request.max_per_second).await?;
     Ok((StatusCode::ACCEPTED, Json(report.into())))
 }
 
@@ -140,7 +140,7 @@ pub(crate) async fn list_redrives(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<MoveTasks>, ApiError> {
-    let tasks = state.redrives.list(&path.queue).await?;
+    let tasks = state.door.moves().list(&path.queue).await?;
     Ok(Json(MoveTasks { tasks: tasks.into_iter().map(MoveTask::from).collect() }))
 }
 
@@ -161,13 +161,13 @@ pub(crate) async fn cancel_redrive(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<QueuePath>,
 ) -> Result<Json<CancelledTask>, ApiError> {
-    let running = state.redrives.list(&path.queue).await?.into_iter().find(|t| t.status == TaskStatus::Running);
+    let running = state.door.moves().list(&path.queue).await?.into_iter().find(|t| t.status == TaskStatus::Running);
     let Some(task) = running else {
         return Err(ApiError::new(
             ErrorCode::MoveTaskNotFound,
             format!("no message move task runs for queue {}", path.queue),
         ));
     };
-    let moved = state.redrives.cancel(&task.handle).await?;
+    let moved = state.door.moves().cancel(&task.handle).await?;
     Ok(Json(CancelledTask { handle: task.handle, moved }))
 }

@@ -16,10 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, JUTE_MAXBUFFER_BYTES};
 use crate::metrics::Metrics;
 use crate::types::QueueName;
-pub(crate) mod survey;
 
+use crate::queue::survey::{self, Detail, QueueReport, SurveyLimits};
 use crate::zk::ZkSession;
-use survey::{Detail, QueueReport, SurveyLimits};
 
 /// Longest wait for a first session; an unreachable ensemble is reported after this.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -22,6 +22,8 @@ mod put;
 mod retention;
 mod service;
 mod settings;
+pub(crate) mod survey;
+pub(crate) mod tags;
 
 pub(crate) use acquire::{Handover, PerGroup, Taken};
 pub(crate) use attributes::{AttributeValue, MessageAttributes};
@@ -98,5 +100,62 @@ pub(crate) enum QueueError {
 impl From<ZkError> for QueueError {
     fn from(err: ZkError) -> Self {
         QueueError::Zk(err)
+    }
+}
+
+/// What a ZooKeeper failure under [`QueueError::Zk`] means to a client: each front words it in its
+/// own codes, naming no `zk` type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreFailure {
+    /// ZooKeeper out of reach, or the session lost: nothing was done; retry.
+    Unavailable,
+    /// The connection dropped before the answer: the request may or may not have applied.
+    OutcomeUnknown,
+    /// The node's ACL does not allow zkq's session.
+    NotAuthorized,
+    /// ZooKeeper refused the request for a reason retrying will not fix (a quota, a bad argument).
+    Rejected,
+    /// The request would pass ZooKeeper's request limit.
+    TooLarge,
+    /// Any other answer.
+    Unexpected,
+}
+
+impl QueueError {
+    /// The ZooKeeper failure this error is, if it is one.
+    pub(crate) fn store_failure(&self) -> Option<StoreFailure> {
+        let QueueError::Zk(err) = self else {
+            return None;
+        };
+        Some(match err {
+            ZkError::Unavailable | ZkError::SessionLost => StoreFailure::Unavailable,
+            ZkError::OutcomeUnknown => StoreFailure::OutcomeUnknown,
+            ZkError::NotAuthorized => StoreFailure::NotAuthorized,
+            ZkError::Rejected(_) => StoreFailure::Rejected,
+            ZkError::TooLarge { .. } => StoreFailure::TooLarge,
+            _ => StoreFailure::Unexpected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zookeepers_errors_are_the_failures_a_front_words() {
+        let table = [
+            (ZkError::Unavailable, StoreFailure::Unavailable),
+            (ZkError::SessionLost, StoreFailure::Unavailable),
+            (ZkError::OutcomeUnknown, StoreFailure::OutcomeUnknown),
+            (ZkError::NotAuthorized, StoreFailure::NotAuthorized),
+            (ZkError::Rejected("quota".to_owned()), StoreFailure::Rejected),
+            (ZkError::TooLarge { size: 2, max: 1 }, StoreFailure::TooLarge),
+            (ZkError::NoNode, StoreFailure::Unexpected),
+        ];
+        for (zk, failure) in table {
+            assert_eq!(QueueError::Zk(zk.clone()).store_failure(), Some(failure), "{zk:?}");
+        }
+        assert_eq!(QueueError::ShuttingDown.store_failure(), None);
     }
 }

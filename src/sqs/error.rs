@@ -5,9 +5,8 @@
 use axum::http::StatusCode;
 
 use crate::config::ApiConfig;
-use crate::queue::QueueError;
+use crate::queue::{QueueError, StoreFailure};
 use crate::web::{Refusal, RefusalKind};
-use crate::zk::ZkError;
 
 /// The code of [`SqsError::unknown_operation`], which the query protocol writes as a bare element.
 pub(super) const UNKNOWN_OPERATION: &str = "UnknownOperationException";
@@ -266,20 +265,20 @@ impl From<QueueError> for SqsError {
             QueueError::ShuttingDown => {
                 SqsError::server("ServiceUnavailable", "ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE, message)
             },
-            QueueError::Zk(ZkError::OutcomeUnknown) => SqsError::server(
-                "InternalError",
-                "InternalError",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{message}; the request may or may not have applied"),
-            ),
-            QueueError::Zk(err) if err.is_transient() => SqsError::server(
-                "ServiceUnavailable",
-                "ServiceUnavailable",
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("ZooKeeper is unavailable: {err}"),
-            ),
-            QueueError::Zk(_) => {
-                SqsError::server("InternalError", "InternalError", StatusCode::INTERNAL_SERVER_ERROR, message)
+            QueueError::Zk(_) => match err.store_failure() {
+                Some(StoreFailure::OutcomeUnknown) => SqsError::server(
+                    "InternalError",
+                    "InternalError",
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("{message}; the request may or may not have applied"),
+                ),
+                Some(StoreFailure::Unavailable) => SqsError::server(
+                    "ServiceUnavailable",
+                    "ServiceUnavailable",
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("ZooKeeper is unavailable: {message}"),
+                ),
+                _ => SqsError::server("InternalError", "InternalError", StatusCode::INTERNAL_SERVER_ERROR, message),
             },
         }
     }

@@ -22,12 +22,23 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
-use crate::config::Config;
-use crate::http::AppState;
+use crate::config::{Config, SqsKeyPair};
+use crate::door::Door;
 use crate::metrics::Metrics;
 use crate::web::{Access, Answer, BodyLimits, Dialect, Guard, Refusal, RefusalKind, closes_connection, with_layers};
 use error::SqsError;
 use protocol::Protocol;
+
+/// What every SQS action and the listener's guard reach: the core's door and the front's own
+/// settings.
+#[derive(Clone)]
+pub(crate) struct SqsState {
+    pub(crate) config: Arc<Config>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) door: Door,
+    /// The key pair requests must be signed with (`sqs.access_key_id`), if any.
+    pub(crate) key_pair: Option<Arc<SqsKeyPair>>,
+}
 
 /// The largest body the listener reads: an SQS request carries at most a batch of bodies, JSON-
 /// or form-encoded.
@@ -45,7 +56,7 @@ struct Refusals {
 }
 
 impl Refusals {
-    fn of(state: &AppState) -> Refusals {
+    fn of(state: &SqsState) -> Refusals {
         Refusals { config: state.config.clone(), metrics: state.metrics.clone() }
     }
 }
@@ -109,7 +120,7 @@ impl Answer for Asked {
 
 /// The SQS-compatible router: every path and method goes to [`handle`] (the query protocol may
 /// post to a queue's URL).
-pub(crate) fn sqs_router(state: AppState) -> Router {
+pub(crate) fn sqs_router(state: SqsState) -> Router {
     let limits = BodyLimits::of(&state.config);
     let body = body_limit(&state.config);
     let guard = Guard {
@@ -125,7 +136,7 @@ pub(crate) fn sqs_router(state: AppState) -> Router {
 }
 
 async fn handle(
-    State(state): State<AppState>,
+    State(state): State<SqsState>,
     method: Method,
     headers: HeaderMap,
     uri: Uri,
@@ -137,7 +148,7 @@ async fn handle(
         Ok(body) => body,
         Err(rejection) => return unread(&state, &headers, &uri, &request_id, &rejection),
     };
-    if let Some(key_pair) = &state.sqs_key_pair
+    if let Some(key_pair) = &state.key_pair
         && let Err(err) = sigv4::verify(key_pair, &method, &uri, &headers, &body, std::time::SystemTime::now())
     {
         state.metrics.sqs_requests.with_label_values(&["other", err.code]).inc();
@@ -173,7 +184,7 @@ async fn handle(
 
 /// The answer to a request whose body could not be read: too slow (`api.body_read_timeout`), larger
 /// than the listener reads (a body of undeclared length), or cut off.
-fn unread(state: &AppState, headers: &HeaderMap, uri: &Uri, request_id: &str, rejection: &BytesRejection) -> Response {
+fn unread(state: &SqsState, headers: &HeaderMap, uri: &Uri, request_id: &str, rejection: &BytesRejection) -> Response {
     let asked = Asked::of(headers, uri, Refusals::of(state));
     let refusal = if crate::web::body::timed_out(rejection) {
         Refusal::new(

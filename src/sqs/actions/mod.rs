@@ -41,15 +41,15 @@ use queues::{
 use receipts::{ReceiptStep, change_visibility, delete_message, receipt_batch};
 use tags::{list_queue_tags, tag_queue, untag_queue};
 
+use super::SqsState;
 use super::error::SqsError;
-use crate::http::AppState;
 use crate::queue::Purpose;
 use crate::queue::QueueRef;
 use crate::types::QueueName;
 
 /// What every action knows of its request.
 pub(super) struct Ctx<'a> {
-    pub(super) state: &'a AppState,
+    pub(super) state: &'a SqsState,
     /// `http://{host}`, from the request's `Host` header.
     pub(super) origin: String,
 }
@@ -172,13 +172,13 @@ impl Ctx<'_> {
     /// The queue `url` names, for a read or a lease: it must exist.
     async fn existing(&self, url: &str) -> Result<QueueRef, SqsError> {
         let name = Ctx::name_of(url)?;
-        Ok(self.state.queues.queue(&name, Purpose::Look).await?)
+        Ok(self.state.door.queues().queue(&name, Purpose::Look).await?)
     }
 
     /// The queue `url` names for a lease step: this process leased from it.
     async fn leased_from(&self, url: &str) -> Result<QueueRef, SqsError> {
         let name = Ctx::name_of(url)?;
-        Ok(self.state.queues.queue(&name, Purpose::Step).await?)
+        Ok(self.state.door.queues().queue(&name, Purpose::Step).await?)
     }
 }
 

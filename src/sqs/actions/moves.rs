@@ -42,7 +42,7 @@ pub(super) async fn start_move_task(ctx: &Ctx<'_>, input: StartInput) -> Result<
     let destination = input.destination_arn.as_deref().map(queue_of_arn).transpose()?;
     let rate = bounded("MaxNumberOfMessagesPerSecond", input.max_number_of_messages_per_second, 1, 500)?;
     let rate = rate.and_then(|r| u32::try_from(r).ok());
-    let report = ctx.state.redrives.start(&source, destination, rate).await?;
+    let report = ctx.state.door.moves().start(&source, destination, rate).await?;
     Ok(StartOutput { task_handle: report.handle })
 }
 
@@ -79,7 +79,7 @@ struct ListEntry {
 pub(super) async fn list_move_tasks(ctx: &Ctx<'_>, input: ListInput) -> Result<ListOutput, SqsError> {
     let source = queue_of_arn(&required(input.source_arn, "SourceArn")?)?;
     let max = bounded("MaxResults", input.max_results, 1, 10)?.unwrap_or(1);
-    let reports = ctx.state.redrives.list(&source).await?;
+    let reports = ctx.state.door.moves().list(&source).await?;
     let results = reports.into_iter().take(usize::try_from(max).unwrap_or(1)).map(|r| entry(ctx, r)).collect();
     Ok(ListOutput { results })
 }
@@ -119,7 +119,7 @@ pub(super) struct CancelOutput {
 
 pub(super) async fn cancel_move_task(ctx: &Ctx<'_>, input: CancelInput) -> Result<CancelOutput, SqsError> {
     let handle = required(input.task_handle, "TaskHandle")?;
-    let moved = ctx.state.redrives.cancel(&handle).await?;
+    let moved = ctx.state.door.moves().cancel(&handle).await?;
     Ok(CancelOutput { approximate_number_of_messages_moved: moved })
 }
 

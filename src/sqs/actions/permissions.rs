@@ -90,7 +90,8 @@ pub(super) async fn add_permission(ctx: &Ctx<'_>, input: AddPermissionInput) -> 
         "Resource": arn,
     });
     ctx.state
-        .queues
+        .door
+        .queues()
         .set_settings(queue.name(), |mut settings| {
             let mut policy = policy_of(settings.policy.as_deref(), &arn);
             let mut statements = take_statements(&mut policy);
@@ -114,7 +115,8 @@ pub(super) async fn remove_permission(ctx: &Ctx<'_>, input: RemovePermissionInpu
     let queue = ctx.existing(&url).await?;
     let arn = ctx.queue_arn(queue.name().as_str());
     ctx.state
-        .queues
+        .door
+        .queues()
         .set_settings(queue.name(), |mut settings| {
             let mut policy = policy_of(settings.policy.as_deref(), &arn);
             let mut statements = take_statements(&mut policy);

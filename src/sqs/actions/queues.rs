@@ -29,7 +29,7 @@ pub(super) async fn get_queue_url(ctx: &Ctx<'_>, input: GetQueueUrlInput) -> Res
     let queue = ctx.existing(&name).await?;
     // A queue open here may have been deleted (here, while in use, or on another sidecar): ask
     // ZooKeeper.
-    if !ctx.state.queues.stored(queue.name()).await? {
+    if !ctx.state.door.queues().stored(queue.name()).await? {
         return Err(SqsError::no_such_queue());
     }
     Ok(QueueUrlOutput { queue_url: ctx.queue_url(queue.name().as_str()) })
@@ -43,7 +43,7 @@ pub(super) struct CreateQueueInput {
     attributes: Map<String, Value>,
     /// `tags` in the JSON protocol, `Tag.N.Key`/`Tag.N.Value` (decoded as `Tags`) in the query one.
     #[serde(default, alias = "Tags", rename = "tags")]
-    tags: super::tags::Tags,
+    tags: crate::queue::tags::Tags,
 }
 
 /// The settings a dynamic queue takes from `CreateQueue` and `SetQueueAttributes`.
@@ -477,10 +477,10 @@ fn settings_error(err: QueueError) -> SqsError {
 pub(super) async fn create_queue(ctx: &Ctx<'_>, input: CreateQueueInput) -> Result<QueueUrlOutput, SqsError> {
     let name = sqs_queue_name(&required(input.queue_name, "QueueName")?)?;
     super::tags::check_tags(&input.tags)?;
-    let queue = ctx.state.queues.queue(&name, Purpose::Serve).await?;
+    let queue = ctx.state.door.queues().queue(&name, Purpose::Serve).await?;
     let given = given(ctx, &queue, &input.attributes, true)?;
     let (queue, created) =
-        ctx.state.queues.create(&name, given.change.apply(sqs_defaults())).await.map_err(settings_error)?;
+        ctx.state.door.queues().create(&name, given.change.apply(sqs_defaults())).await.map_err(settings_error)?;
     if !created.made {
         let served = served(ctx, &queue, &created.settings);
         for (key, text) in &given.settable {
@@ -538,7 +538,7 @@ pub(super) fn list_queues(ctx: &Ctx<'_>, input: ListQueuesInput) -> Result<ListQ
     let prefix = input.queue_name_prefix.unwrap_or_default();
     let after = input.next_token.unwrap_or_default();
     let mut names: Vec<String> = ctx.state.config.queues.keys().map(|n| n.to_string()).collect();
-    names.extend(ctx.state.queues.opened().iter().filter(|q| q.listed()).map(|q| q.name().to_string()));
+    names.extend(ctx.state.door.queues().opened().iter().filter(|q| q.listed()).map(|q| q.name().to_string()));
     names.sort();
     names.dedup();
     let mut matching = names.into_iter().filter(|n| n.starts_with(&prefix) && n.as_str() > after.as_str());
@@ -577,7 +577,7 @@ pub(super) async fn purge_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<E
 pub(super) async fn delete_queue(ctx: &Ctx<'_>, input: QueueUrlInput) -> Result<Empty, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let name = Ctx::name_of(&url)?;
-    let deleted = ctx.state.queues.delete(&name).await?;
+    let deleted = ctx.state.door.queues().delete(&name).await?;
     if !deleted.complete {
         return Err(SqsError::server_unavailable(format!(
             "the delete removed {} messages before its deadline; delete again for the rest",
@@ -651,7 +651,7 @@ pub(super) async fn get_queue_attributes(
         ("QueueArn", ctx.queue_arn(&name)),
     ];
     values.extend(served(ctx, &queue, &queue.settings()));
-    if let Some(times) = ctx.state.queues.timestamps(queue.name()).await? {
+    if let Some(times) = ctx.state.door.queues().timestamps(queue.name()).await? {
         // Epoch seconds, as AWS answers them.
         values.push(("CreatedTimestamp", (times.created_ms / 1000).to_string()));
         values.push(("LastModifiedTimestamp", (times.modified_ms / 1000).to_string()));
@@ -681,7 +681,12 @@ pub(super) async fn set_queue_attributes(ctx: &Ctx<'_>, input: SetQueueAttribute
     if change.is_empty() {
         return Ok(Empty {});
     }
-    ctx.state.queues.set_settings(queue.name(), |settings| Ok(change.apply(settings))).await.map_err(settings_error)?;
+    ctx.state
+        .door
+        .queues()
+        .set_settings(queue.name(), |settings| Ok(change.apply(settings)))
+        .await
+        .map_err(settings_error)?;
     Ok(Empty {})
 }
 
@@ -708,7 +713,7 @@ pub(super) async fn list_dead_letter_sources(
 ) -> Result<DeadLetterSourcesOutput, SqsError> {
     let url = required(input.queue_url, "QueueUrl")?;
     let queue = ctx.existing(&url).await?;
-    let sources = ctx.state.queues.dead_letter_sources(queue.name()).await?;
+    let sources = ctx.state.door.queues().dead_letter_sources(queue.name()).await?;
     let queue_urls = sources.iter().map(|name| ctx.queue_url(name.as_str())).collect();
     Ok(DeadLetterSourcesOutput { queue_urls })
 }

@@ -1,26 +1,18 @@
-//! Queue tags (`TagQueue`, `UntagQueue`, `ListQueueTags`, and `CreateQueue`'s tags): stored in
-//! ZooKeeper, one node per queue at `{zookeeper.root}/sqs/tags/{queue}` holding a JSON object, so
-//! every sidecar lists the same tags. A change is a read and a version-checked write, tried again
-//! when another sidecar changed them meanwhile. A node that is not a JSON object of strings
-//! (another client wrote it) is listed as no tags and written over by the next change. Limits are SQS's: 50 tags, keys of 1 to 128
-//! characters not starting `aws:`, values of up to 256.
+//! Queue tags (`TagQueue`, `UntagQueue`, `ListQueueTags`, and `CreateQueue`'s tags), kept by the
+//! core's tags store (`queue/tags.rs`) so every sidecar lists the same; here SQS's limits: 50 tags,
+//! keys of 1 to 128 characters not starting `aws:`, values of up to 256.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Empty, required};
-use crate::metrics::ForeignNode;
+use crate::queue::tags::{Tags, TagsError};
 use crate::sqs::error::SqsError;
 use crate::types::QueueName;
-use crate::zk::{NodeMode, Zk, ZkError};
 
 /// Tags one queue may have (SQS's limit).
 const MAX_TAGS: usize = 50;
-/// Writes tried when other sidecars keep changing the same queue's tags.
-const ATTEMPTS: usize = 5;
-
-pub(super) type Tags = BTreeMap<String, String>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -77,8 +69,7 @@ pub(super) async fn untag_queue(ctx: &Ctx<'_>, input: UntagQueueInput) -> Result
 
 pub(super) async fn list_queue_tags(ctx: &Ctx<'_>, input: ListQueueTagsInput) -> Result<ListQueueTagsOutput, SqsError> {
     let queue = ctx.existing(&required(input.queue_url, "QueueUrl")?).await?;
-    let zk = session(ctx)?;
-    let (tags, _) = read(ctx, &zk, &path(ctx, queue.name())).await?;
+    let tags = ctx.state.door.tags().list(queue.name()).await?;
     Ok(ListQueueTagsOutput { tags })
 }
 
@@ -105,66 +96,11 @@ pub(super) fn check_tags(tags: &Tags) -> Result<(), SqsError> {
     Ok(())
 }
 
-fn path(ctx: &Ctx<'_>, queue: &QueueName) -> String {
-    crate::types::Layout::new(&ctx.state.config.zookeeper.root).tags(queue.as_str())
-}
-
-fn session(ctx: &Ctx<'_>) -> Result<Zk, SqsError> {
-    let session = &ctx.state.session;
-    let zk = session.current().ok_or_else(|| SqsError::from(crate::queue::QueueError::Zk(ZkError::Unavailable)))?;
-    Ok(zk.with_deadline(tokio::time::Instant::now() + session.request_timeout()))
-}
-
-/// The queue's tags and their node's version (`None`: no node). A node another client wrote
-/// that is not a JSON object of strings is logged, counted and read as no tags: the next change
-/// writes over it at the version read, so `TagQueue` or `UntagQueue` repairs it.
-async fn read(ctx: &Ctx<'_>, zk: &Zk, path: &str) -> Result<(Tags, Option<i32>), SqsError> {
-    match zk.get_data(path).await {
-        Ok((data, stat)) => {
-            let tags = serde_json::from_slice(&data).unwrap_or_else(|err| {
-                tracing::warn!(node = path, error = %err,
-                    "a tags node does not hold a JSON object of strings (another client wrote it): read as no tags; \
-                     the next TagQueue or UntagQueue writes over it");
-                ctx.state.metrics.foreign_node(ForeignNode::Tags).inc();
-                Tags::new()
-            });
-            Ok((tags, Some(stat.version)))
-        },
-        Err(ZkError::NoNode) => Ok((Tags::new(), None)),
-        Err(err) => Err(crate::queue::QueueError::Zk(err).into()),
-    }
-}
-
-/// Reads the queue's tags, applies `edit`, writes them back if the node did not change meanwhile.
+/// Applies `edit` to the queue's tags, within SQS's limit of tags per queue.
 async fn change(ctx: &Ctx<'_>, queue: &QueueName, edit: impl Fn(&mut Tags)) -> Result<(), SqsError> {
-    let zk = session(ctx)?;
-    let path = path(ctx, queue);
-    let zk_error = |err: ZkError| SqsError::from(crate::queue::QueueError::Zk(err));
-    for _ in 0..ATTEMPTS {
-        let (mut tags, version) = read(ctx, &zk, &path).await?;
-        edit(&mut tags);
-        if tags.len() > MAX_TAGS {
-            // SQS's words (a queue holds at most MAX_TAGS).
-            return Err(SqsError::invalid_parameter(format!("Too many tags added for queue {queue}.")));
-        }
-        let data = serde_json::to_vec(&tags).map_err(|err| SqsError::invalid_parameter(err.to_string()))?;
-        let written = match version {
-            Some(version) => zk.set_data(&path, &data, Some(version)).await.map(|_| ()),
-            None => match zk.create(&path, &data, NodeMode::Persistent).await {
-                Err(ZkError::NoNode) => {
-                    let parent = path.rsplit_once('/').map_or("/", |(parent, _)| parent);
-                    zk.ensure_path(parent).await.map_err(zk_error)?;
-                    continue;
-                },
-                other => other.map(|_| ()),
-            },
-        };
-        match written {
-            Ok(()) => return Ok(()),
-            // Another sidecar changed them meanwhile: read them again.
-            Err(ZkError::BadVersion | ZkError::NodeExists | ZkError::NoNode) => {},
-            Err(err) => return Err(zk_error(err)),
-        }
-    }
-    Err(zk_error(ZkError::Unavailable))
+    ctx.state.door.tags().change(queue, MAX_TAGS, edit).await.map_err(|err| match err {
+        // SQS's words (a queue holds at most MAX_TAGS).
+        TagsError::TooMany => SqsError::invalid_parameter(format!("Too many tags added for queue {queue}.")),
+        TagsError::Queue(err) => err.into(),
+    })
 }

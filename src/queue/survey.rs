@@ -23,6 +23,9 @@ use crate::queue::{envelope, queue_layout, read_counter};
 use crate::types::{QueueName, now_epoch_ms};
 use crate::zk::{Zk, ZkError};
 
+mod every;
+pub(crate) use every::{Surveyed, every_queue};
+
 /// Node reads in flight at once, per queue: with nodes of at most 1 MiB, the data held at any time.
 pub(crate) const READS_IN_FLIGHT: usize = 8;
 
