@@ -99,7 +99,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         ConfigError { key: "zookeeper.tls".to_owned(), value: "(files)".to_owned(), allowed: err.to_string() }
     })?;
     let queues = QueueService::new(config.clone(), session.clone(), metrics.clone(), draining.clone(), tasks.clone());
-    let push = PushService::start(&config, &queues, &metrics, draining.clone());
     let door = Door::new(
         config.clone(),
         queues.clone(),
@@ -115,6 +114,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Arc::new(QueueTags::new(Layout::new(&config.zookeeper.root), session.clone(), metrics.clone())),
         session.clone(),
     );
+    let push = PushService::start(&config, &door, &metrics, draining.clone());
     let state = AppState {
         config: config.clone(),
         metrics: metrics.clone(),

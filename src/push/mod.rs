@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::door::Door;
 use crate::metrics::Metrics;
-use crate::queue::QueueService;
 use crate::supervise::{self, Task};
 
 /// The push subscriptions of this process and their tasks.
@@ -49,7 +49,7 @@ impl PushService {
     /// readiness probe). Workers stop leasing when `draining` is cancelled.
     pub(crate) fn start(
         config: &Config,
-        queues: &Arc<QueueService>,
+        door: &Door,
         metrics: &Arc<Metrics>,
         draining: CancellationToken,
     ) -> PushService {
@@ -57,7 +57,7 @@ impl PushService {
         let abort = CancellationToken::new();
         for (name, queue_config) in &config.queues {
             let Some(push) = &queue_config.push else { continue };
-            let subscription = match worker::Subscription::new(name, push, queues, metrics, &tasks, &abort) {
+            let subscription = match worker::Subscription::new(name, push, door, metrics, &tasks, &abort) {
                 Ok(subscription) => Arc::new(subscription),
                 Err(err) => {
                     tracing::error!(queue = %name, error = %err, "cannot start push delivery");

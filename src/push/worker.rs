@@ -14,8 +14,9 @@ use super::backoff;
 use super::client::{AppClient, AppConnection, CallError, content_type, header_text};
 use super::gate::AppGate;
 use crate::config::PushConfig;
+use crate::door::Door;
 use crate::metrics::{GaugeGuard, Metrics, PushMetrics};
-use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, QueueService, Receipt};
+use crate::queue::{ItemMeta, LeaseGrant, Message, NackMode, QueueError, QueueRef, Receipt};
 use crate::types::{Backoff, QueueName, now_epoch_ms};
 use crate::web::headers::{
     HEADER_DELIVER_AT, HEADER_DELIVERY_COUNT, HEADER_FENCING_TOKEN, HEADER_ID, HEADER_LEASE_EXPIRES_AT,
@@ -54,14 +55,14 @@ impl Subscription {
     pub(super) fn new(
         name: &QueueName,
         config: &PushConfig,
-        queues: &Arc<QueueService>,
+        door: &Door,
         metrics: &Arc<Metrics>,
         tasks: &TaskTracker,
         abort: &CancellationToken,
     ) -> Result<Subscription, String> {
         let url = config.url.clone();
         let readiness = config.readiness_url.clone();
-        let queue = queues.declared(name).map_err(|err| err.to_string())?;
+        let queue = door.queues().declared(name).map_err(|err| err.to_string())?;
         let connect_timeout = config.request_timeout;
         let metrics = metrics.push(name);
         let backoff = backoff::policy(config);
