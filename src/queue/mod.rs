@@ -22,6 +22,7 @@ mod put;
 mod retention;
 mod service;
 mod settings;
+mod spec;
 pub(crate) mod survey;
 pub(crate) mod tags;
 

@@ -19,6 +19,7 @@ use super::names;
 use super::put::idempotency;
 use super::settings::DeadLetter;
 use super::settings::{Current, QueueSettings};
+use super::spec::QueueSpec;
 use super::{HeadAge, QueueError};
 use crate::config::{Config, QueueKind};
 use crate::metrics::Metrics;
@@ -67,7 +68,7 @@ pub(crate) fn queue_layout(config: &Config, name: &str) -> QueueLayout {
 const MAX_SETTINGS_READ: usize = 1000;
 
 /// Where dead letters go, when they go to `target` after `max_deliveries`.
-fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u32>) -> DeadLetter {
+pub(super) fn dead_letter_of(config: &Config, target: &QueueName, max_deliveries: Option<u32>) -> DeadLetter {
     let layout = queue_layout(config, target);
     DeadLetter {
         max_deliveries,
@@ -247,7 +248,7 @@ impl QueueService {
         if let Some(queue) = queues.get(name) {
             return Ok(queue.used());
         }
-        let queue = self.start_queue(name)?;
+        let queue = self.start_queue(QueueSpec::resolve(&self.config, name))?;
         let used = queue.used();
         queues.insert(name.clone(), queue);
         Ok(used)

@@ -8,7 +8,7 @@ use crate::config::QueueKind;
 use crate::queue::QueueError;
 use crate::queue::acquire::Claims;
 use crate::queue::browse::Browse;
-use crate::queue::cache::{ChildrenCache, Rules};
+use crate::queue::cache::ChildrenCache;
 use crate::queue::context::Context;
 use crate::queue::facade::{Parts, Queue};
 use crate::queue::lease::{LeaseTable, Leases};
@@ -16,16 +16,17 @@ use crate::queue::names;
 use crate::queue::put::Puts;
 use crate::queue::retention::Retention;
 use crate::queue::settings::{Current, QueueSettings, SettingsCell};
+use crate::queue::spec::QueueSpec;
 use crate::supervise::{self, Task};
-use crate::types::{Layout, QueueName};
+use crate::types::Layout;
 
 impl QueueService {
-    /// Builds a queue and starts its tasks (the caller inserts it into the map).
-    pub(super) fn start_queue(&self, name: &QueueName) -> Result<Arc<Queue>, QueueError> {
-        let declared = self.config.queues.contains_key(name);
-        if !declared {
+    /// Builds the queue `spec` describes and starts its tasks (the caller inserts it into the
+    /// map); a dynamic queue takes one of `max_dynamic_queues`' slots.
+    pub(super) fn start_queue(&self, spec: QueueSpec) -> Result<Arc<Queue>, QueueError> {
+        if !spec.declared {
             if !self.config.queues_dynamic {
-                return Err(QueueError::UnknownQueue(name.to_owned()));
+                return Err(QueueError::UnknownQueue(spec.name));
             }
             let mut dynamic = self.dynamic_count.lock().unwrap_or_else(|p| p.into_inner());
             if *dynamic >= self.config.max_dynamic_queues {
@@ -33,30 +34,12 @@ impl QueueService {
             }
             *dynamic += 1;
         }
-        let layout = self.layout(name);
-        let (kind, path, lock_path, grouped) = (layout.kind, layout.path, layout.lock_path, layout.grouped);
-        let declared_config = self.config.queues.get(name);
-        let max_items = declared_config.and_then(|q| q.max_items);
-        let dead_letter = declared_config
-            .and_then(|q| q.dead_letter.as_ref())
-            .map(|target| Arc::new(self.dead_letter_of(target, declared_config.and_then(|q| q.max_deliveries))));
+        let QueueSpec { name, declared, kind, grouped, path, lock_path, max_items, dead_letter, .. } = spec.clone();
+        let name = &name;
         let stop = self.shutdown.child_token();
         let settings = Arc::new(if declared { SettingsCell::declared() } else { SettingsCell::unloaded() });
-        let watch_always = !self.config.queues_watch_on_demand
-            || grouped
-            || max_items.is_some()
-            || (dead_letter.is_some() && kind != QueueKind::Simple);
-        let rules = Rules {
-            naming: names::naming(kind, grouped),
-            grouped,
-            eager: dead_letter.is_some() && kind != QueueKind::Simple,
-            watch_always,
-            // A queue every member watches anyway, or whose messages fall due by the clock, has
-            // no members standing by.
-            watchers: if watch_always || kind == QueueKind::Delay { 0 } else { self.config.queues_fleet_watchers },
-        };
         let cache = ChildrenCache::new(
-            rules,
+            spec.rules,
             path.clone(),
             name.to_owned(),
             self.metrics.clone(),
@@ -74,11 +57,11 @@ impl QueueService {
             declared,
             dead_letter,
             settings: settings.clone(),
-            retention: declared_config.and_then(|q| q.retention),
-            deliveries_path: Layout::new(&self.config.zookeeper.root).deliveries(name),
-            max_message_bytes: self.config.api.max_message_bytes,
-            max_peek_bytes: self.config.api.max_peek_bytes,
-            max_leases: self.config.lease.max_per_queue,
+            retention: spec.retention,
+            deliveries_path: spec.deliveries_path.clone(),
+            max_message_bytes: spec.max_message_bytes,
+            max_peek_bytes: spec.max_peek_bytes,
+            max_leases: spec.max_leases,
             session: self.session.clone(),
             qm: self.metrics.queue(name),
             markers: self.markers.clone(),
@@ -91,7 +74,7 @@ impl QueueService {
             ctx.clone(),
             cache.clone(),
             &Layout::new(&self.config.zookeeper.root),
-            self.config.idempotency_window(name),
+            spec.idempotency_window,
         ));
         let parts = Parts {
             claims: Arc::new(Claims::new(ctx.clone(), cache.clone(), leases.clone())),
@@ -115,7 +98,7 @@ impl QueueService {
         ));
         self.tasks.spawn(supervise::until_shutdown(Task::FleetMember, owner.clone(), metrics.clone(), stop.clone(), {
             let (cache, session, stop) = (cache.clone(), session.clone(), stop.clone());
-            let dir = Layout::new(&self.config.zookeeper.root).members(name);
+            let dir = spec.members_path.clone();
             move || cache.clone().run_membership(session.clone(), dir.clone(), stop.clone())
         }));
         if !declared {
@@ -130,7 +113,7 @@ impl QueueService {
                     settings,
                 }
             };
-            let path = Layout::new(&self.config.zookeeper.root).settings(name);
+            let path = spec.settings_path.clone();
             let refused = self.metrics.settings_refused.clone();
             self.tasks.spawn(settings.clone().follow(
                 session.clone(),
@@ -167,7 +150,7 @@ impl QueueService {
                 move || leases.clone().run_delivery_count_sweeper(stop.clone())
             },
         ));
-        if declared_config.is_none_or(|q| q.retention.is_some()) {
+        if !declared || spec.retention.is_some() {
             // A declared queue has a retention or never will; a dynamic one's settings may set one.
             let retention = Arc::new(Retention::new(ctx.clone(), cache.clone()));
             self.tasks.spawn(supervise::until_shutdown(
